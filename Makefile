@@ -1,0 +1,50 @@
+# Switchyard — build, test, demo, benchmark.
+GO       ?= go
+BIN      := bin/switchyard
+SANDBOX  ?= .sandbox
+export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
+
+.PHONY: all build deps test test-short lint demo down bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/switchyard
+	$(GO) build -o bin/switchyard-loadgen ./tools/loadgen
+
+deps:
+	./scripts/deps.sh
+	$(GO) mod download
+
+# Unit, integration (real mariadbd, embedded etcd) and scenario tests.
+test: deps build
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+# Unit tests only (no mariadbd needed).
+test-short:
+	$(GO) test -short ./...
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }
+	$(GO) vet ./...
+
+# Starts a 3-node MariaDB sandbox and Switchyard in the background, drives
+# traffic through it, performs one switchover and prints what clients saw.
+demo: deps build
+	./scripts/demo.sh
+
+# Stops what `make demo` started (by pid) and removes the sandbox data.
+down:
+	./scripts/down.sh
+
+bench: deps build
+	./bench/proxy.sh
+
+fuzz:
+	$(GO) test ./internal/gtid -run '^$$' -fuzz FuzzParseMariaDB -fuzztime 20s
+	$(GO) test ./internal/gtid -run '^$$' -fuzz FuzzParseMySQL -fuzztime 20s
+	$(GO) test ./internal/config -run '^$$' -fuzz FuzzParse -fuzztime 20s
+
+clean:
+	rm -rf bin

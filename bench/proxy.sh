@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Three-way proxy benchmark, all in one run on this machine:
+#   (a) sysbench straight to the primary,
+#   (b) through HAProxy in TCP mode (an L4 proxy),
+#   (c) through Switchyard's rw listener (an L7 proxy).
+# Workloads: oltp_point_select and oltp_read_write, 8 threads, pre-built
+# tables, sysbench's default prepared-statement mode. Prints QPS, p95 latency,
+# CPU time per query of each proxy process, and the ratios.
+# Usage: bench/proxy.sh [seconds-per-run]   (default 20)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-${BENCH_SECONDS:-20}}
+THREADS=${BENCH_THREADS:-8}
+SY=$PWD/bin/switchyard
+WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
+HZ=$(getconf CLK_TCK)
+SYPID=""; HAPID=""
+cleanup() {
+  [ -n "$SYPID" ] && kill "$SYPID" 2>/dev/null || true
+  [ -n "$HAPID" ] && kill "$HAPID" 2>/dev/null || true
+  sleep 0.5
+  $SY sandbox down --dir "$WORK/sb" --purge >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+freeport() {
+  while :; do
+    p=$(shuf -i 20000-45000 -n 1)
+    ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return; }
+  done
+}
+
+echo "== sandbox and switchyard (work dir $WORK)"
+$SY sandbox up --dir "$WORK/sb" --rw-address "127.0.0.1:$(freeport)" --ro-address "127.0.0.1:$(freeport)" \
+  --admin-address "127.0.0.1:$(freeport)" --etcd-client-address "127.0.0.1:$(freeport)" --etcd-peer-address "127.0.0.1:$(freeport)" >/dev/null
+eval "$($SY sandbox env --dir "$WORK/sb")"
+$SY up --config "$SWITCHYARD_CONFIG" --log-level warn >"$WORK/switchyard.log" 2>&1 &
+SYPID=$!
+for i in $(seq 1 60); do
+  $SY status --config "$SWITCHYARD_CONFIG" --json 2>/dev/null | grep -q '"proxies": \[' && break
+  sleep 0.5
+done
+
+HAPORT=$(freeport)
+cat >"$WORK/haproxy.cfg" <<CFG
+global
+  maxconn 4096
+defaults
+  mode tcp
+  timeout connect 1s
+  timeout client 1h
+  timeout server 1h
+listen mysql
+  bind 127.0.0.1:$HAPORT
+  server primary $SWITCHYARD_PRIMARY check
+CFG
+haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
+HAPID=$!
+sleep 0.5
+
+PRIMARY_PORT=${SWITCHYARD_PRIMARY##*:}
+RW_PORT=${SWITCHYARD_RW##*:}
+common=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user="$SWITCHYARD_APP_USER" --mysql-password="$SWITCHYARD_APP_PASSWORD"
+        --mysql-db=sbtest --tables=4 --table-size=10000)
+sysbench oltp_read_write "${common[@]}" --mysql-port="$PRIMARY_PORT" prepare >/dev/null
+
+cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+
+# run TARGET_NAME PORT WORKLOAD PID(or empty)
+declare -A QPS P95 CPUUS
+run() {
+  local name=$1 port=$2 wl=$3 pid=$4 out c0 c1 q
+  c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
+  out=$(sysbench "$wl" "${common[@]}" --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
+        --mysql-ignore-errors=none --report-interval=0 run)
+  c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
+  q=$(echo "$out" | awk '/queries:/ {print $2; exit}')
+  QPS[$name/$wl]=$(echo "$out" | awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}')
+  P95[$name/$wl]=$(echo "$out" | awk '/95th percentile:/ {print $3; exit}')
+  if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
+    CPUUS[$name/$wl]=$(awk -v c=$((c1 - c0)) -v hz="$HZ" -v q="$q" 'BEGIN {printf "%.1f", c / hz * 1e6 / q}')
+  else
+    CPUUS[$name/$wl]="-"
+  fi
+  local errs; errs=$(echo "$out" | awk '/ignored errors:/ {print $3; exit}')
+  printf '  %-10s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
+}
+
+echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default)"
+for wl in oltp_point_select oltp_read_write; do
+  run direct "$PRIMARY_PORT" "$wl" ""
+  run haproxy "$HAPORT" "$wl" "$HAPID"
+  run switchyard "$RW_PORT" "$wl" "$SYPID"
+done
+
+echo
+echo "== ratios (qps)"
+for wl in oltp_point_select oltp_read_write; do
+  awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" \
+    'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f\n", w, h/d, s/d, s/h}'
+done

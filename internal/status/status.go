@@ -1,0 +1,180 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// Report is everything `switchyard status` shows.
+type Report struct {
+	// Leader is the id of the controller leader, "" if none.
+	Leader      string                   `json:"leader"`
+	Controllers []string                 `json:"controllers"`
+	Clusters    []topo.ClusterState      `json:"clusters"`
+	Proxies     []topo.ProxyRegistration `json:"proxies"`
+	// CollectedAt is when the report was read.
+	CollectedAt time.Time `json:"collected_at"`
+}
+
+// Collect reads the report from the store. A missing leader or an empty
+// store is not an error; an unreadable store is.
+func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) (*Report, error) {
+	r := &Report{CollectedAt: now}
+	leader, err := st.Leader(ctx, keys.Election())
+	switch {
+	case err == nil:
+		r.Leader = leader
+	case errors.Is(err, topo.ErrNotFound):
+	default:
+		return nil, fmt.Errorf("status: read controller leader: %w", err)
+	}
+	ctrls, err := st.List(ctx, keys.Controllers())
+	if err != nil {
+		return nil, fmt.Errorf("status: list controllers: %w", err)
+	}
+	for _, kv := range ctrls {
+		r.Controllers = append(r.Controllers, strings.TrimPrefix(kv.Key, keys.Controllers()))
+	}
+	kvs, err := st.List(ctx, keys.ClustersPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("status: list clusters: %w", err)
+	}
+	for _, kv := range kvs {
+		if !strings.HasSuffix(kv.Key, "/state") {
+			continue
+		}
+		var cs topo.ClusterState
+		if err := json.Unmarshal(kv.Value, &cs); err != nil {
+			return nil, fmt.Errorf("status: %s: %w", kv.Key, err)
+		}
+		r.Clusters = append(r.Clusters, cs)
+	}
+	pkvs, err := st.List(ctx, keys.Proxies())
+	if err != nil {
+		return nil, fmt.Errorf("status: list proxies: %w", err)
+	}
+	for _, kv := range pkvs {
+		var p topo.ProxyRegistration
+		if err := json.Unmarshal(kv.Value, &p); err != nil {
+			return nil, fmt.Errorf("status: %s: %w", kv.Key, err)
+		}
+		r.Proxies = append(r.Proxies, p)
+	}
+	sort.Slice(r.Proxies, func(i, j int) bool { return r.Proxies[i].ID < r.Proxies[j].ID })
+	return r, nil
+}
+
+// WriteJSON writes the report as indented JSON.
+func WriteJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report as aligned text tables.
+func WriteTable(w io.Writer, r *Report) error {
+	leader := r.Leader
+	if leader == "" {
+		leader = "(none)"
+	}
+	fmt.Fprintf(w, "controller leader: %s   controllers: %d   proxies: %d\n", leader, len(r.Controllers), len(r.Proxies))
+	if len(r.Clusters) == 0 {
+		fmt.Fprintln(w, "\nno cluster state published yet (is a controller running?)")
+	}
+	for _, cs := range r.Clusters {
+		phase := cs.Phase
+		if cs.Phase == topo.PhaseSwitching {
+			phase += " -> " + cs.Target
+		}
+		primary := cs.Primary
+		if primary == "" {
+			primary = "(none)"
+		}
+		fmt.Fprintf(w, "\ncluster %s   primary: %s   epoch: %d   phase: %s   updated: %s ago\n",
+			cs.Cluster, primary, cs.Epoch, phase, age(r.CollectedAt, cs.UpdatedAt))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tSERVING\tREAD_ONLY\tSOURCE\tIO/SQL\tLAG\tGTID\tPROBE")
+		for _, n := range cs.Nodes {
+			p := n.Probe
+			serving := "-"
+			if n.Role == topo.RoleReplica {
+				serving = "yes"
+				if !n.Serving {
+					serving = "no: " + n.Reason
+				}
+			}
+			src, threads, lag := "-", "-", "-"
+			if p.Replicating {
+				src = fmt.Sprintf("%s:%d", p.SourceHost, p.SourcePort)
+				threads = fmt.Sprintf("%s/%s", p.IORunning, yesNo(p.SQLRunning))
+				if p.LagSeconds != nil {
+					lag = fmt.Sprintf("%ds", *p.LagSeconds)
+				} else {
+					lag = "NULL"
+				}
+			}
+			gtid := p.GTIDCurrent
+			if gtid == "" {
+				gtid = p.GTIDExecuted
+			}
+			if gtid == "" {
+				gtid = "-"
+			}
+			probe := fmt.Sprintf("ok %.1fms, %s ago", p.LatencyMS, age(r.CollectedAt, p.At))
+			if !p.Reachable {
+				probe = "UNREACHABLE: " + p.Error
+			}
+			ro := "-"
+			if p.Reachable {
+				ro = yesNo(p.ReadOnly)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				n.Name, n.Address, n.Role, serving, ro, src, threads, lag, gtid, probe)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Proxies) > 0 {
+		fmt.Fprintln(w, "\nPROXIES")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tLISTENERS\tEPOCHS\tUPDATED")
+		for _, p := range r.Proxies {
+			var eps []string
+			for c, e := range p.Epochs {
+				eps = append(eps, fmt.Sprintf("%s=%d", c, e))
+			}
+			sort.Strings(eps)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", p.ID, strings.Join(p.Listeners, ","), strings.Join(eps, ","), age(r.CollectedAt, p.UpdatedAt))
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(100 * time.Millisecond).String()
+}

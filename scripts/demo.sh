@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# make demo: a 3-node MariaDB GTID replication sandbox on loopback, Switchyard
+# in front of it, real client traffic, one planned switchover, and a report of
+# what the clients saw. Leaves everything running; `make down` stops it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SB=${SANDBOX:-.sandbox}
+SY=bin/switchyard
+LG=bin/switchyard-loadgen
+
+say() { printf '\n== %s\n' "$*"; }
+
+say "Starting the MariaDB sandbox in $SB"
+$SY sandbox up --dir "$SB"
+eval "$($SY sandbox env --dir "$SB")"
+CFG="$SWITCHYARD_CONFIG"
+
+if [ -f "$SB/switchyard.pid" ] && kill -0 "$(cat "$SB/switchyard.pid")" 2>/dev/null; then
+  say "switchyard up is already running (pid $(cat "$SB/switchyard.pid"))"
+else
+  say "Starting switchyard up (embedded etcd, controller, proxy); log in $SB/switchyard.log"
+  nohup $SY up --config "$CFG" --pid-file "$SB/switchyard.pid" >"$SB/switchyard.log" 2>&1 &
+fi
+
+# Wait until the controller has published the cluster and the proxy is registered.
+for i in $(seq 1 60); do
+  if $SY status --config "$CFG" --json 2>/dev/null | grep -q '"primary": "node' &&
+     $SY status --config "$CFG" --json 2>/dev/null | grep -q '"proxies": \['; then
+    break
+  fi
+  if [ "$i" = 60 ]; then echo "switchyard did not become ready; see $SB/switchyard.log" >&2; tail -20 "$SB/switchyard.log" >&2; exit 1; fi
+  sleep 0.5
+done
+$SY status --config "$CFG"
+
+RW_HOST=${SWITCHYARD_RW%:*}; RW_PORT=${SWITCHYARD_RW##*:}
+SB_ARGS=(--db-driver=mysql --mysql-host="$RW_HOST" --mysql-port="$RW_PORT" --mysql-user="$SWITCHYARD_APP_USER"
+         --mysql-password="$SWITCHYARD_APP_PASSWORD" --mysql-db=sbtest --tables=2 --table-size=10000)
+
+say "sysbench oltp_read_write through the rw listener ($SWITCHYARD_RW), 10 s, 4 threads, prepared statements"
+sysbench oltp_read_write "${SB_ARGS[@]}" cleanup >/dev/null 2>&1 || true
+sysbench oltp_read_write "${SB_ARGS[@]}" prepare >/dev/null
+sysbench oltp_read_write "${SB_ARGS[@]}" --threads=4 --time=10 --mysql-ignore-errors=none run |
+  grep -E 'transactions:|queries:|ignored errors:|reconnects:|95th percentile:' | sed 's/^ */    /'
+
+NAMES=1=node1,2=node2,3=node3
+LGARGS=(--rw "$SWITCHYARD_RW" --ro "$SWITCHYARD_RO" --user "$SWITCHYARD_APP_USER" --password "$SWITCHYARD_APP_PASSWORD" --names "$NAMES")
+
+say "Ledger workload (4 writers on rw, 4 readers on ro), before the switchover"
+$LG "${LGARGS[@]}" --duration 5s --label before || true
+
+PRIMARY=$($SY status --config "$CFG" --json | sed -n 's/.*"primary": "\(node[0-9]*\)".*/\1/p' | head -1)
+TARGET=node2; [ "$PRIMARY" = node2 ] && TARGET=node1
+say "Switchover $PRIMARY -> $TARGET while the ledger workload runs"
+$LG "${LGARGS[@]}" --duration 10s --label during >"$SB/during.txt" 2>&1 &
+LGPID=$!
+sleep 3
+$SY switchover --config "$CFG" --cluster main --to "$TARGET"
+wait $LGPID || true
+cat "$SB/during.txt"
+
+say "Ledger workload after the switchover"
+$LG "${LGARGS[@]}" --duration 5s --label after || true
+
+say "Cluster now"
+$SY status --config "$CFG"
+
+cat <<TXT
+
+== Everything is still running
+  connect (read/write):  mariadb -h${SWITCHYARD_RW%:*} -P${SWITCHYARD_RW##*:} -u$SWITCHYARD_APP_USER -p'$SWITCHYARD_APP_PASSWORD' sbtest
+  connect (read-only):   mariadb -h${SWITCHYARD_RO%:*} -P${SWITCHYARD_RO##*:} -u$SWITCHYARD_APP_USER -p'$SWITCHYARD_APP_PASSWORD' sbtest
+  status:                $SY status --config $CFG
+  switchover:            $SY switchover --config $CFG --cluster main --to node3
+  metrics:               curl -s http://$SWITCHYARD_ADMIN/metrics
+  stop everything:       make down
+TXT

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what Switchyard's demo, tests and benchmarks need, only when missing:
+# MariaDB server and client, sysbench, HAProxy (benchmarks), iproute2 (partition
+# scenarios). Debian/Ubuntu only; run as root (or with sudo available).
+set -euo pipefail
+
+need=()
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
+command -v sysbench >/dev/null 2>&1 || need+=(sysbench)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "deps: missing ${need[*]}; install them with your package manager" >&2
+  exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# The packaged services must not start: the sandbox runs its own mariadbd processes.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
