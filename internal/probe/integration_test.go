@@ -1,0 +1,104 @@
+package probe
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
+)
+
+// TestProbeSandbox probes a real 3-node MariaDB sandbox and exercises the
+// administrative statements a switchover uses.
+func TestProbeSandbox(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cred := Credentials{User: c.MonitorUser, Password: c.MonitorPassword}
+	primary := NewProber(c.Nodes[0].Address, cred, FlavorMariaDB, time.Second)
+	defer primary.Close()
+	replica := NewProber(c.Nodes[1].Address, cred, FlavorMariaDB, time.Second)
+	defer replica.Close()
+
+	r := primary.ProbeResult(ctx)
+	p := r.Probe
+	t.Logf("primary probe: %+v (%s)", p, r.Kind)
+	if r.Kind != KindOK || !p.Reachable || p.Error != "" {
+		t.Fatalf("primary probe failed: kind %s, error %q", r.Kind, p.Error)
+	}
+	if p.ServerID != c.Nodes[0].ServerID || p.ReadOnly || p.Replicating || p.GTIDBinlog == "" || p.GTIDCurrent == "" {
+		t.Fatalf("primary probe = %+v: want server_id %d, writable, not replicating, GTID positions set", p, c.Nodes[0].ServerID)
+	}
+	if p.BufferPoolPagesTotal <= 0 || p.ThreadsConnected <= 0 || p.Version == "" {
+		t.Fatalf("primary probe = %+v: want buffer pool pages, threads and version", p)
+	}
+
+	rp := replica.Probe(ctx)
+	t.Logf("replica probe: %+v", rp)
+	if !rp.Reachable || !rp.ReadOnly || !rp.Replicating || rp.IORunning != "Yes" || !rp.SQLRunning ||
+		rp.SourcePort != c.Nodes[0].Port || rp.LagSeconds == nil || rp.GTIDSlave == "" {
+		t.Fatalf("replica probe = %+v: want a running replica of port %d", rp, c.Nodes[0].Port)
+	}
+
+	for _, pr := range []*Prober{primary, replica} {
+		missing, err := pr.CheckGrants(ctx)
+		if err != nil || len(missing) != 0 {
+			t.Fatalf("CheckGrants(%s) = %q, %v; the sandbox monitor account has every privilege", pr.Address(), missing, err)
+		}
+	}
+
+	// An application session on the primary is killed by fencing; the
+	// replication (binlog dump) thread survives.
+	app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, "sbtest")
+	app.SetMaxOpenConns(1)
+	conn, err := app.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS probe_t (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.SetReadOnly(ctx, true); err != nil {
+		t.Fatalf("SetReadOnly(true): %v", err)
+	}
+	if ro, err := primary.ReadOnly(ctx); err != nil || !ro {
+		t.Fatalf("ReadOnly after fencing = %v, %v", ro, err)
+	}
+	n, err := primary.KillClientSessions(ctx, c.ReplUser)
+	if err != nil || n < 1 {
+		t.Fatalf("KillClientSessions = %d, %v; want the application session killed", n, err)
+	}
+	if err := conn.PingContext(ctx); err == nil {
+		t.Fatal("the application session survived KillClientSessions")
+	}
+	pos, err := primary.WrittenGTIDs(ctx)
+	if err != nil || pos == "" {
+		t.Fatalf("WrittenGTIDs = %q, %v", pos, err)
+	}
+	if res, err := replica.WaitForGTID(ctx, pos, 5*time.Second); err != nil || res != 0 {
+		t.Fatalf("WaitForGTID(%s) on the replica = %d, %v; want 0", pos, res, err)
+	}
+	if rp := replica.Probe(ctx); rp.IORunning != "Yes" {
+		t.Fatalf("replication broke after killing client sessions: %+v", rp)
+	}
+	// A position the replica will never reach times out with -1.
+	if res, err := replica.WaitForGTID(ctx, "0-1-999999", 200*time.Millisecond); err != nil || res != -1 {
+		t.Fatalf("WaitForGTID(unreachable) = %d, %v; want -1", res, err)
+	}
+	if err := primary.SetReadOnly(ctx, false); err != nil {
+		t.Fatalf("SetReadOnly(false): %v", err)
+	}
+
+	// Stop and start replication; the probe sees it.
+	if err := replica.StopReplica(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rp := replica.Probe(ctx); !rp.Replicating || rp.IORunning == "Yes" || rp.SQLRunning {
+		t.Fatalf("after STOP SLAVE probe = %+v", rp)
+	}
+	if err := replica.StartReplica(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
