@@ -41,7 +41,13 @@ func CheckBinaries() error {
 	return err
 }
 
+// findBinaries looks on PATH, then in the directories Debian and source
+// installs use (mariadbd is in /usr/sbin, not on every user's PATH).
 func findBinaries() (binaries, error) {
+	return findBinariesIn([]string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"})
+}
+
+func findBinariesIn(dirs []string) (binaries, error) {
 	var b binaries
 	for _, x := range []struct {
 		name string
@@ -49,7 +55,7 @@ func findBinaries() (binaries, error) {
 	}{{"mariadbd", &b.mariadbd}, {"mariadb-install-db", &b.installDB}} {
 		p, err := exec.LookPath(x.name)
 		if err != nil {
-			for _, d := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"} {
+			for _, d := range dirs {
 				cand := filepath.Join(d, x.name)
 				if st, serr := os.Stat(cand); serr == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
 					p, err = cand, nil
@@ -175,6 +181,7 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	kv("socket", n.Socket)
 	kv("pid-file", n.PIDFile)
 	kv("log-error", n.ErrorLog)
+	kv("tmpdir", filepath.Join(filepath.Dir(n.DefaultsFile), "tmp"))
 	kv("bind-address", "127.0.0.1")
 	kv("port", n.Port)
 	kv("report-host", "127.0.0.1")
@@ -215,7 +222,8 @@ func (c *Cluster) bootstrapNode(ctx context.Context, bins binaries, i int) error
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(n.DefaultsFile), 0o700); err != nil {
+	tmpDir := filepath.Join(filepath.Dir(n.DefaultsFile), "tmp")
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return fmt.Errorf("sandbox: %s: create directory: %w", n.Name, err)
 	}
 	if err := os.WriteFile(n.DefaultsFile, c.defaultsFile(i, osUser), 0o600); err != nil {
@@ -228,6 +236,7 @@ func (c *Cluster) bootstrapNode(ctx context.Context, bins binaries, i int) error
 		"--auth-root-authentication-method=normal",
 		"--innodb-log-file-size=16M",
 		"--skip-test-db",
+		"--tmpdir="+tmpDir,
 	)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("sandbox: %s: mariadb-install-db failed: %w\n%s", n.Name, err, tail(out, 2000))
@@ -381,18 +390,23 @@ func isOurMariadbd(pid int, defaultsFile string) bool {
 			found = true
 		}
 	}
-	if !found {
-		return false
-	}
+	return found && processRunning(pid)
+}
+
+// processRunning reports whether pid exists and has not exited (a zombie, or
+// a process in the middle of exiting, counts as exited only once its state
+// is Z or X).
+func processRunning(pid int) bool {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return false
 	}
 	// Format: pid (comm) state ...; comm may contain spaces or parentheses.
-	if k := bytes.LastIndexByte(stat, ')'); k >= 0 && k+2 < len(stat) && (stat[k+2] == 'Z' || stat[k+2] == 'X') {
-		return false
+	k := bytes.LastIndexByte(stat, ')')
+	if k < 0 || k+2 >= len(stat) {
+		return true
 	}
-	return true
+	return stat[k+2] != 'Z' && stat[k+2] != 'X'
 }
 
 // stop sends SIGTERM to node i's mariadbd, waits up to grace for it to exit,
@@ -408,7 +422,7 @@ func (c *Cluster) stop(ctx context.Context, i int, grace time.Duration) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("sandbox: %s: signal pid %d: %w", n.Name, pid, err)
 	}
-	if waitExit(ctx, pid, n.DefaultsFile, grace) {
+	if waitExit(ctx, pid, grace) {
 		return nil
 	}
 	c.logger().Warn("sandbox: node did not stop after SIGTERM; sending SIGKILL", "node", n.Name, "pid", pid, "grace", grace)
@@ -417,18 +431,19 @@ func (c *Cluster) stop(ctx context.Context, i int, grace time.Duration) error {
 			return fmt.Errorf("sandbox: %s: kill pid %d: %w", n.Name, pid, err)
 		}
 	}
-	if !waitExit(context.WithoutCancel(ctx), pid, n.DefaultsFile, 10*time.Second) {
+	if !waitExit(context.WithoutCancel(ctx), pid, 10*time.Second) {
 		return fmt.Errorf("sandbox: %s: pid %d still running after SIGKILL", n.Name, pid)
 	}
 	return nil
 }
 
-// waitExit polls until pid is no longer our mariadbd; false on timeout or
-// context end.
-func waitExit(ctx context.Context, pid int, defaultsFile string, timeout time.Duration) bool {
+// waitExit polls until pid (verified as ours before it was signalled) has
+// exited; false on timeout or context end. An exiting process loses its
+// command line before it finishes exiting, so this watches the process state.
+func waitExit(ctx context.Context, pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
-		if !isOurMariadbd(pid, defaultsFile) {
+		if !processRunning(pid) {
 			return true
 		}
 		if time.Now().After(deadline) {

@@ -30,7 +30,13 @@ const (
 )
 
 // Databases created on the primary (and replicated) by Up.
-var Databases = []string{"sbtest", "otherdb"}
+const (
+	// SysbenchDatabase is the database sysbench uses by default.
+	SysbenchDatabase = "sbtest"
+	// OtherDatabase is a second, empty database (for tests of COM_INIT_DB
+	// and per-database routing).
+	OtherDatabase = "otherdb"
+)
 
 // Default addresses written into switchyard.yaml when Options leaves them
 // empty and they are free; a busy default is replaced by a free loopback port.

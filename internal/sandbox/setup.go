@@ -139,7 +139,7 @@ func (c *Cluster) setupReplication(ctx context.Context) error {
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY %s", quote(c.ReplUser), quote(c.ReplPassword)),
 		fmt.Sprintf("GRANT REPLICATION SLAVE ON *.* TO %s@'%%'", quote(c.ReplUser)),
 	}
-	for _, db := range Databases {
+	for _, db := range []string{SysbenchDatabase, OtherDatabase} {
 		stmts = append(stmts, "CREATE DATABASE IF NOT EXISTS `"+db+"`")
 	}
 	if err := execAll(ctx, conn, p.Name, "create accounts and databases on the primary", stmts...); err != nil {

@@ -252,7 +252,7 @@ func (c *Cluster) KillNode(i int) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("sandbox: %s: kill pid %d: %w", n.Name, pid, err)
 	}
-	if !waitExit(context.Background(), pid, n.DefaultsFile, 10*time.Second) {
+	if !waitExit(context.Background(), pid, 10*time.Second) {
 		return fmt.Errorf("sandbox: %s: pid %d still running 10s after SIGKILL", n.Name, pid)
 	}
 	return nil
