@@ -215,38 +215,6 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	return b.Bytes()
 }
 
-// bootstrapNode installs, starts and secures node i of a fresh sandbox.
-func (c *Cluster) bootstrapNode(ctx context.Context, bins binaries, i int) error {
-	n := c.Nodes[i]
-	osUser, err := currentUser()
-	if err != nil {
-		return err
-	}
-	tmpDir := filepath.Join(filepath.Dir(n.DefaultsFile), "tmp")
-	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
-		return fmt.Errorf("sandbox: %s: create directory: %w", n.Name, err)
-	}
-	if err := os.WriteFile(n.DefaultsFile, c.defaultsFile(i, osUser), 0o600); err != nil {
-		return fmt.Errorf("sandbox: %s: write defaults file: %w", n.Name, err)
-	}
-	cmd := exec.CommandContext(ctx, bins.installDB,
-		"--no-defaults",
-		"--datadir="+n.DataDir,
-		"--user="+osUser,
-		"--auth-root-authentication-method=normal",
-		"--innodb-log-file-size=16M",
-		"--skip-test-db",
-		"--tmpdir="+tmpDir,
-	)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("sandbox: %s: mariadb-install-db failed: %w\n%s", n.Name, err, tail(out, 2000))
-	}
-	if err := c.startNode(ctx, bins, i, ""); err != nil { // root has no password until secureNode
-		return err
-	}
-	return c.secureNode(ctx, i)
-}
-
 func currentUser() (string, error) {
 	u, err := user.Current()
 	if err != nil {

@@ -73,6 +73,12 @@ type Options struct {
 	// binary that crashes leaves no server behind. The CLI leaves it false:
 	// its nodes must outlive the command.
 	StopWithParent bool
+	// TemplateDir, when set, caches a pristine datadir made by
+	// mariadb-install-db (one per server binary, shared by concurrent
+	// processes); Up copies it for each node instead of running
+	// mariadb-install-db per node. Tests set it to save CPU; "" installs each
+	// node directly.
+	TemplateDir string
 
 	// ListenerRW is the rw listener address written to switchyard.yaml;
 	// "" = 127.0.0.1:6446, or a free port if that is busy.
@@ -309,7 +315,20 @@ func create(ctx context.Context, o Options, bins binaries, log *slog.Logger) (c 
 		return c, err
 	}
 	log.Info("sandbox: installing and starting nodes", "dir", c.Dir, "nodes", len(c.Nodes))
-	if err := c.parallel(func(i int) error { return c.bootstrapNode(ctx, bins, i) }); err != nil {
+	template := ""
+	if o.TemplateDir != "" {
+		if template, err = ensureTemplate(ctx, bins, o.TemplateDir); err != nil {
+			return c, err
+		}
+	}
+	var picker *portPicker
+	if o.BasePort == 0 {
+		picker = &portPicker{used: map[int]bool{}}
+		for _, n := range c.Nodes {
+			picker.used[n.Port] = true
+		}
+	}
+	if err := c.parallel(func(i int) error { return c.bootstrapNode(ctx, bins, template, picker, i) }); err != nil {
 		return c, err
 	}
 	if err := c.setupReplication(ctx); err != nil {
@@ -329,10 +348,10 @@ func create(ctx context.Context, o Options, bins binaries, log *slog.Logger) (c 
 // resume implements the idempotent Up on an existing sandbox.
 func (c *Cluster) resume(ctx context.Context, o Options, bins binaries) error {
 	if !c.Ready {
-		return fmt.Errorf("sandbox: %s holds a sandbox whose first up did not finish; run `switchyard sandbox down --remove --dir %s` and up again", c.Dir, c.Dir)
+		return fmt.Errorf("sandbox: %s holds a sandbox whose first up did not finish; run `switchyard sandbox down --purge --dir %s` and up again", c.Dir, c.Dir)
 	}
 	if o.Nodes != len(c.Nodes) {
-		return fmt.Errorf("sandbox: %s already holds a %d-node sandbox, %d nodes requested; run down --remove first to change its size", c.Dir, len(c.Nodes), o.Nodes)
+		return fmt.Errorf("sandbox: %s already holds a %d-node sandbox, %d nodes requested; run `switchyard sandbox down --purge` first to change its size", c.Dir, len(c.Nodes), o.Nodes)
 	}
 	if o.SemiSync != c.SemiSync {
 		c.logger().Warn("sandbox: semi-sync option differs from the existing sandbox; keeping the existing setting", "semi_sync", c.SemiSync)

@@ -379,6 +379,8 @@ func TestSemiSync(t *testing.T) {
 	}
 }
 
+// TestBasePortAndSingleNode also covers installing without a template
+// (mariadb-install-db per node), which the CLI does.
 func TestBasePortAndSingleNode(t *testing.T) {
 	base := sandboxtest.FreeAddr(t)
 	_, portStr, _ := strings.Cut(base, ":")
@@ -406,6 +408,9 @@ func TestBasePortAndSingleNode(t *testing.T) {
 	dir2 := t.TempDir()
 	if _, err := sandbox.Up(ctx, sandbox.Options{Dir: dir2, Nodes: 1, BasePort: port}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("second up on a busy base port: err %v, want 'in use'", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, sandbox.StateFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("failed up left %s behind (err %v)", sandbox.StateFile, err)
 	}
 }
 
@@ -448,4 +453,33 @@ func processAlive(pid int) bool {
 	}
 	k := strings.LastIndexByte(string(data), ')')
 	return k < 0 || k+2 >= len(data) || (data[k+2] != 'Z' && data[k+2] != 'X')
+}
+
+// TestLongDirectory puts the sandbox under a path too long for unix sockets:
+// sockets must go to a short directory that Down removes.
+func TestLongDirectory(t *testing.T) {
+	if err := sandbox.CheckBinaries(); err != nil {
+		t.Skip(err)
+	}
+	dir := filepath.Join(t.TempDir(), strings.Repeat("long-directory-name-", 5))
+	ctx := ctxT(t, 60*time.Second)
+	c, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, Nodes: 1, StopWithParent: true, TemplateDir: sandboxtest.TemplateDir(),
+		ListenerRW: sandboxtest.FreeAddr(t), ListenerRO: sandboxtest.FreeAddr(t), AdminAddress: sandboxtest.FreeAddr(t),
+		EtcdClientAddress: sandboxtest.FreeAddr(t), EtcdPeerAddress: sandboxtest.FreeAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sandbox.Down(context.Background(), dir, true) })
+	if c.SocketDir == "" || len(c.Nodes[0].Socket) > 107 {
+		t.Fatalf("socket dir %q, socket %q (%d bytes)", c.SocketDir, c.Nodes[0].Socket, len(c.Nodes[0].Socket))
+	}
+	if st := c.Status(ctx); !st[0].Reachable {
+		t.Fatalf("node1 unreachable: %s", st[0].Error)
+	}
+	if err := sandbox.Down(ctx, dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.SocketDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket dir %s left behind (err %v)", c.SocketDir, err)
+	}
 }

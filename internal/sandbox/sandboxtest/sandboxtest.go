@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ const RequireEnv = "SWITCHYARD_REQUIRE_MARIADB"
 // Start brings up a fresh sandbox in t.TempDir() on free loopback ports and
 // registers a cleanup that stops its processes and removes its data. Options
 // are used as given except: Dir is always a new temporary directory, BasePort
-// is forced to 0 (free ports), every address left empty gets a free port
+// is forced to 0 (free ports), TemplateDir defaults to TemplateDir(), every address left empty gets a free port
 // (never the well-known defaults, so parallel test binaries do not collide),
 // Log defaults to the test log, and StopWithParent is set so a crashed test
 // binary leaves no server behind.
@@ -40,6 +42,9 @@ func Start(t testing.TB, o sandbox.Options) *sandbox.Cluster {
 	o.Dir = t.TempDir()
 	o.BasePort = 0
 	o.StopWithParent = true
+	if o.TemplateDir == "" {
+		o.TemplateDir = TemplateDir()
+	}
 	// Hold the listeners for the configured addresses open while Up picks
 	// the node ports, so the two sets cannot overlap.
 	var held []net.Listener
@@ -79,6 +84,14 @@ func Start(t testing.TB, o sandbox.Options) *sandbox.Cluster {
 		}
 	})
 	return c
+}
+
+// TemplateDir is where Start caches the pristine datadir made by
+// mariadb-install-db, shared by all test processes of this OS user:
+// $TMPDIR/switchyard-sandbox-template-UID. It holds about 30 MB per server
+// version and is safe to delete at any time.
+func TemplateDir() string {
+	return filepath.Join(os.TempDir(), "switchyard-sandbox-template-"+strconv.Itoa(os.Getuid()))
 }
 
 // DB opens a *sql.DB (go-sql-driver) to node i (0-based) as user/password
