@@ -1,0 +1,401 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// refreshRounds: besides every routing change, the state is rewritten every
+// this many probe rounds so its probe times stay fresh for status.
+const refreshRounds = 5
+
+// findingRelog is how often a finding that persists is logged again.
+const findingRelog = time.Minute
+
+// term is one period of leadership. Everything it starts stops when its
+// context ends (leadership lost or Run's context done), and run returns only
+// after that.
+type term struct {
+	c      *Controller
+	leader topo.Leader
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	clusters map[string]*clusterRun
+
+	queue  chan string // request keys to look at
+	queued sync.Map    // request key → struct{}
+}
+
+// clusterRun is the leader's view of one cluster.
+type clusterRun struct {
+	name string
+
+	mu        sync.Mutex
+	loaded    bool
+	state     *topo.ClusterState // last written or read; nil if none exists
+	version   topo.Version       // of state in the store; 0 = key absent
+	lastWrite time.Time
+	// switching is true while this term runs a switchover of the cluster:
+	// the probe loop then leaves Primary/Epoch/Phase/Target alone.
+	switching bool
+	findings  map[string]time.Time // finding key → last logged
+}
+
+func newTerm(c *Controller, leader topo.Leader) *term {
+	return &term{
+		c:        c,
+		leader:   leader,
+		log:      c.log,
+		clusters: map[string]*clusterRun{},
+		queue:    make(chan string, 64),
+	}
+}
+
+func (t *term) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); t.watchRequests(ctx) }()
+	go func() { defer wg.Done(); t.serveRequests(ctx) }()
+	defer wg.Wait()
+
+	interval := t.c.config().Probe.Interval.D()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		t.round(ctx)
+		if iv := t.c.config().Probe.Interval.D(); iv != interval && iv > 0 {
+			interval = iv
+			ticker.Reset(interval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// cluster returns the run state of a cluster, loading its published state
+// from the store on first use.
+func (t *term) cluster(ctx context.Context, name string) (*clusterRun, error) {
+	t.mu.Lock()
+	cr, ok := t.clusters[name]
+	if !ok {
+		cr = &clusterRun{name: name, findings: map[string]time.Time{}}
+		t.clusters[name] = cr
+	}
+	t.mu.Unlock()
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if !cr.loaded {
+		if err := t.reload(ctx, cr); err != nil {
+			return nil, err
+		}
+		cr.loaded = true
+	}
+	return cr, nil
+}
+
+// reload reads the cluster's state from the store (cr.mu held).
+func (t *term) reload(ctx context.Context, cr *clusterRun) error {
+	kv, err := t.c.store.Get(ctx, t.c.keys.ClusterState(cr.name))
+	if errors.Is(err, topo.ErrNotFound) {
+		cr.state, cr.version = nil, 0
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read state of cluster %s: %w", cr.name, err)
+	}
+	var st topo.ClusterState
+	if err := json.Unmarshal(kv.Value, &st); err != nil {
+		// A corrupt document is overwritten by the next write, keeping
+		// nothing of it; say so loudly.
+		t.log.Error("cluster state in the store is not valid JSON; it will be replaced", "cluster", cr.name, "err", err)
+		cr.state, cr.version = nil, kv.Version
+		return nil
+	}
+	cr.state, cr.version = &st, kv.Version
+	return nil
+}
+
+// round probes every node of every cluster in parallel and publishes each
+// cluster's state when it changed (or is getting old).
+func (t *term) round(ctx context.Context) {
+	cfg := t.c.config()
+	t.c.pruneProbers(cfg)
+	type result struct {
+		cl     *config.Cluster
+		cr     *clusterRun
+		probes map[string]topo.Probe
+	}
+	results := make([]result, len(cfg.Clusters))
+	var wg sync.WaitGroup
+	for i := range cfg.Clusters {
+		cl := &cfg.Clusters[i]
+		cr, err := t.cluster(ctx, cl.Name)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.log.Warn("cannot load cluster state; skipping this round", "cluster", cl.Name, "err", err)
+			}
+			continue
+		}
+		results[i] = result{cl: cl, cr: cr}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			results[i].probes = t.probeNodes(ctx, cfg, cl, nodeNames(cl))
+		}(i)
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	for _, r := range results {
+		if r.cr == nil {
+			continue
+		}
+		t.publishRound(ctx, cfg, r.cl, r.cr, r.probes)
+	}
+}
+
+func nodeNames(cl *config.Cluster) []string {
+	names := make([]string, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		names[i] = n.Name
+	}
+	return names
+}
+
+// probeNodes probes the named nodes of cl in parallel, each bounded by the
+// probe timeout, counts the results and checks grants once per node.
+func (t *term) probeNodes(ctx context.Context, cfg *config.Config, cl *config.Cluster, names []string) map[string]topo.Probe {
+	out := make(map[string]topo.Probe, len(names))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		n := cl.Node(name)
+		if n == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr, err := t.c.prober(cfg, cl, n)
+			if err != nil {
+				mu.Lock()
+				out[n.Name] = topo.Probe{At: t.c.now(), Error: err.Error()}
+				mu.Unlock()
+				return
+			}
+			res := pr.ProbeResult(ctx)
+			res.Probe.At = t.c.now()
+			t.c.metrics.probes.WithLabelValues(cl.Name, n.Name, string(res.Kind)).Inc()
+			t.c.metrics.probeLatency.WithLabelValues(cl.Name).Observe(res.Probe.LatencyMS / 1000)
+			if res.Probe.Reachable && pr.grantsChecked.CompareAndSwap(false, true) {
+				t.checkGrants(ctx, cl.Name, n.Name, pr)
+			}
+			mu.Lock()
+			out[n.Name] = res.Probe
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (t *term) checkGrants(ctx context.Context, cluster, node string, pr *nodeProber) {
+	missing, err := pr.CheckGrants(ctx)
+	switch {
+	case err != nil:
+		pr.grantsChecked.Store(false) // try again next round
+		t.log.Warn("cannot check the monitor account's grants", "cluster", cluster, "node", node, "err", err)
+	case len(missing) > 0:
+		t.log.Warn("monitor account lacks privileges a switchover needs; grant them on every node",
+			"cluster", cluster, "node", node, "user", pr.user, "missing", strings.Join(missing, ", "))
+	default:
+		t.log.Info("monitor account has every privilege needed", "cluster", cluster, "node", node)
+	}
+}
+
+// publishRound builds the cluster's state from probes and writes it if it
+// changed in a way that matters, or every refreshRounds rounds.
+func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, probes map[string]topo.Probe) {
+	cr.mu.Lock()
+	abandoned := cr.state != nil && cr.state.Phase == topo.PhaseSwitching && !cr.switching
+	cr.mu.Unlock()
+	if abandoned {
+		t.resolveAbandoned(ctx, cfg, cl, cr, probes)
+	}
+
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	now := t.c.now()
+	next, findings := BuildState(BuildInput{Cluster: *cl, Probes: probes, Prev: cr.state, Leader: t.c.id, Now: now})
+	t.logFindings(cr, findings, now)
+	if cr.state != nil && cr.state.Primary != next.Primary {
+		t.log.Info("primary discovered", "cluster", cl.Name, "primary", next.Primary, "epoch", next.Epoch)
+	} else if cr.state == nil && next.Primary != "" {
+		t.log.Info("primary discovered", "cluster", cl.Name, "primary", next.Primary, "epoch", next.Epoch)
+	}
+	refresh := time.Duration(refreshRounds) * cfg.Probe.Interval.D()
+	if !routingChanged(cr.state, &next) && now.Sub(cr.lastWrite) < refresh {
+		return
+	}
+	if err := t.write(ctx, cr, &next); err != nil && ctx.Err() == nil {
+		t.log.Warn("cluster state not written; next round retries", "cluster", cl.Name, "err", err)
+	}
+}
+
+// logFindings logs findings when they appear (and again every
+// findingRelog while they last) and when they clear (cr.mu held).
+func (t *term) logFindings(cr *clusterRun, findings []Finding, now time.Time) {
+	seen := map[string]bool{}
+	for _, f := range findings {
+		key := f.Code + "|" + f.Node
+		seen[key] = true
+		if last, ok := cr.findings[key]; ok && now.Sub(last) < findingRelog {
+			continue
+		}
+		cr.findings[key] = now
+		level := slog.LevelWarn
+		if f.Code == FindingMultipleWritable || f.Code == FindingNoPrimary {
+			level = slog.LevelError
+		}
+		t.log.Log(context.Background(), level, f.Message, "cluster", cr.name, "finding", f.Code, "node", f.Node)
+	}
+	var cleared []string
+	for key := range cr.findings {
+		if !seen[key] {
+			cleared = append(cleared, key)
+		}
+	}
+	sort.Strings(cleared)
+	for _, key := range cleared {
+		delete(cr.findings, key)
+		code, node, _ := strings.Cut(key, "|")
+		t.log.Info("finding cleared", "cluster", cr.name, "finding", code, "node", node)
+	}
+}
+
+// write stores st as the cluster's state with the leader's compare-and-swap
+// (cr.mu held). On a version conflict it reloads the stored state into cr
+// and returns the error; on ErrNotLeader the caller must stop acting.
+func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode state of cluster %s: %w", cr.name, err)
+	}
+	key := t.c.keys.ClusterState(cr.name)
+	var v topo.Version
+	if cr.version == 0 {
+		v, err = t.leader.Create(ctx, key, data)
+	} else {
+		v, err = t.leader.Update(ctx, key, data, cr.version)
+	}
+	switch {
+	case err == nil:
+		cr.state, cr.version, cr.lastWrite = st, v, t.c.now()
+		t.c.metrics.publishes.WithLabelValues(cr.name, "ok").Inc()
+		return nil
+	case errors.Is(err, topo.ErrBadVersion) || errors.Is(err, topo.ErrExists) || errors.Is(err, topo.ErrNotFound):
+		t.c.metrics.publishes.WithLabelValues(cr.name, "conflict").Inc()
+		if rerr := t.reload(ctx, cr); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return fmt.Errorf("state of cluster %s changed in the store meanwhile: %w", cr.name, err)
+	default:
+		t.c.metrics.publishes.WithLabelValues(cr.name, "error").Inc()
+		return fmt.Errorf("write state of cluster %s: %w", cr.name, err)
+	}
+}
+
+// update applies mutate to a copy of the cluster's current state and writes
+// it, re-reading and re-applying up to three times on a version conflict.
+// mutate may refuse (return an error) when the state is not what it
+// expects; that error is returned as is.
+func (t *term) update(ctx context.Context, cr *clusterRun, mutate func(st *topo.ClusterState) error) (topo.ClusterState, error) {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	var err error
+	for range 3 {
+		var next topo.ClusterState
+		if cr.state != nil {
+			next = *cr.state
+			next.Nodes = append([]topo.NodeState(nil), cr.state.Nodes...)
+		} else {
+			next = topo.ClusterState{Cluster: cr.name, Phase: topo.PhaseStable}
+		}
+		if merr := mutate(&next); merr != nil {
+			return topo.ClusterState{}, merr
+		}
+		next.Leader, next.UpdatedAt = t.c.id, t.c.now()
+		if err = t.write(ctx, cr, &next); err == nil {
+			return next, nil
+		}
+		if !errors.Is(err, topo.ErrBadVersion) && !errors.Is(err, topo.ErrExists) && !errors.Is(err, topo.ErrNotFound) {
+			return topo.ClusterState{}, err
+		}
+	}
+	return topo.ClusterState{}, err
+}
+
+// resolveAbandoned finishes a switchover a previous leader left in phase
+// switching: if the target was promoted (writable, not replicating) while
+// the old primary is not, the target becomes primary with the next epoch;
+// otherwise the old primary stays, is made writable again if it was fenced,
+// and the phase returns to stable with the epoch unchanged.
+func (t *term) resolveAbandoned(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, probes map[string]topo.Probe) {
+	cr.mu.Lock()
+	old, target := cr.state.Primary, cr.state.Target
+	cr.mu.Unlock()
+	op, tp := probes[old], probes[target]
+	writable := func(p topo.Probe) bool { return complete(p) && !p.ReadOnly && !p.Replicating }
+	log := t.log.With("cluster", cl.Name, "old_primary", old, "target", target)
+	if target != "" && writable(tp) && !writable(op) {
+		log.Warn("previous leader left a switchover unfinished after promoting the target; publishing the target as primary")
+		_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+			if st.Phase != topo.PhaseSwitching || st.Primary != old {
+				return errors.New("state changed meanwhile")
+			}
+			st.Primary, st.Epoch, st.Phase, st.Target = target, st.Epoch+1, topo.PhaseStable, ""
+			return nil
+		})
+		if err != nil {
+			log.Error("could not publish the promoted target", "err", err)
+		}
+		return
+	}
+	log.Warn("previous leader left a switchover unfinished before promotion; restoring the old primary")
+	if n := cl.Node(old); n != nil && complete(op) && op.ReadOnly && !op.Replicating {
+		pr, err := t.c.prober(cfg, cl, n)
+		if err == nil {
+			err = pr.SetReadOnly(ctx, false)
+		}
+		if err != nil {
+			log.Error("could not make the old primary writable again: run SET GLOBAL read_only=OFF on it", "err", err)
+		} else {
+			log.Info("old primary writable again (read_only=OFF)")
+		}
+	}
+	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		if st.Phase != topo.PhaseSwitching || st.Primary != old {
+			return errors.New("state changed meanwhile")
+		}
+		st.Phase, st.Target = topo.PhaseStable, ""
+		return nil
+	})
+	if err != nil {
+		log.Error("could not publish the restored state", "err", err)
+	}
+}

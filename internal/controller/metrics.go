@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Switchover results (label "result" of switchyard_controller_switchovers_total).
+const (
+	resultDone       = "done"
+	resultRefused    = "refused"     // checks failed; nothing was changed
+	resultRolledBack = "rolled_back" // aborted after fencing; old primary writable again
+	resultFailed     = "failed"      // aborted and the rollback did not complete
+)
+
+// metrics are the controller's Prometheus collectors.
+type metrics struct {
+	probes       *prometheus.CounterVec
+	probeLatency *prometheus.HistogramVec
+	leader       prometheus.Gauge
+	switchovers  *prometheus.CounterVec
+	publishes    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_probes_total",
+			Help: "Node probes by cluster, node and result (ok, refused, timeout, too_many_connections, access_denied, ...).",
+		}, []string{"cluster", "node", "result"}),
+		probeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_controller_probe_duration_seconds",
+			Help:    "Duration of one node probe, connect included, in seconds.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"cluster"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_controller_leader",
+			Help: "1 while this controller is the elected leader, else 0.",
+		}),
+		switchovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_switchovers_total",
+			Help: "Planned switchovers by cluster and result (done, refused, rolled_back, failed).",
+		}, []string{"cluster", "result"}),
+		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_state_writes_total",
+			Help: "Cluster state writes to the topology store by cluster and result (ok, conflict, error).",
+		}, []string{"cluster", "result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, errors.New("controller: metrics already registered: use one registry per controller")
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,283 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// ErrRequestFailed is returned (wrapped, with the request's message) by
+// RequestSwitchover when the leader finished the request as Failed.
+var ErrRequestFailed = errors.New("request failed")
+
+// ErrNoLeader is returned by RequestSwitchover when no controller leader is
+// running to execute the request.
+var ErrNoLeader = errors.New("no controller leader is running")
+
+// finishedRetention is how long finished requests are kept in the store.
+const finishedRetention = 24 * time.Hour
+
+// RequestSwitchover asks the controller leader for a planned switchover of
+// cluster to target ("" lets the leader choose the candidate). It creates a
+// Pending request under keys.Requests(cluster) and watches it until the
+// leader marks it Done or Failed, or ctx ends. It returns the last version of
+// the request it saw (Steps and Message say what happened); the error is nil
+// when Done, wraps ErrRequestFailed when Failed, wraps ErrNoLeader (and
+// creates nothing) when no leader is elected, and wraps ctx's error when ctx
+// ended first — the request then stays in the store and the leader may still
+// execute it.
+func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, cluster, target string) (topo.Request, error) {
+	if cluster == "" {
+		return topo.Request{}, errors.New("switchover: a cluster name is required")
+	}
+	if _, err := st.Leader(ctx, keys.Election()); err != nil {
+		if errors.Is(err, topo.ErrNotFound) {
+			return topo.Request{}, fmt.Errorf("switchover of %s: %w: start `switchyard up` or `switchyard controller`", cluster, ErrNoLeader)
+		}
+		return topo.Request{}, fmt.Errorf("switchover of %s: find the controller leader: %w", cluster, err)
+	}
+	now := time.Now().UTC()
+	req := topo.Request{
+		ID: newRequestID(now), Kind: topo.RequestSwitchover, Cluster: cluster, Target: target,
+		State: topo.RequestPending, CreatedAt: now, UpdatedAt: now,
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return req, fmt.Errorf("switchover: encode request: %w", err)
+	}
+	key := keys.Request(cluster, req.ID)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Watch first so no update is missed; the request is created below.
+	initial, events, err := st.Watch(wctx, key)
+	if err != nil {
+		return req, fmt.Errorf("switchover: watch %s: %w", key, err)
+	}
+	if _, err := st.Create(ctx, key, data); err != nil {
+		return req, fmt.Errorf("switchover: create request %s: %w", key, err)
+	}
+	for _, kv := range initial {
+		if kv.Key == key {
+			if r, ok := decodeRequest(kv.Value); ok {
+				req = r
+			}
+		}
+	}
+	for {
+		if done, err := finished(req); done {
+			return req, err
+		}
+		select {
+		case <-ctx.Done():
+			return req, fmt.Errorf("switchover: request %s still %s: %w", req.ID, req.State, ctx.Err())
+		case ev, ok := <-events:
+			if !ok {
+				return req, fmt.Errorf("switchover: watch of request %s ended: %w", req.ID, context.Cause(wctx))
+			}
+			if ev.Err != nil {
+				// Re-read instead of re-watching: the request is small.
+				kv, err := st.Get(ctx, key)
+				if err != nil {
+					return req, fmt.Errorf("switchover: watch of request %s failed (%v) and re-read failed: %w", req.ID, ev.Err, err)
+				}
+				if r, ok := decodeRequest(kv.Value); ok {
+					req = r
+				}
+				if done, err := finished(req); done {
+					return req, err
+				}
+				initial, events, err = st.Watch(wctx, key)
+				if err != nil {
+					return req, fmt.Errorf("switchover: re-watch request %s: %w", req.ID, err)
+				}
+				for _, kv := range initial {
+					if r, ok := decodeRequest(kv.Value); ok && kv.Key == key {
+						req = r
+					}
+				}
+				continue
+			}
+			if ev.Type == topo.EventDelete && ev.KV.Key == key {
+				return req, fmt.Errorf("switchover: request %s was deleted", req.ID)
+			}
+			if ev.KV.Key == key {
+				if r, ok := decodeRequest(ev.KV.Value); ok {
+					req = r
+				}
+			}
+		}
+	}
+}
+
+func finished(r topo.Request) (bool, error) {
+	switch r.State {
+	case topo.RequestDone:
+		return true, nil
+	case topo.RequestFailed:
+		return true, fmt.Errorf("%w: %s", ErrRequestFailed, r.Message)
+	}
+	return false, nil
+}
+
+func decodeRequest(b []byte) (topo.Request, bool) {
+	var r topo.Request
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, false
+	}
+	return r, true
+}
+
+// newRequestID is sortable by creation time and unique: UTC timestamp plus
+// random bits.
+func newRequestID(now time.Time) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return now.Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// requestKey splits a key under keys.ClustersPrefix() into cluster and
+// request id; ok is false for keys that are not requests.
+func (t *term) requestKey(key string) (cluster, id string, ok bool) {
+	rest, found := strings.CutPrefix(key, t.c.keys.ClustersPrefix())
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[1] != "requests" || parts[2] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[2], true
+}
+
+// watchRequests watches every cluster's requests and queues the pending
+// ones. Requests found Running when the term starts were abandoned by a
+// previous leader and are marked Failed; finished requests older than a day
+// are deleted.
+func (t *term) watchRequests(ctx context.Context) {
+	first := true
+	for ctx.Err() == nil {
+		initial, events, err := t.c.store.Watch(ctx, t.c.keys.ClustersPrefix())
+		if err != nil {
+			if ctx.Err() == nil {
+				t.log.Warn("cannot watch operator requests; retrying", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		for _, kv := range initial {
+			t.notice(ctx, kv, first)
+		}
+		first = false
+		for ev := range events {
+			if ev.Err != nil {
+				if ctx.Err() == nil {
+					t.log.Warn("watch of operator requests failed; re-watching", "err", ev.Err)
+				}
+				break
+			}
+			if ev.Type == topo.EventPut {
+				t.notice(ctx, ev.KV, false)
+			}
+		}
+	}
+}
+
+// notice looks at one key seen by the request watch.
+func (t *term) notice(ctx context.Context, kv topo.KV, termStart bool) {
+	if _, _, ok := t.requestKey(kv.Key); !ok {
+		return
+	}
+	req, ok := decodeRequest(kv.Value)
+	if !ok {
+		t.log.Warn("ignoring an operator request that is not valid JSON", "key", kv.Key)
+		return
+	}
+	switch req.State {
+	case topo.RequestPending:
+		if _, dup := t.queued.LoadOrStore(kv.Key, struct{}{}); dup {
+			return
+		}
+		select {
+		case t.queue <- kv.Key:
+		case <-ctx.Done():
+		}
+	case topo.RequestRunning:
+		if termStart {
+			req.Message = "the controller leader changed while this request was running; " +
+				"the new leader finished or rolled back the change: check `switchyard status`"
+			t.finishRequest(ctx, kv.Key, &req, kv.Version, topo.RequestFailed)
+		}
+	case topo.RequestDone, topo.RequestFailed:
+		if termStart && t.c.now().Sub(req.UpdatedAt) > finishedRetention {
+			_ = t.c.store.Delete(ctx, kv.Key, kv.Version)
+		}
+	}
+}
+
+// serveRequests executes queued requests one at a time.
+func (t *term) serveRequests(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case key := <-t.queue:
+			t.serveRequest(ctx, key)
+			t.queued.Delete(key)
+		}
+	}
+}
+
+func (t *term) serveRequest(ctx context.Context, key string) {
+	kv, err := t.c.store.Get(ctx, key)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("cannot read operator request", "key", key, "err", err)
+		}
+		return
+	}
+	req, ok := decodeRequest(kv.Value)
+	if !ok || req.State != topo.RequestPending {
+		return
+	}
+	cluster, _, _ := t.requestKey(key)
+	switch {
+	case req.Kind != topo.RequestSwitchover:
+		req.Message = fmt.Sprintf("unknown request kind %q (known: %s)", req.Kind, topo.RequestSwitchover)
+		t.finishRequest(ctx, key, &req, kv.Version, topo.RequestFailed)
+	case req.Cluster != cluster || t.c.config().Cluster(cluster) == nil:
+		req.Message = fmt.Sprintf("unknown cluster %q: not in the controller's config", cluster)
+		t.finishRequest(ctx, key, &req, kv.Version, topo.RequestFailed)
+	default:
+		t.runSwitchover(ctx, key, req, kv.Version)
+	}
+}
+
+// saveRequest writes req with the leader's compare-and-swap and updates
+// *version.
+func (t *term) saveRequest(ctx context.Context, key string, req *topo.Request, version *topo.Version) error {
+	req.UpdatedAt = t.c.now()
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	v, err := t.leader.Update(ctx, key, data, *version)
+	if err != nil {
+		return fmt.Errorf("update request %s: %w", req.ID, err)
+	}
+	*version = v
+	return nil
+}
+
+func (t *term) finishRequest(ctx context.Context, key string, req *topo.Request, version topo.Version, state string) {
+	req.State = state
+	if err := t.saveRequest(ctx, key, req, &version); err != nil && ctx.Err() == nil {
+		t.log.Warn("cannot finish operator request", "request", req.ID, "state", state, "err", err)
+	}
+}

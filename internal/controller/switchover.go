@@ -1,0 +1,472 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/gtid"
+	"github.com/switchyard-db/switchyard/internal/probe"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// stepTimeout bounds one administrative statement of a switchover.
+const stepTimeout = 10 * time.Second
+
+// switchover is one planned switchover in progress.
+type switchover struct {
+	t       *term
+	cfg     *config.Config
+	cl      *config.Cluster
+	cr      *clusterRun
+	log     *slog.Logger
+	key     string
+	req     topo.Request
+	version topo.Version
+	start   time.Time
+
+	old, cand         string
+	oldPr, candPr     *nodeProber
+	fromEpoch         int64
+	fenced            bool // old primary set read-only
+	candStopped       bool // candidate's replication stopped
+	candReset         bool // candidate's replication config removed
+	candWritable      bool // candidate set writable
+	replUser, replPwd string
+}
+
+// runSwitchover executes a Pending switchover request: checks, phase
+// switching, fence, catch-up, promote, repoint, publish — or roll back.
+func (t *term) runSwitchover(ctx context.Context, key string, req topo.Request, version topo.Version) {
+	cfg := t.c.config()
+	cl := cfg.Cluster(req.Cluster)
+	s := &switchover{
+		t: t, cfg: cfg, cl: cl, key: key, req: req, version: version, start: t.c.now(),
+		log: t.log.With("cluster", req.Cluster, "request", req.ID),
+	}
+	s.req.State = topo.RequestRunning
+	s.req.Steps = nil
+	if err := t.saveRequest(ctx, key, &s.req, &s.version); err != nil {
+		s.log.Warn("cannot take the switchover request", "err", err)
+		return
+	}
+	s.log.Info("switchover started", "target", req.Target)
+	result := s.run(ctx)
+	t.c.metrics.switchovers.WithLabelValues(req.Cluster, result).Inc()
+	if ctx.Err() != nil {
+		// Leadership lost or shutting down: the next leader resolves the
+		// cluster and fails the request.
+		s.log.Warn("switchover interrupted: leadership lost or controller stopping", "result", result)
+		return
+	}
+	state := topo.RequestDone
+	if result != resultDone {
+		state = topo.RequestFailed
+	}
+	s.req.State = state
+	if err := t.saveRequest(ctx, key, &s.req, &s.version); err != nil {
+		s.log.Error("cannot record the switchover result", "result", result, "err", err)
+	}
+	s.log.Info("switchover finished", "result", result, "message", s.req.Message,
+		"duration", t.c.now().Sub(s.start).Round(time.Millisecond))
+}
+
+// step runs fn, records "name (12ms)" or "name: failed after 12ms: err" in
+// the request's steps, logs it, and saves the request so watchers see
+// progress.
+func (s *switchover) step(ctx context.Context, name string, fn func(ctx context.Context) (string, error)) error {
+	begin := s.t.c.now()
+	sctx, cancel := context.WithTimeout(ctx, stepTimeout+s.cfg.Switchover.CatchupTimeout.D())
+	detail, err := fn(sctx)
+	cancel()
+	took := s.t.c.now().Sub(begin).Round(100 * time.Microsecond)
+	line := name
+	if detail != "" {
+		line += ": " + detail
+	}
+	if err != nil {
+		line = fmt.Sprintf("%s: failed after %s: %v", line, took, err)
+		s.log.Warn("switchover step failed", "step", name, "took", took, "err", err)
+	} else {
+		line = fmt.Sprintf("%s (%s)", line, took)
+		s.log.Info("switchover step", "step", name, "detail", detail, "took", took)
+	}
+	s.req.Steps = append(s.req.Steps, line)
+	if serr := s.t.saveRequest(ctx, s.key, &s.req, &s.version); serr != nil && ctx.Err() == nil {
+		s.log.Warn("cannot save switchover progress", "err", serr)
+	}
+	return err
+}
+
+// run performs the switchover and returns its result label. s.req.Message
+// is set for every outcome.
+func (s *switchover) run(ctx context.Context) string {
+	cr, err := s.t.cluster(ctx, s.cl.Name)
+	if err != nil {
+		s.req.Message = "refused: " + err.Error()
+		return resultRefused
+	}
+	s.cr = cr
+	cr.mu.Lock()
+	busy := cr.switching
+	if !busy {
+		cr.switching = true
+	}
+	cr.mu.Unlock()
+	if busy {
+		s.req.Message = "refused: another switchover of this cluster is running"
+		return resultRefused
+	}
+	defer func() {
+		cr.mu.Lock()
+		cr.switching = false
+		cr.mu.Unlock()
+	}()
+
+	// 1. Refresh and check.
+	if err := s.step(ctx, "check", s.check); err != nil {
+		s.req.Message = "refused: " + err.Error()
+		return resultRefused
+	}
+	// 2. Announce.
+	if err := s.step(ctx, "publish phase switching", func(ctx context.Context) (string, error) {
+		_, err := s.t.update(ctx, cr, func(st *topo.ClusterState) error {
+			if st.Primary != s.old || st.Epoch != s.fromEpoch || st.Phase != topo.PhaseStable {
+				return fmt.Errorf("cluster state changed meanwhile (primary %s, epoch %d, phase %s)", st.Primary, st.Epoch, st.Phase)
+			}
+			st.Phase, st.Target = topo.PhaseSwitching, s.cand
+			return nil
+		})
+		return fmt.Sprintf("epoch %d, %s → %s", s.fromEpoch, s.old, s.cand), err
+	}); err != nil {
+		s.req.Message = "refused: " + err.Error()
+		return resultRefused
+	}
+	// 3–5. Fence, catch up, promote; any failure rolls back.
+	for _, st := range []struct {
+		name string
+		fn   func(context.Context) (string, error)
+	}{
+		{"fence " + s.old, s.fence},
+		{"catch up " + s.cand, s.catchUp},
+		{"promote " + s.cand, s.promote},
+	} {
+		if err := s.step(ctx, st.name, st.fn); err != nil {
+			return s.rollback(ctx, fmt.Sprintf("%s: %v", st.name, err))
+		}
+	}
+	// 6. Repoint: failures are recorded, the switchover goes on (the new
+	// primary is writable and the old one fenced).
+	var repointErrs []string
+	for _, n := range s.cl.Nodes {
+		if n.Name == s.cand {
+			continue
+		}
+		if err := s.step(ctx, "repoint "+n.Name, func(ctx context.Context) (string, error) {
+			return s.repoint(ctx, n)
+		}); err != nil {
+			repointErrs = append(repointErrs, fmt.Sprintf("%s: %v", n.Name, err))
+		}
+	}
+	// 7. Publish the new primary and epoch.
+	var toEpoch int64
+	if err := s.step(ctx, "publish primary "+s.cand, func(ctx context.Context) (string, error) {
+		st, err := s.t.update(ctx, cr, func(st *topo.ClusterState) error {
+			if st.Primary != s.old || st.Epoch != s.fromEpoch {
+				return fmt.Errorf("cluster state changed meanwhile (primary %s, epoch %d)", st.Primary, st.Epoch)
+			}
+			st.Primary, st.Epoch, st.Phase, st.Target = s.cand, s.fromEpoch+1, topo.PhaseStable, ""
+			for i := range st.Nodes {
+				switch st.Nodes[i].Name {
+				case s.cand:
+					st.Nodes[i].Role, st.Nodes[i].Serving, st.Nodes[i].Reason = topo.RolePrimary, false, ""
+				default:
+					// Until the next probe shows them replicating from the
+					// new primary, replicas do not serve reads.
+					st.Nodes[i].Role, st.Nodes[i].Serving, st.Nodes[i].Reason = topo.RoleReplica, false, "repointed, not probed yet"
+				}
+			}
+			return nil
+		})
+		toEpoch = st.Epoch
+		return fmt.Sprintf("epoch %d", st.Epoch), err
+	}); err != nil {
+		s.req.Message = fmt.Sprintf("%s was promoted but the new state could not be published (%v); "+
+			"the next leader publishes it from the probes", s.cand, err)
+		return resultFailed
+	}
+	s.req.FromEpoch, s.req.ToEpoch = s.fromEpoch, toEpoch
+	s.req.Message = fmt.Sprintf("switched over from %s to %s, epoch %d → %d, in %s",
+		s.old, s.cand, s.fromEpoch, toEpoch, s.t.c.now().Sub(s.start).Round(time.Millisecond))
+	if len(repointErrs) > 0 {
+		s.req.Message += "; not repointed (fix by hand): " + strings.Join(repointErrs, "; ")
+	}
+	return resultDone
+}
+
+// check probes the cluster afresh (replicas first, then the primary, so a
+// replica cannot look ahead of the primary), rebuilds its state, verifies
+// it is stable and chooses or checks the candidate.
+func (s *switchover) check(ctx context.Context) (string, error) {
+	s.cr.mu.Lock()
+	prev := s.cr.state
+	s.cr.mu.Unlock()
+	if prev == nil || prev.Primary == "" {
+		return "", fmt.Errorf("cluster %s has no published primary yet", s.cl.Name)
+	}
+	var replicas []string
+	for _, n := range s.cl.Nodes {
+		if n.Name != prev.Primary {
+			replicas = append(replicas, n.Name)
+		}
+	}
+	probes := s.t.probeNodes(ctx, s.cfg, s.cl, replicas)
+	for k, v := range s.t.probeNodes(ctx, s.cfg, s.cl, []string{prev.Primary}) {
+		probes[k] = v
+	}
+	st, _ := BuildState(BuildInput{Cluster: *s.cl, Probes: probes, Prev: prev, Leader: s.t.c.id, Now: s.t.c.now()})
+	if err := checkStable(&st); err != nil {
+		return "", err
+	}
+	cand, err := chooseCandidate(s.cl, &st, s.req.Target)
+	if err != nil {
+		return "", err
+	}
+	s.old, s.cand, s.fromEpoch = st.Primary, cand, st.Epoch
+	if s.oldPr, err = s.t.c.prober(s.cfg, s.cl, s.cl.Node(s.old)); err != nil {
+		return "", err
+	}
+	if s.candPr, err = s.t.c.prober(s.cfg, s.cl, s.cl.Node(s.cand)); err != nil {
+		return "", err
+	}
+	s.replUser = s.cfg.Credentials.Replication.User
+	if s.replPwd, err = s.cfg.Credentials.Replication.Resolve(); err != nil {
+		return "", fmt.Errorf("credentials.replication: %w", err)
+	}
+	if s.replUser == "" {
+		return "", errors.New("credentials.replication.user is empty: replicas cannot be repointed")
+	}
+	cp := st.Node(s.cand).Probe
+	return fmt.Sprintf("%s → %s (candidate GTID %s, lag %ds)", s.old, s.cand, gtidOf(s.cl.Flavor, cp), *cp.LagSeconds), nil
+}
+
+func gtidOf(flavor string, p topo.Probe) string {
+	if flavor == probe.FlavorMySQL {
+		return p.GTIDExecuted
+	}
+	return p.GTIDCurrent
+}
+
+// fence makes the old primary read-only, verifies it and kills its client
+// sessions (replication and monitor threads are kept).
+func (s *switchover) fence(ctx context.Context) (string, error) {
+	s.fenced = true // from here on, rollback restores read_only=OFF
+	if err := s.oldPr.SetReadOnly(ctx, true); err != nil {
+		return "", err
+	}
+	ro, err := s.oldPr.ReadOnly(ctx)
+	if err != nil {
+		return "", err
+	}
+	if !ro {
+		return "", errors.New("read_only is still OFF after SET GLOBAL read_only=ON")
+	}
+	killed, err := s.oldPr.KillClientSessions(ctx, s.replUser)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("read_only=ON, %d client sessions killed", killed), nil
+}
+
+// catchUp waits until the candidate has applied every GTID of the fenced
+// old primary, bounded by switchover.catchup_timeout, and verifies it.
+func (s *switchover) catchUp(ctx context.Context) (string, error) {
+	pos, err := s.oldPr.WrittenGTIDs(ctx)
+	if err != nil {
+		return "", err
+	}
+	timeout := s.cfg.Switchover.CatchupTimeout.D()
+	res, err := s.candPr.WaitForGTID(ctx, pos, timeout)
+	if err != nil {
+		return "", err
+	}
+	if res != 0 {
+		return "", fmt.Errorf("%s did not apply %s within switchover.catchup_timeout %s", s.cand, pos, timeout)
+	}
+	// Verify with a probe: the candidate's executed set contains pos.
+	cp := s.candPr.Probe(ctx)
+	if !complete(cp) {
+		return "", fmt.Errorf("cannot verify %s after the wait: %s", s.cand, cp.Error)
+	}
+	if pos != "" {
+		f, _ := gtid.ParseFlavor(flavorOrDefault(s.cl.Flavor))
+		want, err := gtid.Parse(f, pos)
+		if err != nil {
+			return "", fmt.Errorf("old primary position: %w", err)
+		}
+		have, err := executed(s.cl.Flavor, cp)
+		if err != nil {
+			return "", fmt.Errorf("candidate position: %w", err)
+		}
+		if !have.Contains(want) {
+			return "", fmt.Errorf("%s at %s does not contain the old primary's %s", s.cand, have, want)
+		}
+	}
+	return "applied " + orDash(pos), nil
+}
+
+// promote stops replication on the candidate, forgets its source, makes it
+// writable and verifies read_only=0.
+func (s *switchover) promote(ctx context.Context) (string, error) {
+	s.candStopped = true
+	if err := s.candPr.StopReplica(ctx); err != nil {
+		return "", err
+	}
+	s.candReset = true
+	if err := s.candPr.ResetReplicaAll(ctx); err != nil {
+		return "", err
+	}
+	s.candWritable = true
+	if err := s.candPr.SetReadOnly(ctx, false); err != nil {
+		return "", err
+	}
+	ro, err := s.candPr.ReadOnly(ctx)
+	if err != nil {
+		return "", err
+	}
+	if ro {
+		return "", errors.New("read_only is still ON after SET GLOBAL read_only=OFF (check READ_ONLY ADMIN)")
+	}
+	return "replication reset, read_only=OFF", nil
+}
+
+// repoint makes node n (a replica or the old primary) read-only and
+// replicate from the new primary with GTID slave_pos. A node that was not
+// replicating (the old primary) first sets gtid_slave_pos from its own
+// binlog (checked on MariaDB 10.11).
+func (s *switchover) repoint(ctx context.Context, n config.Node) (string, error) {
+	pr, err := s.t.c.prober(s.cfg, s.cl, &n)
+	if err != nil {
+		return "", err
+	}
+	candNode := s.cl.Node(s.cand)
+	host, portStr, err := net.SplitHostPort(candNode.Address)
+	if err != nil {
+		return "", fmt.Errorf("address of %s: %w", s.cand, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", fmt.Errorf("address of %s: port %q: %w", s.cand, portStr, err)
+	}
+	p := pr.Probe(ctx)
+	if !p.Reachable {
+		return "", fmt.Errorf("unreachable (%s): repoint it by hand when it is back", p.Error)
+	}
+	if err := pr.SetReadOnly(ctx, true); err != nil {
+		return "", err
+	}
+	if err := pr.StopReplica(ctx); err != nil {
+		return "", err
+	}
+	how := "slave_pos"
+	if !p.Replicating {
+		if err := pr.SetReplicaPosFromBinlog(ctx); err != nil {
+			return "", err
+		}
+		how = "slave_pos from its binlog"
+	}
+	if err := pr.ChangeSource(ctx, host, port, s.replUser, s.replPwd, probe.GTIDSlavePos); err != nil {
+		return "", err
+	}
+	if err := pr.StartReplica(ctx); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("replicates from %s (%s), read_only=ON", candNode.Address, how), nil
+}
+
+// rollback undoes a switchover that failed before the candidate was
+// confirmed writable: the candidate goes back to being a read-only replica
+// of the old primary, the old primary becomes writable again (never left
+// read-only), and the state returns to stable with the old primary and the
+// unchanged epoch.
+func (s *switchover) rollback(ctx context.Context, reason string) string {
+	s.log.Warn("switchover aborted; rolling back", "reason", reason)
+	var problems []string
+	if s.candWritable || s.candStopped {
+		if err := s.step(ctx, "restore "+s.cand+" as replica", s.restoreCandidate); err != nil {
+			problems = append(problems, fmt.Sprintf("%s not restored as a replica: %v", s.cand, err))
+		}
+	}
+	oldWritable := !s.fenced
+	if s.fenced {
+		err := s.step(ctx, "unfence "+s.old, func(ctx context.Context) (string, error) {
+			var err error
+			for attempt := 1; attempt <= 3; attempt++ {
+				if err = s.oldPr.SetReadOnly(ctx, false); err == nil {
+					var ro bool
+					if ro, err = s.oldPr.ReadOnly(ctx); err == nil && !ro {
+						return "read_only=OFF", nil
+					} else if err == nil {
+						err = errors.New("read_only still ON")
+					}
+				}
+				sleep(ctx, 200*time.Millisecond)
+			}
+			return "", err
+		})
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("OLD PRIMARY %s IS STILL READ-ONLY (%v): run SET GLOBAL read_only=OFF on it now", s.old, err))
+		} else {
+			oldWritable = true
+		}
+	}
+	if err := s.step(ctx, "publish phase stable", func(ctx context.Context) (string, error) {
+		_, err := s.t.update(ctx, s.cr, func(st *topo.ClusterState) error {
+			if st.Primary != s.old || st.Epoch != s.fromEpoch {
+				return fmt.Errorf("cluster state changed meanwhile (primary %s, epoch %d)", st.Primary, st.Epoch)
+			}
+			st.Phase, st.Target = topo.PhaseStable, ""
+			return nil
+		})
+		return fmt.Sprintf("primary %s, epoch %d", s.old, s.fromEpoch), err
+	}); err != nil {
+		problems = append(problems, fmt.Sprintf("state not republished: %v", err))
+	}
+	msg := fmt.Sprintf("switchover to %s aborted: %s", s.cand, reason)
+	if oldWritable && len(problems) == 0 {
+		s.req.Message = msg + fmt.Sprintf("; rolled back: %s is writable again, epoch %d unchanged", s.old, s.fromEpoch)
+		return resultRolledBack
+	}
+	s.req.Message = msg + "; ROLLBACK INCOMPLETE: " + strings.Join(problems, "; ")
+	s.log.Error("switchover rollback incomplete", "problems", strings.Join(problems, "; "))
+	return resultFailed
+}
+
+// restoreCandidate makes the candidate read-only again and, if its
+// replication was stopped or reset, points it back at the old primary.
+func (s *switchover) restoreCandidate(ctx context.Context) (string, error) {
+	if err := s.candPr.SetReadOnly(ctx, true); err != nil {
+		return "", err
+	}
+	if s.candReset {
+		oldNode := s.cl.Node(s.old)
+		host, portStr, err := net.SplitHostPort(oldNode.Address)
+		if err != nil {
+			return "", err
+		}
+		port, _ := strconv.Atoi(portStr)
+		if err := s.candPr.ChangeSource(ctx, host, port, s.replUser, s.replPwd, probe.GTIDSlavePos); err != nil {
+			return "", err
+		}
+	}
+	if err := s.candPr.StartReplica(ctx); err != nil {
+		return "", err
+	}
+	return "read_only=ON, replicating from " + s.old, nil
+}
