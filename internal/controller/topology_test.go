@@ -207,9 +207,9 @@ func TestBuildState(t *testing.T) {
 			prev:   stable("node1", 1), primary: "node1", epoch: 1, findings: []string{FindingPrimaryReadOnly},
 		},
 		{
-			name:   "read-only primary during a switchover is expected",
-			probes: with(healthy(), "node1", func(p *topo.Probe) { p.ReadOnly = true }),
-			prev: &topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 1, Phase: topo.PhaseSwitching, Target: "node2"},
+			name:    "read-only primary during a switchover is expected",
+			probes:  with(healthy(), "node1", func(p *topo.Probe) { p.ReadOnly = true }),
+			prev:    &topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 1, Phase: topo.PhaseSwitching, Target: "node2"},
 			primary: "node1", epoch: 1,
 			nodes: map[string]nodeWant{"node2": {role: topo.RoleReplica, serving: true}},
 		},
