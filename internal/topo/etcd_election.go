@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -48,14 +49,16 @@ func (s *etcdStore) campaignOnce(ctx context.Context, election, id string) (_ Le
 	stop()
 	cancel()
 	if err == nil {
-		select {
-		case <-sess.Done():
-			err = errors.New("session ended")
-		default:
+		// The session may have died while Campaign waited (its key then
+		// expired with the lease); Campaign does not notice that.
+		err = s.checkElectionKey(ctx, el.Key(), el.Rev())
+		if err != nil && !errors.Is(err, errSessionLost) {
+			closeSession(s, sess)
+			return nil, false, s.wrap("campaign", election, err)
 		}
 	}
 	if err != nil {
-		lost := sessionEnded(sess)
+		lost := errors.Is(err, errSessionLost) || sessionEnded(sess)
 		closeSession(s, sess)
 		if lost && ctx.Err() == nil {
 			return nil, true, err
@@ -87,6 +90,22 @@ func (s *etcdStore) campaignOnce(ctx context.Context, election, id string) (_ Le
 	return l, false, nil
 }
 
+// errSessionLost: the election key of a campaign is gone.
+var errSessionLost = errors.New("election session lost")
+
+// checkElectionKey returns errSessionLost unless key exists with create
+// revision rev.
+func (s *etcdStore) checkElectionKey(ctx context.Context, key string, rev int64) error {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev {
+		return errSessionLost
+	}
+	return nil
+}
+
 func sessionEnded(sess *concurrency.Session) bool {
 	select {
 	case <-sess.Done():
@@ -99,6 +118,10 @@ func sessionEnded(sess *concurrency.Session) bool {
 // closeSession revokes the session's lease (bounded by the store's context
 // and the session TTL).
 func closeSession(s *etcdStore, sess *concurrency.Session) {
+	if sessionEnded(sess) {
+		sess.Orphan() // the lease is already gone; nothing to revoke
+		return
+	}
 	if err := sess.Close(); err != nil && !errors.Is(err, context.Canceled) &&
 		!errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.log.Debug("revoke election session", "err", err)
@@ -131,11 +154,11 @@ type etcdLeader struct {
 	rev      int64
 	guard    []clientv3.Cmp
 
-	done       chan struct{} // closed when leadership is lost
-	doneOnce   sync.Once
-	resigned   chan struct{} // closed by Resign/release to stop monitor
-	resignOnce sync.Once
-	releaseMu  sync.Mutex
+	done      chan struct{} // closed when leadership is lost
+	doneOnce  sync.Once
+	resigned  chan struct{} // closed by release; stops monitor
+	resigning atomic.Bool   // Resign or Close is deleting the key
+	releaseMu sync.Mutex
 }
 
 func (l *etcdLeader) ID() string            { return l.id }
@@ -148,7 +171,7 @@ func (l *etcdLeader) monitor(fromRev int64) {
 	defer l.s.wg.Done()
 	defer func() {
 		l.lose()
-		closeSession(l.s, l.sess)
+		l.release(context.Background()) // frees the session's lease
 		l.s.mu.Lock()
 		delete(l.s.leaders, l)
 		l.s.mu.Unlock()
@@ -171,7 +194,9 @@ func (l *etcdLeader) monitor(fromRev int64) {
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					l.s.log.Warn("election key deleted; leadership lost", "election", l.election, "id", l.id)
+					if !l.resigning.Load() {
+						l.s.log.Warn("election key deleted; leadership lost", "election", l.election, "id", l.id)
+					}
 					return
 				}
 			}
@@ -249,6 +274,7 @@ func (l *etcdLeader) release(ctx context.Context) error {
 		return nil
 	default:
 	}
+	l.resigning.Store(true)
 	var err error
 	if !l.lost() {
 		// Same compare as concurrency.Election.Resign, on the key we won.
@@ -258,7 +284,10 @@ func (l *etcdLeader) release(ctx context.Context) error {
 			Commit()
 	}
 	l.lose()
-	l.resignOnce.Do(func() { close(l.resigned) })
+	close(l.resigned)
+	// Revoking the session's lease also deletes the key if the delete
+	// above failed.
+	closeSession(l.s, l.sess)
 	if err != nil {
 		return fmt.Errorf("topo: resign %s as %q (the key expires with its lease): %w", l.election, l.id, err)
 	}

@@ -1,0 +1,151 @@
+package topo_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+	"github.com/switchyard-db/switchyard/internal/topo/storetest"
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
+)
+
+// TestEtcd runs the conformance suite against a real embedded etcd; every
+// subtest gets its own client, as separate processes would have.
+func TestEtcd(t *testing.T) {
+	endpoints := topotest.StartEtcd(t)
+	admin, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	storetest.Run(t, func(t *testing.T) topo.Store {
+		return expiringStore{Store: topotest.Connect(t, endpoints), admin: admin, t: t}
+	})
+}
+
+// expiringStore makes every lease on the server expire by revoking it from
+// another client, which is what the server does when keepalives stop.
+type expiringStore struct {
+	topo.Store
+	admin *clientv3.Client
+	t     *testing.T
+}
+
+func (s expiringStore) ExpireLeases() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.admin.Leases(ctx)
+	if err != nil {
+		s.t.Fatalf("list leases: %v", err)
+	}
+	for _, l := range resp.Leases {
+		if _, err := s.admin.Revoke(ctx, l.ID); err != nil {
+			s.t.Logf("revoke lease %x: %v", l.ID, err)
+		}
+	}
+}
+
+func TestParseEndpoints(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    string
+		wantErr string
+	}{
+		{in: []string{"127.0.0.1:2379"}, want: "http://127.0.0.1:2379"},
+		{in: []string{"http://etcd-1:2379", " etcd-2:2379 "}, want: "http://etcd-1:2379 http://etcd-2:2379"},
+		{in: []string{"a:1,b:2", ""}, want: "http://a:1 http://b:2"},
+		{in: []string{"http://[::1]:2379/"}, want: "http://[::1]:2379"},
+		{in: nil, want: ""},
+		{in: []string{"etcd-1"}, wantErr: "want host:port"},
+		{in: []string{"https://etcd-1:2379"}, wantErr: `scheme "https" not supported`},
+		{in: []string{"http://etcd-1:2379/v3"}, wantErr: "unexpected path"},
+		{in: []string{":2379"}, wantErr: "want host:port"},
+	}
+	for _, tc := range tests {
+		got, err := topo.ParseEndpoints(tc.in...)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseEndpoints(%q) error = %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, " ") != tc.want {
+			t.Errorf("ParseEndpoints(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestStartEmbeddedPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := free.Addr().String()
+	free.Close()
+	_, err = topo.StartEmbedded(topo.EmbeddedOptions{
+		DataDir:       t.TempDir(),
+		ClientAddress: ln.Addr().String(),
+		PeerAddress:   peer,
+	})
+	if err == nil {
+		t.Fatal("started on a port in use")
+	}
+	for _, want := range []string{"etcd.embedded.client_address", ln.Addr().String(), "in use"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestStartEmbeddedRejectsNonLoopback(t *testing.T) {
+	_, err := topo.StartEmbedded(topo.EmbeddedOptions{
+		DataDir:       t.TempDir(),
+		ClientAddress: "0.0.0.0:2379",
+		PeerAddress:   "127.0.0.1:2380",
+	})
+	if err == nil || !strings.Contains(err.Error(), "loopback") || !strings.Contains(err.Error(), "etcd.embedded.client_address") {
+		t.Fatalf("error = %v, want a loopback error naming etcd.embedded.client_address", err)
+	}
+}
+
+func TestNewEtcdUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	start := time.Now()
+	_, err = topo.NewEtcd(topo.EtcdOptions{Endpoints: []string{addr}, DialTimeout: 500 * time.Millisecond})
+	if err == nil {
+		t.Fatal("connected to nothing")
+	}
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "etcd.dial_timeout") {
+		t.Errorf("error %q should name the endpoint and etcd.dial_timeout", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("NewEtcd took %s with a 500ms dial timeout", d)
+	}
+}
+
+func TestEtcdErrorsAreWrapped(t *testing.T) {
+	// A cancelled context is reported wrapped, with the key.
+	s := topotest.NewStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Get(ctx, "/x/key")
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "/x/key") {
+		t.Fatalf("error = %v, want context.Canceled naming the key", err)
+	}
+}
