@@ -1,0 +1,467 @@
+package controller
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
+	"github.com/switchyard-db/switchyard/internal/topo"
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
+)
+
+const testInterval = 300 * time.Millisecond
+
+var testKeys = topo.Keys{Prefix: "/switchyard-test"}
+
+// testConfig is the sandbox's config with a fast probe interval.
+func testConfig(c *sandbox.Cluster) *config.Config {
+	cfg := c.Config()
+	cfg.Probe.Interval = config.Duration(testInterval)
+	cfg.Probe.Timeout = config.Duration(250 * time.Millisecond)
+	cfg.Switchover.CatchupTimeout = config.Duration(5 * time.Second)
+	return cfg
+}
+
+// testLogger sends logs to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// runController starts a controller and returns it with a stop function
+// that cancels it and waits for Run to return.
+func runController(t *testing.T, cfg *config.Config, st topo.Store, id string) (*Controller, func()) {
+	t.Helper()
+	c, err := New(Options{Config: cfg, Store: st, Keys: testKeys, ID: id, Log: testLogger(t).With("ctl", id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("controller %s Run: %v", id, err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("controller %s did not stop within 15s", id)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c, stop
+}
+
+func readState(t *testing.T, st topo.Store, cluster string) (topo.ClusterState, bool) {
+	t.Helper()
+	var s topo.ClusterState
+	_, err := topo.GetJSON(context.Background(), st, testKeys.ClusterState(cluster), &s)
+	if errors.Is(err, topo.ErrNotFound) {
+		return s, false
+	}
+	if err != nil {
+		t.Fatalf("read state: %v", err)
+	}
+	return s, true
+}
+
+// waitState polls the cluster state until ok accepts it or timeout passes.
+func waitState(t *testing.T, st topo.Store, timeout time.Duration, what string, ok func(topo.ClusterState) bool) topo.ClusterState {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last topo.ClusterState
+	for time.Now().Before(deadline) {
+		if s, found := readState(t, st, sandbox.ClusterName); found {
+			last = s
+			if ok(s) {
+				return s
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(last, "", "  ")
+	t.Fatalf("timed out after %s waiting for %s; last state:\n%s", timeout, what, b)
+	return last
+}
+
+func rootDB(t *testing.T, c *sandbox.Cluster, i int) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(c.RootDSN(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func mustExec(t *testing.T, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func queryInt(t *testing.T, db *sql.DB, q string) int64 {
+	t.Helper()
+	var v sql.NullInt64
+	if err := db.QueryRow(q).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return v.Int64
+}
+
+func discovered(s topo.ClusterState) bool {
+	if s.Primary == "" {
+		return false
+	}
+	for _, n := range s.Nodes {
+		if n.Name != s.Primary && !n.Serving {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDiscoveryAndStoppedReplica(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	ctl, _ := runController(t, testConfig(c), st, "ctl-a")
+
+	s := waitState(t, st, 15*time.Second, "discovery", discovered)
+	if !ctl.IsLeader() {
+		t.Fatal("the only controller is not leader")
+	}
+	if s.Primary != "node1" || s.Epoch != 1 || s.Phase != topo.PhaseStable || s.Leader != "ctl-a" {
+		t.Fatalf("discovered primary %q epoch %d phase %s leader %s; want node1, 1, stable, ctl-a", s.Primary, s.Epoch, s.Phase, s.Leader)
+	}
+	for _, n := range s.Nodes {
+		p := n.Probe
+		if !p.Reachable || p.GTIDCurrent == "" || p.GTIDBinlog == "" || p.ServerID == 0 || p.At.IsZero() {
+			t.Errorf("%s probe incomplete: %+v", n.Name, p)
+		}
+		want := topo.RoleReplica
+		if n.Name == "node1" {
+			want = topo.RolePrimary
+		}
+		if n.Role != want {
+			t.Errorf("%s role %s, want %s", n.Name, n.Role, want)
+		}
+	}
+	t.Logf("discovered: primary %s epoch %d, GTID %s", s.Primary, s.Epoch, s.Node("node1").Probe.GTIDCurrent)
+
+	// STOP SLAVE on node2: it leaves read routing within two probe
+	// intervals (asserted with a 10x margin, figure logged).
+	node2 := rootDB(t, c, 1)
+	start := time.Now()
+	mustExec(t, node2, "STOP SLAVE")
+	s = waitState(t, st, 20*testInterval, "node2 not serving", func(s topo.ClusterState) bool {
+		return !s.Node("node2").Serving
+	})
+	took := time.Since(start)
+	t.Logf("STOP SLAVE on node2 → not serving after %s (probe interval %s, %.1f intervals); reason %q",
+		took.Round(time.Millisecond), testInterval, float64(took)/float64(testInterval), s.Node("node2").Reason)
+	if r := s.Node("node2").Reason; r != "replication stopped" {
+		t.Errorf("node2 reason %q, want %q", r, "replication stopped")
+	}
+	if !s.Node("node3").Serving || s.Primary != "node1" || s.Epoch != 1 {
+		t.Errorf("stopping node2 disturbed the rest: %+v", s)
+	}
+	mustExec(t, node2, "START SLAVE")
+	waitState(t, st, 20*testInterval, "node2 serving again", func(s topo.ClusterState) bool {
+		return s.Node("node2").Serving
+	})
+}
+
+// checkReplicates asserts that node i replicates from the node at addr with
+// both threads running and read_only=1.
+func checkReplicates(t *testing.T, c *sandbox.Cluster, i int, from int) {
+	t.Helper()
+	db := rootDB(t, c, i)
+	rows, err := db.Query("SHOW ALL SLAVES STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, _ := rows.Columns()
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for j := range vals {
+		ptrs[j] = &vals[j]
+	}
+	if !rows.Next() {
+		rows.Close()
+		t.Fatalf("%s is not replicating", c.Nodes[i].Name)
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	got := map[string]string{}
+	for j, col := range cols {
+		got[col] = vals[j].String
+	}
+	if got["Master_Port"] != fmt.Sprint(c.Nodes[from].Port) || got["Slave_IO_Running"] != "Yes" || got["Slave_SQL_Running"] != "Yes" {
+		t.Fatalf("%s: source port %s IO %s SQL %s (IO error %q); want port %d, Yes, Yes", c.Nodes[i].Name,
+			got["Master_Port"], got["Slave_IO_Running"], got["Slave_SQL_Running"], got["Last_IO_Error"], c.Nodes[from].Port)
+	}
+	if ro := queryInt(t, db, "SELECT @@read_only"); ro != 1 {
+		t.Fatalf("%s read_only=%d after repoint, want 1", c.Nodes[i].Name, ro)
+	}
+}
+
+// waitRow waits until node i has the row id in sbtest.ctl_t.
+func waitRow(t *testing.T, c *sandbox.Cluster, i int, id int) {
+	t.Helper()
+	db := rootDB(t, c, i)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM sbtest.ctl_t WHERE id = ?", id).Scan(&n); err == nil && n == 1 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("row %d never reached %s", id, c.Nodes[i].Name)
+}
+
+func doSwitchover(t *testing.T, st topo.Store, target string) topo.Request {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	req, err := RequestSwitchover(ctx, st, testKeys, sandbox.ClusterName, target)
+	t.Logf("switchover to %q: state %s in %s: %s", target, req.State, time.Since(start).Round(time.Millisecond), req.Message)
+	for _, s := range req.Steps {
+		t.Logf("  step: %s", s)
+	}
+	if err != nil && !errors.Is(err, ErrRequestFailed) {
+		t.Fatalf("RequestSwitchover: %v", err)
+	}
+	return req
+}
+
+func TestSwitchoverAlternates(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+
+	app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, "sbtest")
+	mustExec(t, app, "CREATE TABLE ctl_t (id INT PRIMARY KEY)")
+	mustExec(t, app, "INSERT INTO ctl_t VALUES (1)")
+
+	rounds := []struct {
+		target      string
+		newP, oldP  int
+		other       int
+		epoch       int64
+		rowToInsert int
+	}{
+		{"node2", 1, 0, 2, 2, 2},
+		{"node1", 0, 1, 2, 3, 3},
+	}
+	for _, r := range rounds {
+		req := doSwitchover(t, st, r.target)
+		if req.State != topo.RequestDone || req.FromEpoch != r.epoch-1 || req.ToEpoch != r.epoch {
+			t.Fatalf("switchover to %s: state %s epochs %d→%d message %q; want done %d→%d",
+				r.target, req.State, req.FromEpoch, req.ToEpoch, req.Message, r.epoch-1, r.epoch)
+		}
+		s, _ := readState(t, st, sandbox.ClusterName)
+		if s.Primary != r.target || s.Epoch != r.epoch || s.Phase != topo.PhaseStable {
+			t.Fatalf("state after switchover: primary %s epoch %d phase %s", s.Primary, s.Epoch, s.Phase)
+		}
+		newDB := rootDB(t, c, r.newP)
+		if ro := queryInt(t, newDB, "SELECT @@read_only"); ro != 0 {
+			t.Fatalf("new primary %s read_only=%d", r.target, ro)
+		}
+		checkReplicates(t, c, r.oldP, r.newP)
+		checkReplicates(t, c, r.other, r.newP)
+		// The application user writes on the new primary; the write
+		// reaches the old primary and the other replica.
+		newApp := sandboxtest.DB(t, c, r.newP, c.AppUser, c.AppPassword, "sbtest")
+		mustExec(t, newApp, "INSERT INTO ctl_t VALUES (?)", r.rowToInsert)
+		waitRow(t, c, r.oldP, r.rowToInsert)
+		waitRow(t, c, r.other, r.rowToInsert)
+		// The old primary refuses the application user's writes (fenced).
+		oldApp := sandboxtest.DB(t, c, r.oldP, c.AppUser, c.AppPassword, "sbtest")
+		var me *mysql.MySQLError
+		if _, err := oldApp.Exec("INSERT INTO ctl_t VALUES (100)"); !errors.As(err, &me) || me.Number != 1290 {
+			t.Fatalf("write on the old primary %s: %v; want error 1290 (read-only)", c.Nodes[r.oldP].Name, err)
+		}
+		// Read routing recovers: every replica serving from the new primary.
+		waitState(t, st, 20*testInterval, "replicas serving from "+r.target, discovered)
+	}
+}
+
+func TestSwitchoverRefusedAndRolledBack(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	cfg := testConfig(c)
+	cfg.Switchover.CatchupTimeout = config.Duration(time.Second)
+	runController(t, cfg, st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+
+	app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, "sbtest")
+	mustExec(t, app, "CREATE TABLE ctl_t (id INT PRIMARY KEY, v INT)")
+	mustExec(t, app, "INSERT INTO ctl_t VALUES (1, 0)")
+	waitRow(t, c, 1, 1)
+
+	// A candidate with a stopped SQL thread is refused before anything
+	// changes.
+	node2 := rootDB(t, c, 1)
+	mustExec(t, node2, "STOP SLAVE SQL_THREAD")
+	waitState(t, st, 20*testInterval, "node2 not serving", func(s topo.ClusterState) bool { return !s.Node("node2").Serving })
+	req := doSwitchover(t, st, "node2")
+	if req.State != topo.RequestFailed || !strings.Contains(req.Message, "refused") || !strings.Contains(req.Message, "SQL No") {
+		t.Fatalf("switchover to a replica with a stopped SQL thread: %s %q; want failed/refused", req.State, req.Message)
+	}
+	mustExec(t, node2, "START SLAVE SQL_THREAD")
+	waitState(t, st, 20*testInterval, "node2 serving", func(s topo.ClusterState) bool { return s.Node("node2").Serving })
+
+	// A candidate that cannot apply the primary's last transaction (a row
+	// lock held on it blocks its SQL thread) makes the catch-up time out:
+	// the switchover rolls back and the old primary is writable again.
+	lockConn, err := node2.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockConn.Close()
+	mustExecConn(t, lockConn, "BEGIN")
+	mustExecConn(t, lockConn, "SELECT * FROM sbtest.ctl_t WHERE id = 1 FOR UPDATE")
+	mustExec(t, app, "UPDATE ctl_t SET v = v + 1 WHERE id = 1")
+
+	req = doSwitchover(t, st, "node2")
+	if req.State != topo.RequestFailed || !strings.Contains(req.Message, "rolled back") || !strings.Contains(req.Message, "catchup_timeout") {
+		t.Fatalf("switchover that cannot catch up: %s %q; want failed and rolled back", req.State, req.Message)
+	}
+	node1 := rootDB(t, c, 0)
+	if ro := queryInt(t, node1, "SELECT @@read_only"); ro != 0 {
+		t.Fatalf("old primary left read_only=%d after the rollback (orchestrator #1482)", ro)
+	}
+	s, _ := readState(t, st, sandbox.ClusterName)
+	if s.Primary != "node1" || s.Epoch != 1 || s.Phase != topo.PhaseStable || s.Target != "" {
+		t.Fatalf("state after rollback: primary %s epoch %d phase %s target %q; want node1 1 stable", s.Primary, s.Epoch, s.Phase, s.Target)
+	}
+	// The application writes to the old primary again (a fresh session:
+	// fencing killed the old ones).
+	app2 := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, "sbtest")
+	mustExec(t, app2, "INSERT INTO ctl_t VALUES (2, 0)")
+	// Releasing the lock lets node2 catch up; it is still node1's replica.
+	mustExecConn(t, lockConn, "ROLLBACK")
+	waitRow(t, c, 1, 2)
+	checkReplicates(t, c, 1, 0)
+	if ro := queryInt(t, node2, "SELECT @@read_only"); ro != 1 {
+		t.Fatalf("node2 read_only=%d after the rollback, want 1", ro)
+	}
+}
+
+func mustExecConn(t *testing.T, conn *sql.Conn, q string) {
+	t.Helper()
+	if _, err := conn.ExecContext(context.Background(), q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func TestTwoControllersFailOver(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	endpoints := topotest.StartEtcd(t)
+	stA, stB, watcher := topotest.Connect(t, endpoints), topotest.Connect(t, endpoints), topotest.Connect(t, endpoints)
+
+	// Record the writer of every state write.
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	_, events, err := watcher.Watch(wctx, testKeys.ClusterState(sandbox.ClusterName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var writers []string
+	var epochs []int64
+	go func() {
+		for ev := range events {
+			var s topo.ClusterState
+			if ev.Err == nil && json.Unmarshal(ev.KV.Value, &s) == nil {
+				mu.Lock()
+				writers = append(writers, s.Leader)
+				epochs = append(epochs, s.Epoch)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	a, stopA := runController(t, testConfig(c), stA, "ctl-a")
+	waitState(t, stA, 15*time.Second, "discovery", discovered)
+	b, _ := runController(t, testConfig(c), stB, "ctl-b")
+	time.Sleep(6 * testInterval) // b campaigns while a leads and publishes
+	if !a.IsLeader() || b.IsLeader() {
+		t.Fatalf("leaders: a=%v b=%v; want only a", a.IsLeader(), b.IsLeader())
+	}
+	mu.Lock()
+	for _, w := range writers {
+		if w != "ctl-a" {
+			t.Errorf("state written by %q while ctl-a leads", w)
+		}
+	}
+	n := len(writers)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("no state writes observed")
+	}
+
+	start := time.Now()
+	stopA()
+	s := waitState(t, stB, 15*time.Second, "ctl-b publishing", func(s topo.ClusterState) bool { return s.Leader == "ctl-b" })
+	t.Logf("ctl-b took over %s after ctl-a stopped", time.Since(start).Round(time.Millisecond))
+	if !b.IsLeader() || a.IsLeader() {
+		t.Fatalf("after stopping a: a=%v b=%v", a.IsLeader(), b.IsLeader())
+	}
+	if s.Primary != "node1" || s.Epoch != 1 {
+		t.Fatalf("new leader published primary %s epoch %d; want node1 epoch 1", s.Primary, s.Epoch)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range epochs {
+		if e != 1 {
+			t.Fatalf("epochs written: %v; want 1 throughout", epochs)
+		}
+	}
+	// Once b writes, a never writes again.
+	seenB := false
+	for _, w := range writers {
+		if w == "ctl-b" {
+			seenB = true
+		} else if seenB {
+			t.Fatalf("writers %v: ctl-a wrote after ctl-b took over", writers)
+		}
+	}
+}
