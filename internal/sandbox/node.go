@@ -377,23 +377,32 @@ func processRunning(pid int) bool {
 	return stat[k+2] != 'Z' && stat[k+2] != 'X'
 }
 
-// stop sends SIGTERM to node i's mariadbd, waits up to grace for it to exit,
-// then sends SIGKILL and waits up to 10 s more. A node that is not running is
-// not an error.
+// stop sends SIGTERM to node i's mariadbd, repeating it every second (a
+// server still starting up may not act on the first one) for up to grace,
+// then sends SIGKILL and waits up to 10 s more. grace 0 means SIGKILL at once
+// (for data about to be removed). A node that is not running is not an error.
 func (c *Cluster) stop(ctx context.Context, i int, grace time.Duration) error {
 	n := c.Nodes[i]
 	pid := c.pid(i)
 	if pid == 0 {
 		return nil
 	}
-	c.logger().Debug("sandbox: stopping node", "node", n.Name, "pid", pid)
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("sandbox: %s: signal pid %d: %w", n.Name, pid, err)
+	c.logger().Debug("sandbox: stopping node", "node", n.Name, "pid", pid, "grace", grace)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("sandbox: %s: signal pid %d: %w", n.Name, pid, err)
+		}
+		if waitExit(ctx, pid, min(time.Second, time.Until(deadline))) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	if waitExit(ctx, pid, grace) {
-		return nil
+	if grace > 0 {
+		c.logger().Warn("sandbox: node did not stop after SIGTERM; sending SIGKILL", "node", n.Name, "pid", pid, "grace", grace)
 	}
-	c.logger().Warn("sandbox: node did not stop after SIGTERM; sending SIGKILL", "node", n.Name, "pid", pid, "grace", grace)
 	if isOurMariadbd(pid, n.DefaultsFile) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("sandbox: %s: kill pid %d: %w", n.Name, pid, err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // File names inside a sandbox directory.
@@ -189,6 +190,12 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Nodes < 1 || o.Nodes > 64 {
 		return nil, fmt.Errorf("sandbox: nodes must be between 1 and 64, got %d", o.Nodes)
 	}
+	if o.SemiSync && o.Nodes < 2 {
+		return nil, fmt.Errorf("sandbox: semi-sync needs at least 2 nodes (a primary without replicas would wait rpl_semi_sync_master_timeout on every commit)")
+	}
+	if o.BasePort < 0 || o.BasePort+o.Nodes-1 > 65535 {
+		return nil, fmt.Errorf("sandbox: base port %d with %d nodes is out of the port range (use 1..%d, or 0 for free ports)", o.BasePort, o.Nodes, 65536-o.Nodes)
+	}
 	bins, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -295,9 +302,11 @@ func create(ctx context.Context, o Options, bins binaries, log *slog.Logger) (c 
 	}
 	defer func() {
 		if err != nil {
-			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), downGrace+5e9)
+			// The data is discarded: SIGKILL at once (a server still starting
+			// may ignore SIGTERM for a while).
+			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if derr := c.down(cleanupCtx, true); derr != nil {
+			if derr := c.down(cleanupCtx, true, 0); derr != nil {
 				log.Warn("sandbox cleanup after failed up", "dir", c.Dir, "err", derr)
 			}
 		}

@@ -483,3 +483,37 @@ func TestLongDirectory(t *testing.T) {
 		t.Errorf("socket dir %s left behind (err %v)", c.SocketDir, err)
 	}
 }
+
+// TestUpCancelledLeavesNothing interrupts Up (as Ctrl-C would) and checks
+// that no mariadbd of that sandbox survives and the directory is gone.
+func TestUpCancelledLeavesNothing(t *testing.T) {
+	if err := sandbox.CheckBinaries(); err != nil {
+		t.Skip(err)
+	}
+	dir := filepath.Join(t.TempDir(), "sb")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, StopWithParent: true, TemplateDir: sandboxtest.TemplateDir()})
+	if err == nil {
+		_ = sandbox.Down(context.Background(), dir, true)
+		t.Fatal("Up with a cancelled context succeeded")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Logf("Up error (expected to mention cancellation): %v", err)
+	}
+	entries, rerr := os.ReadDir("/proc")
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(data), dir+"/") && processAlive(atoi(e.Name())) {
+			t.Errorf("process %s survived a cancelled Up: %q", e.Name(), data)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left behind after a cancelled Up (err %v)", dir, err)
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }

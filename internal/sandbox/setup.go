@@ -131,6 +131,10 @@ func (c *Cluster) setupReplication(ctx context.Context) error {
 	defer done()
 	stmts := []string{
 		"SET GLOBAL read_only=0",
+		// With semi-sync on and no replica attached yet, every set-up
+		// transaction would wait rpl_semi_sync_master_timeout; it is turned
+		// on again once the replicas are attached.
+		"SET GLOBAL rpl_semi_sync_master_enabled=OFF",
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY %s", quote(c.AppUser), quote(c.AppPassword)),
 		fmt.Sprintf("GRANT %s ON *.* TO %s@'%%'", AppPrivileges, quote(c.AppUser)),
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY %s", quote(c.MonitorUser), quote(c.MonitorPassword)),
@@ -158,8 +162,13 @@ func (c *Cluster) setupReplication(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.SemiSync && len(c.Nodes) > 1 {
-		return c.waitSemiSyncClients(ctx, conn, len(c.Nodes)-1)
+	if c.SemiSync {
+		if err := execAll(ctx, conn, p.Name, "enable semi-sync on the primary", "SET GLOBAL rpl_semi_sync_master_enabled=ON"); err != nil {
+			return err
+		}
+		if len(c.Nodes) > 1 {
+			return c.waitSemiSyncClients(ctx, conn, len(c.Nodes)-1)
+		}
 	}
 	return nil
 }

@@ -299,11 +299,13 @@ func Down(ctx context.Context, dir string, removeData bool) error {
 		}
 		return err
 	}
-	return c.down(ctx, removeData)
+	return c.down(ctx, removeData, downGrace)
 }
 
-func (c *Cluster) down(ctx context.Context, removeData bool) error {
-	err := c.parallel(func(i int) error { return c.stop(ctx, i, downGrace) })
+// down stops every node (SIGTERM, SIGKILL after grace; grace 0 kills at
+// once) and with removeData removes the sandbox's directories.
+func (c *Cluster) down(ctx context.Context, removeData bool, grace time.Duration) error {
+	err := c.parallel(func(i int) error { return c.stop(ctx, i, grace) })
 	if err != nil {
 		return err
 	}
