@@ -465,3 +465,30 @@ func TestTwoControllersFailOver(t *testing.T) {
 		}
 	}
 }
+
+// A leader that dies after fencing leaves the old primary read-only and the
+// state in phase switching; the next leader makes the old primary writable
+// again and returns to stable with the same epoch (never leaving the
+// cluster without a writable primary, cf. orchestrator #1482).
+func TestAbandonedSwitchoverUnfencesOldPrimary(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	node1 := rootDB(t, c, 0)
+	mustExec(t, node1, "SET GLOBAL read_only = ON")
+	b, _ := json.Marshal(topo.ClusterState{Cluster: sandbox.ClusterName, Primary: "node1", Epoch: 4,
+		Phase: topo.PhaseSwitching, Target: "node2", Leader: "dead-leader"})
+	if _, err := st.Create(context.Background(), testKeys.ClusterState(sandbox.ClusterName), b); err != nil {
+		t.Fatal(err)
+	}
+	runController(t, testConfig(c), st, "ctl-a")
+	s := waitState(t, st, 15*time.Second, "phase stable", func(s topo.ClusterState) bool {
+		return s.Phase == topo.PhaseStable && s.Leader == "ctl-a"
+	})
+	if s.Primary != "node1" || s.Epoch != 4 || s.Target != "" {
+		t.Fatalf("resolved state: primary %s epoch %d target %q; want node1 4 \"\"", s.Primary, s.Epoch, s.Target)
+	}
+	if ro := queryInt(t, node1, "SELECT @@read_only"); ro != 0 {
+		t.Fatalf("old primary still read_only=%d", ro)
+	}
+	waitState(t, st, 20*testInterval, "replicas serving", discovered)
+}

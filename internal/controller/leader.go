@@ -243,9 +243,7 @@ func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.
 	now := t.c.now()
 	next, findings := BuildState(BuildInput{Cluster: *cl, Probes: probes, Prev: cr.state, Leader: t.c.id, Now: now})
 	t.logFindings(cr, findings, now)
-	if cr.state != nil && cr.state.Primary != next.Primary {
-		t.log.Info("primary discovered", "cluster", cl.Name, "primary", next.Primary, "epoch", next.Epoch)
-	} else if cr.state == nil && next.Primary != "" {
+	if next.Primary != "" && (cr.state == nil || cr.state.Primary != next.Primary) {
 		t.log.Info("primary discovered", "cluster", cl.Name, "primary", next.Primary, "epoch", next.Epoch)
 	}
 	refresh := time.Duration(refreshRounds) * cfg.Probe.Interval.D()
@@ -386,6 +384,8 @@ func (t *term) resolveAbandoned(ctx context.Context, cfg *config.Config, cl *con
 			log.Error("could not make the old primary writable again: run SET GLOBAL read_only=OFF on it", "err", err)
 		} else {
 			log.Info("old primary writable again (read_only=OFF)")
+			op.ReadOnly = false
+			probes[old] = op
 		}
 	}
 	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
