@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strings"
@@ -14,58 +13,85 @@ import (
 // operator commands) reads. Zero values are replaced by defaults in
 // ApplyDefaults; Validate checks cross-field rules and names the field in every
 // error.
+//
+// Each field's doc comment gives its meaning and ends with its YAML type and
+// default ("Type: duration. Default: 1s."), or "Required" when there is no
+// default and it must be set, or "Optional" when empty is meaningful. The README's config reference is
+// generated from these comments; TestDocumentedDefaults keeps them honest.
 type Config struct {
-	// Etcd says where the topology store is. With no endpoints, `switchyard up`
-	// starts an embedded single-node etcd.
+	// Etcd says where the topology store is.
+	// Type: mapping (etcd).
 	Etcd EtcdConfig `yaml:"etcd"`
 	// Admin is the HTTP admin endpoint (/healthz, /metrics, /api/...).
+	// Type: mapping (admin).
 	Admin AdminConfig `yaml:"admin"`
 	// Credentials are the controller's own accounts on every node.
+	// Type: mapping (credentials). Required.
 	Credentials Credentials `yaml:"credentials"`
-	// Users are the application accounts clients log in with through the proxy.
+	// Users are the application accounts clients log in with through the
+	// proxy; names are unique.
+	// Type: list of user. Required (at least one).
 	Users []User `yaml:"users"`
-	// Clusters are the replication clusters Switchyard manages.
+	// Clusters are the replication clusters Switchyard manages; names are
+	// unique.
+	// Type: list of cluster. Required (at least one).
 	Clusters []Cluster `yaml:"clusters"`
-	// Listeners are the proxy's client-facing endpoints.
+	// Listeners are the proxy's client-facing endpoints; names and addresses
+	// are unique.
+	// Type: list of listener. Required (at least one).
 	Listeners []Listener `yaml:"listeners"`
 	// Probe controls how the controller probes nodes.
+	// Type: mapping (probe).
 	Probe ProbeConfig `yaml:"probe"`
 	// Proxy controls backend connections of the proxy.
+	// Type: mapping (proxy).
 	Proxy ProxyConfig `yaml:"proxy"`
 	// Switchover controls planned switchovers.
+	// Type: mapping (switchover).
 	Switchover SwitchoverConfig `yaml:"switchover"`
 }
 
 // EtcdConfig locates the topology store.
 type EtcdConfig struct {
-	// Endpoints of an external etcd cluster ("host:port" or URLs). Empty means
-	// `switchyard up` embeds a single-node etcd.
-	Endpoints []string `yaml:"endpoints"`
-	// Prefix is the key prefix for all of Switchyard's keys. Default "/switchyard".
+	// Endpoints of an external etcd cluster, each "host:port",
+	// "http://host:port" or "https://host:port". Empty means `switchyard up`
+	// embeds a single-node etcd (see Embedded).
+	// Type: list of strings. Optional.
+	Endpoints []string `yaml:"endpoints,omitempty"`
+	// Prefix is the key prefix for all of Switchyard's keys, so several
+	// deployments can share one etcd. It starts with "/" and has no trailing
+	// "/".
+	// Type: string. Default: "/switchyard".
 	Prefix string `yaml:"prefix"`
-	// DialTimeout bounds connecting to etcd. Default 2s.
+	// DialTimeout bounds connecting to etcd.
+	// Type: duration. Default: 2s.
 	DialTimeout Duration `yaml:"dial_timeout"`
 	// Embedded configures the embedded etcd (used only when Endpoints is empty).
+	// Type: mapping (etcd.embedded).
 	Embedded EmbeddedEtcd `yaml:"embedded"`
 }
 
 // EmbeddedEtcd configures the single-node etcd that `switchyard up` embeds.
 type EmbeddedEtcd struct {
-	// DataDir holds etcd's data. Default ".switchyard-etcd" (relative to the
-	// config file's directory).
+	// DataDir holds etcd's data. A relative path is relative to the config
+	// file's directory.
+	// Type: string (path). Default: ".switchyard-etcd".
 	DataDir string `yaml:"data_dir"`
-	// ClientAddress is the loopback host:port etcd serves clients on. Default
-	// "127.0.0.1:2379".
+	// ClientAddress is the host:port etcd serves clients on; keep it on
+	// loopback unless other machines' proxies use this etcd.
+	// Type: string (host:port). Default: "127.0.0.1:2379".
 	ClientAddress string `yaml:"client_address"`
-	// PeerAddress is the host:port for etcd's peer traffic. Default
-	// "127.0.0.1:2380".
+	// PeerAddress is the host:port for etcd's peer traffic; it must differ
+	// from ClientAddress.
+	// Type: string (host:port). Default: "127.0.0.1:2380".
 	PeerAddress string `yaml:"peer_address"`
 }
 
 // AdminConfig is the admin HTTP endpoint.
 type AdminConfig struct {
-	// Address is host:port for /healthz and /metrics. Default "127.0.0.1:8080";
-	// "" after defaults is impossible, "off" disables it.
+	// Address is host:port for /healthz, /metrics and the API, or "off" to
+	// disable the endpoint.
+	// Type: string (host:port or "off"). Default: "127.0.0.1:8080".
 	Address string `yaml:"address"`
 }
 
@@ -73,18 +99,35 @@ type AdminConfig struct {
 type Credentials struct {
 	// Monitor is used for probes and for reparent operations (read_only,
 	// CHANGE MASTER, KILL). It needs the privileges listed in README.
+	// Type: mapping (credential). Required.
 	Monitor Credential `yaml:"monitor"`
-	// Replication is the account replicas use to connect to the primary.
+	// Replication is the account replicas use to connect to the primary
+	// (CHANGE MASTER TO MASTER_USER=...); it needs REPLICATION SLAVE.
+	// Type: mapping (credential). Required.
 	Replication Credential `yaml:"replication"`
 }
 
-// Credential is a user and a secret that may come from the file itself, an
-// environment variable or a file (exactly one of them).
+// Credential is a user and a secret that comes from the file itself, an
+// environment variable or a file: exactly one of Password, PasswordEnv and
+// PasswordFile is set.
 type Credential struct {
-	User         string `yaml:"user"`
-	Password     string `yaml:"password"`
-	PasswordEnv  string `yaml:"password_env"`
-	PasswordFile string `yaml:"password_file"`
+	// User is the MySQL/MariaDB account name.
+	// Type: string. Required.
+	User string `yaml:"user"`
+	// Password is the secret, written in the config file.
+	// Type: string. Optional (one of password, password_env, password_file).
+	Password string `yaml:"password,omitempty"`
+	// PasswordEnv names an environment variable holding the secret, read
+	// when the secret is used.
+	// Type: string (variable name). Optional (one of password, password_env,
+	// password_file).
+	PasswordEnv string `yaml:"password_env,omitempty"`
+	// PasswordFile is a file holding the secret (trailing newlines are
+	// dropped), read when the secret is used. Load and ValidateFile make a
+	// relative path relative to the config file's directory.
+	// Type: string (path). Optional (one of password, password_env,
+	// password_file).
+	PasswordFile string `yaml:"password_file,omitempty"`
 }
 
 // User is an application account accepted by the proxy.
@@ -95,75 +138,121 @@ type Credential struct {
 // SHA1(SHA1(password))). With only the hash, the proxy recovers SHA1(password)
 // from the client's own login scramble and uses it to authenticate to backends
 // as that user; until a client of that user has logged in once, the proxy cannot
-// open backend connections for it.
+// open backend connections for it. A plaintext source and the hash are never
+// combined.
 type User struct {
-	Name         string `yaml:"name"`
-	Password     string `yaml:"password"`
-	PasswordEnv  string `yaml:"password_env"`
-	PasswordFile string `yaml:"password_file"`
-	PasswordHash string `yaml:"password_hash"`
+	// Name is the account name, the same on the proxy and every node. Unique.
+	// Type: string. Required.
+	Name string `yaml:"name"`
+	// Password is the plaintext password, written in the config file.
+	// Type: string. Optional (exactly one of password, password_env,
+	// password_file, password_hash).
+	Password string `yaml:"password,omitempty"`
+	// PasswordEnv names an environment variable holding the password.
+	// Type: string (variable name). Optional (exactly one of password,
+	// password_env, password_file, password_hash).
+	PasswordEnv string `yaml:"password_env,omitempty"`
+	// PasswordFile is a file holding the password (trailing newlines are
+	// dropped). Load and ValidateFile make a relative path relative to the
+	// config file's directory.
+	// Type: string (path). Optional (exactly one of password, password_env,
+	// password_file, password_hash).
+	PasswordFile string `yaml:"password_file,omitempty"`
+	// PasswordHash is the mysql_native_password hash: "*" followed by 40 hex
+	// digits, as SELECT PASSWORD('...') or mysql.user show it.
+	// Type: string. Optional (exactly one of password, password_env,
+	// password_file, password_hash).
+	PasswordHash string `yaml:"password_hash,omitempty"`
 }
 
 // Cluster is one replication cluster (one primary, N replicas).
 type Cluster struct {
 	// Name identifies the cluster in listeners, CLI flags and the store.
+	// Unique; letters, digits, '_', '.' and '-' only (it is part of etcd
+	// keys).
+	// Type: string. Required.
 	Name string `yaml:"name"`
-	// Flavor is "mariadb" (default) or "mysql".
+	// Flavor is the server family: "mariadb" or "mysql". It decides how GTIDs
+	// are read and compared.
+	// Type: string. Default: "mariadb".
 	Flavor string `yaml:"flavor"`
-	// Nodes are every server of the cluster; which one is primary is discovered.
+	// Nodes are every server of the cluster; which one is primary is
+	// discovered, not configured.
+	// Type: list of node. Required (at least one).
 	Nodes []Node `yaml:"nodes"`
 	// ReadRouting limits which replicas the replica (ro) listeners use.
+	// Type: mapping (read_routing).
 	ReadRouting ReadRouting `yaml:"read_routing"`
 }
 
 // Node is one database server.
 type Node struct {
-	// Name identifies the node (CLI, status, events). Unique within a cluster.
+	// Name identifies the node (CLI, status, events). Unique within a
+	// cluster; letters, digits, '_', '.' and '-' only.
+	// Type: string. Required.
 	Name string `yaml:"name"`
-	// Address is host:port of the MySQL protocol endpoint.
+	// Address is host:port of the MySQL protocol endpoint. Unique across all
+	// clusters.
+	// Type: string (host:port). Required.
 	Address string `yaml:"address"`
-	// Promotion is the promotion rule: "prefer", "neutral" (default) or "must_not".
+	// Promotion is the promotion rule: "prefer" (chosen first among equally
+	// up-to-date candidates), "neutral" or "must_not" (never promoted). A
+	// cluster of several nodes needs at least one node that is not must_not.
+	// Type: string. Default: "neutral".
 	Promotion string `yaml:"promotion"`
 }
 
 // ReadRouting limits the replicas used for reads.
 type ReadRouting struct {
-	// MaxLag is the largest replication lag (Seconds_Behind_Master) a replica
-	// may have and still serve reads. Default 10s.
+	// MaxLag is the largest replication lag (Seconds_Behind_Master, whole
+	// seconds) a replica may have and still serve reads. 0 means the default.
+	// Type: duration. Default: 10s.
 	MaxLag Duration `yaml:"max_lag"`
 	// FallbackToPrimary sends reads to the primary when no replica is healthy.
-	// Default true.
+	// Type: bool. Default: true.
 	FallbackToPrimary *bool `yaml:"fallback_to_primary"`
 }
 
 // Listener is a client-facing endpoint of the proxy.
 type Listener struct {
-	// Name identifies the listener. Unique.
+	// Name identifies the listener in logs and metrics. Unique; letters,
+	// digits, '_', '.' and '-' only.
+	// Type: string. Required.
 	Name string `yaml:"name"`
-	// Address is host:port to listen on.
+	// Address is host:port to listen on; an empty host, 0.0.0.0 or [::]
+	// listen on every interface. Port 0 picks a free port (tests).
+	// Type: string (host:port). Required.
 	Address string `yaml:"address"`
 	// Cluster is the name of the cluster the listener routes to.
+	// Type: string. Required.
 	Cluster string `yaml:"cluster"`
 	// Role is "primary" (read/write, to the current primary) or "replica"
 	// (read-only, to healthy replicas).
+	// Type: string. Required.
 	Role string `yaml:"role"`
 }
 
 // ProbeConfig controls the controller's probes.
 type ProbeConfig struct {
-	// Interval between probe rounds. Default 1s.
+	// Interval between probe rounds.
+	// Type: duration. Default: 1s.
 	Interval Duration `yaml:"interval"`
-	// Timeout bounds one probe of one node, connect included. Default 500ms.
-	// Must be less than Interval.
+	// Timeout bounds one probe of one node, connect included. Must be less
+	// than Interval.
+	// Type: duration. Default: 500ms.
 	Timeout Duration `yaml:"timeout"`
 }
 
 // ProxyConfig controls the proxy's backend side.
 type ProxyConfig struct {
-	// ConnectTimeout bounds opening a backend connection (TCP + handshake).
-	// Default 1s. A refused connection fails at once regardless.
+	// ConnectTimeout bounds opening a backend connection (TCP + handshake);
+	// at most 30s. A refused connection fails at once regardless.
+	// Type: duration. Default: 1s.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
-	// MaxConnectionsPerBackend caps backend connections per node. Default 2000.
+	// MaxConnectionsPerBackend caps the proxy's connections to each node. The
+	// server's own max_connections (151 by default in MariaDB) still applies:
+	// past it the server refuses with error 1040.
+	// Type: integer. Default: 2000.
 	MaxConnectionsPerBackend int `yaml:"max_connections_per_backend"`
 }
 
@@ -171,7 +260,8 @@ type ProxyConfig struct {
 type SwitchoverConfig struct {
 	// CatchupTimeout bounds waiting for the candidate to apply every GTID of the
 	// old primary; on timeout the switchover aborts and the old primary is made
-	// writable again. Default 10s.
+	// writable again.
+	// Type: duration. Default: 10s.
 	CatchupTimeout Duration `yaml:"catchup_timeout"`
 }
 
@@ -185,15 +275,20 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // String formats like time.Duration.
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// UnmarshalYAML parses a Go duration string.
+// UnmarshalYAML parses a Go duration string ("1s", "500ms", "1m30s"). An
+// empty value (null) leaves the duration unset, so the default applies.
+// Errors are *yaml.TypeError, so the decoder reports them with every other
+// type error of the document.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: duration must be a string like \"1s\" or \"500ms\"", n.Line)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
 	}
-	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into config.Duration", n.Line, n.ShortTag())}}
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(n.Value))
 	if err != nil {
-		return fmt.Errorf("line %d: invalid duration %q (use units like \"500ms\", \"1s\")", n.Line, s)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: invalid duration %q (use a number with a unit: 500ms, 1s, 2m)", n.Line, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -203,35 +298,24 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
 // Parse decodes YAML strictly (unknown keys are errors) and applies defaults.
-// It does not call Validate.
+// It does not call Validate. Errors start with "config: " and carry the line
+// and, where it can be told, the field path (`config: line 7:
+// clusters[0].nodes[1].adress: unknown field (known: name, address,
+// promotion)`); several problems are joined, one per line. An empty document
+// (nothing, only comments, or null) and a file of several documents are
+// errors.
 func Parse(data []byte) (*Config, error) {
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		if err.Error() == "EOF" {
-			return nil, fmt.Errorf("config: empty document")
-		}
+	c, err := decodeStrict(data)
+	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c.ApplyDefaults()
-	return &c, nil
+	return c, nil
 }
 
-// Load reads, parses and validates the file at path.
+// Load reads, parses and validates the file at path; it is ValidateFile.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	c, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
+	return ValidateFile(path)
 }
 
 // Marshal encodes the config as YAML.

@@ -1,5 +1,11 @@
-// Package config owns switchyard.yaml: its schema, defaults, strict parsing
-// (unknown keys are errors) and validation. Every role (proxy, controller, up,
-// operator commands) validates with the same code. It does no I/O beyond
-// reading the file and resolving secrets from the environment or files.
+// Package config owns switchyard.yaml: its schema and documented defaults
+// (config.go), strict parsing that rejects unknown keys and names the field
+// and line of every YAML problem (parse.go), cross-field validation that names
+// the field path of every problem (validate.go), and resolving secrets from
+// the environment or files (secrets.go). Every role (proxy, controller, up,
+// operator commands such as `switchyard config validate`) parses and
+// validates with this same code.
+//
+// It does no I/O beyond reading the config file and resolving secrets, starts
+// nothing, connects to nothing, and never puts a secret into an error.
 package config

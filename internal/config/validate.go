@@ -1,7 +1,590 @@
 package config
 
-// Validate checks the whole config after defaults; every error names the
-// field (for example `clusters[0].nodes[1].address`).
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FieldError is one problem Validate found: Field is the path in the YAML
+// document (`clusters[0].nodes[1].address`, `listeners[2].cluster`,
+// `credentials.monitor`), Msg says what is wrong and what to do. Messages
+// never contain secrets.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+// Error formats as "field: msg".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// The allowed values of the enumerated fields.
+const (
+	FlavorMariaDB = "mariadb"
+	FlavorMySQL   = "mysql"
+
+	PromotionPrefer  = "prefer"
+	PromotionNeutral = "neutral"
+	PromotionMustNot = "must_not"
+
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+
+	// AdminOff as admin.address disables the admin endpoint.
+	AdminOff = "off"
+
+	// MaxConnectTimeout is the largest proxy.connect_timeout: past it clients
+	// wait on a dead backend longer than any driver's own timeout.
+	MaxConnectTimeout = 30 * time.Second
+)
+
+// Validate checks the whole config after ApplyDefaults and returns every
+// problem found, joined with errors.Join (one per line), each a *FieldError
+// naming the field, e.g.
+//
+//	clusters[0].nodes[1].address: "127.0.0.1" is not host:port: missing port
+//	listeners[1].cluster: cluster "foo" is not defined (defined: main)
+//	listeners[2].address: 127.0.0.1:6446 already used by listener "rw"
+//
+// It returns nil when the config is valid. It does not resolve secrets from
+// the environment or files (CheckSecrets does) and does no I/O.
 func (c *Config) Validate() error {
-	return nil
+	v := &validator{}
+	c.validateEtcd(v)
+	c.validateCredentials(v)
+	c.validateUsers(v)
+	c.validateClusters(v)
+	c.validateListeners(v)
+	c.validateTimings(v)
+	c.validateListenAddresses(v)
+	return errors.Join(v.errs...)
+}
+
+type validator struct{ errs []error }
+
+func (v *validator) add(field, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (c *Config) validateEtcd(v *validator) {
+	seen := map[string]int{}
+	for i, ep := range c.Etcd.Endpoints {
+		f := fmt.Sprintf("etcd.endpoints[%d]", i)
+		key, msg := checkEndpoint(ep)
+		if msg != "" {
+			v.add(f, "%s", msg)
+			continue
+		}
+		if j, dup := seen[key]; dup {
+			v.add(f, "%q repeats etcd.endpoints[%d]", ep, j)
+			continue
+		}
+		seen[key] = i
+	}
+	p := c.Etcd.Prefix
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		v.add("etcd.prefix", "%q must start with \"/\" (e.g. \"/switchyard\")", p)
+	case len(p) > 1 && strings.HasSuffix(p, "/"), p == "/":
+		v.add("etcd.prefix", "%q must not end with \"/\" (e.g. \"/switchyard\")", p)
+	case strings.Contains(p, "//"):
+		v.add("etcd.prefix", "%q must not contain an empty segment (\"//\")", p)
+	case strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		v.add("etcd.prefix", "%q must not contain spaces or control characters", p)
+	}
+	if c.Etcd.Embedded.DataDir == "" {
+		v.add("etcd.embedded.data_dir", "must not be empty")
+	}
+	if _, _, msg := parseHostPort(c.Etcd.Embedded.ClientAddress, listenAddr); msg != "" {
+		v.add("etcd.embedded.client_address", "%s", msg)
+	}
+	if _, _, msg := parseHostPort(c.Etcd.Embedded.PeerAddress, listenAddr); msg != "" {
+		v.add("etcd.embedded.peer_address", "%s", msg)
+	}
+	if c.Admin.Address != AdminOff {
+		if _, _, msg := parseHostPort(c.Admin.Address, listenAddr); msg != "" {
+			v.add("admin.address", "%s (or %q to disable the admin endpoint)", msg, AdminOff)
+		}
+	}
+}
+
+// checkEndpoint accepts "host:port" and "http(s)://host:port" and returns a
+// normalized key for duplicate detection.
+func checkEndpoint(ep string) (key, msg string) {
+	hostport := ep
+	scheme := "http"
+	if strings.Contains(ep, "://") {
+		u, err := url.Parse(ep)
+		if err != nil {
+			return "", fmt.Sprintf("%q is not a URL: %v", redactUserinfo(ep), errors.Unwrap(err))
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return "", fmt.Sprintf("%q: scheme must be http or https", ep)
+		}
+		if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return "", fmt.Sprintf("%q must be just %s://host:port (no user, path or query)", u.Redacted(), u.Scheme)
+		}
+		scheme, hostport = u.Scheme, u.Host
+	}
+	host, port, msg := parseHostPort(hostport, nodeAddr)
+	if msg != "" {
+		return "", fmt.Sprintf("%q is not host:port or http(s)://host:port: %s", ep, strings.TrimPrefix(msg, strconv.Quote(hostport)+" is not host:port: "))
+	}
+	return scheme + "://" + hostKey(host) + ":" + strconv.Itoa(port), ""
+}
+
+// redactUserinfo hides "user:password@" in a URL that url.Parse rejected.
+func redactUserinfo(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		return scheme + "://xxxxx@" + rest[at+1:]
+	}
+	return s
+}
+
+func (c *Config) validateCredentials(v *validator) {
+	for _, cr := range []struct {
+		field string
+		c     Credential
+		role  string
+	}{
+		{"credentials.monitor", c.Credentials.Monitor, "the account the controller probes and reparents with"},
+		{"credentials.replication", c.Credentials.Replication, "the account replicas replicate with"},
+	} {
+		if cr.c.User == "" {
+			v.add(cr.field+".user", "required (%s)", cr.role)
+		}
+		checkSources(v, cr.field, cr.c.Password, cr.c.PasswordEnv, cr.c.PasswordFile)
+	}
+}
+
+// checkSources checks that exactly one plaintext secret source is set and
+// that password_env is a variable name. It never quotes the values: a
+// password pasted into the wrong field must not end up in an error.
+func checkSources(v *validator, field, plain, env, file string) {
+	set := setSources(plain, env, file)
+	switch len(set) {
+	case 0:
+		v.add(field, "no password: set exactly one of password, password_env or password_file")
+	case 1:
+	default:
+		v.add(field, "%s: set exactly one of password, password_env or password_file", bothSet(set))
+	}
+	if env != "" && !isEnvName(env) {
+		v.add(field+".password_env", "is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the password, not the password itself")
+	}
+}
+
+func setSources(plain, env, file string) []string {
+	var set []string
+	if plain != "" {
+		set = append(set, "password")
+	}
+	if env != "" {
+		set = append(set, "password_env")
+	}
+	if file != "" {
+		set = append(set, "password_file")
+	}
+	return set
+}
+
+// bothSet says "a and b are both set" or "a, b and c are all set".
+func bothSet(fields []string) string {
+	if len(fields) == 2 {
+		return fields[0] + " and " + fields[1] + " are both set"
+	}
+	return strings.Join(fields[:len(fields)-1], ", ") + " and " + fields[len(fields)-1] + " are all set"
+}
+
+func isEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (c *Config) validateUsers(v *validator) {
+	if len(c.Users) == 0 {
+		v.add("users", "at least one user is required: the proxy admits only the users listed here")
+	}
+	seen := map[string]int{}
+	for i, u := range c.Users {
+		f := fmt.Sprintf("users[%d]", i)
+		switch j, dup := seen[u.Name]; {
+		case u.Name == "":
+			v.add(f+".name", "required")
+		case dup:
+			v.add(f+".name", "%q already defined at users[%d]", u.Name, j)
+		default:
+			seen[u.Name] = i
+		}
+		plain := setSources(u.Password, u.PasswordEnv, u.PasswordFile)
+		switch {
+		case u.PasswordHash != "" && len(plain) > 0:
+			v.add(f, "%s: give either a plaintext source (the proxy derives the hash from it) or the hash alone", bothSet(append([]string{"password_hash"}, plain...)))
+		case u.PasswordHash != "":
+			if why := checkNativeHash(u.PasswordHash); why != "" {
+				v.add(f+".password_hash", "must be \"*\" followed by 40 hex digits, the mysql_native_password hash as mysql.user shows it (%s)", why)
+			}
+		case len(plain) == 0:
+			v.add(f, "no password: set exactly one of password, password_env, password_file or password_hash")
+		case len(plain) > 1:
+			v.add(f, "%s: set exactly one of password, password_env, password_file or password_hash", bothSet(plain))
+		}
+		if u.PasswordEnv != "" && !isEnvName(u.PasswordEnv) {
+			v.add(f+".password_env", "is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the password, not the password itself")
+		}
+	}
+}
+
+// checkNativeHash says what is wrong with a mysql_native_password hash, or
+// "". It describes the shape only: the hash is a secret too.
+func checkNativeHash(s string) string {
+	switch {
+	case len(s) != 41:
+		return fmt.Sprintf("got %d characters, not 41", len(s))
+	case s[0] != '*':
+		return "it does not start with \"*\""
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return fmt.Sprintf("character %d is not a hex digit", i+1)
+		}
+	}
+	return ""
+}
+
+// checkName reports a problem with a name used in etcd keys, metrics labels
+// and CLI arguments, or "".
+func checkName(name string) string {
+	switch {
+	case name == "":
+		return "required"
+	case name == "." || name == "..":
+		return fmt.Sprintf("%q is not a usable name", name)
+	case len(name) > 64:
+		return fmt.Sprintf("%q is longer than 64 characters", clip(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Sprintf("%q may contain only letters, digits, '_', '.' and '-'", name)
+		}
+	}
+	return ""
+}
+
+func (c *Config) validateClusters(v *validator) {
+	if len(c.Clusters) == 0 {
+		v.add("clusters", "at least one cluster is required")
+	}
+	names := map[string]int{}
+	type nodeRef struct{ cluster, node, field string }
+	addrs := map[string]nodeRef{}
+	for i, cl := range c.Clusters {
+		f := fmt.Sprintf("clusters[%d]", i)
+		if msg := checkName(cl.Name); msg != "" {
+			v.add(f+".name", "%s", msg)
+		} else if j, dup := names[cl.Name]; dup {
+			v.add(f+".name", "%q already defined at clusters[%d]", cl.Name, j)
+		} else {
+			names[cl.Name] = i
+		}
+		if cl.Flavor != FlavorMariaDB && cl.Flavor != FlavorMySQL {
+			v.add(f+".flavor", "%q is not a flavor (use %s or %s)", cl.Flavor, FlavorMariaDB, FlavorMySQL)
+		}
+		if len(cl.Nodes) == 0 {
+			v.add(f+".nodes", "at least one node is required")
+		}
+		nodeNames := map[string]int{}
+		promotable := 0
+		for j, n := range cl.Nodes {
+			nf := fmt.Sprintf("%s.nodes[%d]", f, j)
+			if msg := checkName(n.Name); msg != "" {
+				v.add(nf+".name", "%s", msg)
+			} else if k, dup := nodeNames[n.Name]; dup {
+				v.add(nf+".name", "%q already defined at %s.nodes[%d]", n.Name, f, k)
+			} else {
+				nodeNames[n.Name] = j
+			}
+			if host, port, msg := parseHostPort(n.Address, nodeAddr); msg != "" {
+				v.add(nf+".address", "%s", msg)
+			} else {
+				key := hostKey(host) + ":" + strconv.Itoa(port)
+				if prev, dup := addrs[key]; dup {
+					v.add(nf+".address", "%s already used by node %q of cluster %q (%s)", n.Address, prev.node, prev.cluster, prev.field)
+				} else {
+					addrs[key] = nodeRef{cluster: cl.Name, node: n.Name, field: nf}
+				}
+			}
+			switch n.Promotion {
+			case PromotionPrefer, PromotionNeutral:
+				promotable++
+			case PromotionMustNot:
+			default:
+				v.add(nf+".promotion", "%q is not a promotion rule (use %s, %s or %s)", n.Promotion, PromotionPrefer, PromotionNeutral, PromotionMustNot)
+				promotable++ // reported already; do not pile on
+			}
+		}
+		if len(cl.Nodes) > 1 && promotable == 0 {
+			v.add(f+".nodes", "every node has promotion %s, so no node could ever be promoted: set at least one to %s or %s", PromotionMustNot, PromotionNeutral, PromotionPrefer)
+		}
+		if cl.ReadRouting.MaxLag < 0 {
+			v.add(f+".read_routing.max_lag", "%s must not be negative", cl.ReadRouting.MaxLag)
+		}
+	}
+}
+
+func (c *Config) validateListeners(v *validator) {
+	if len(c.Listeners) == 0 {
+		v.add("listeners", "at least one listener is required")
+	}
+	var defined []string
+	for _, cl := range c.Clusters {
+		if cl.Name != "" {
+			defined = append(defined, cl.Name)
+		}
+	}
+	definedList := strings.Join(defined, ", ")
+	if definedList == "" {
+		definedList = "none"
+	}
+	names := map[string]int{}
+	for i, l := range c.Listeners {
+		f := fmt.Sprintf("listeners[%d]", i)
+		if msg := checkName(l.Name); msg != "" {
+			v.add(f+".name", "%s", msg)
+		} else if j, dup := names[l.Name]; dup {
+			v.add(f+".name", "%q already defined at listeners[%d]", l.Name, j)
+		} else {
+			names[l.Name] = i
+		}
+		if _, _, msg := parseHostPort(l.Address, listenAddr); msg != "" {
+			v.add(f+".address", "%s", msg)
+		}
+		switch {
+		case l.Cluster == "":
+			v.add(f+".cluster", "required (defined: %s)", definedList)
+		case c.Cluster(l.Cluster) == nil:
+			v.add(f+".cluster", "cluster %q is not defined (defined: %s)", l.Cluster, definedList)
+		}
+		switch l.Role {
+		case RolePrimary, RoleReplica:
+		case "":
+			v.add(f+".role", "required (%s for read/write, %s for read-only)", RolePrimary, RoleReplica)
+		default:
+			v.add(f+".role", "%q is not a role (use %s for read/write or %s for read-only)", l.Role, RolePrimary, RoleReplica)
+		}
+	}
+}
+
+func (c *Config) validateTimings(v *validator) {
+	positive := func(field string, d Duration) bool {
+		if d <= 0 {
+			v.add(field, "%s must be positive", d)
+			return false
+		}
+		return true
+	}
+	positive("etcd.dial_timeout", c.Etcd.DialTimeout)
+	iv := positive("probe.interval", c.Probe.Interval)
+	to := positive("probe.timeout", c.Probe.Timeout)
+	if iv && to && c.Probe.Timeout >= c.Probe.Interval {
+		v.add("probe.timeout", "%s must be less than probe.interval (%s): a probe must finish before the next round starts", c.Probe.Timeout, c.Probe.Interval)
+	}
+	if positive("proxy.connect_timeout", c.Proxy.ConnectTimeout) && c.Proxy.ConnectTimeout.D() > MaxConnectTimeout {
+		v.add("proxy.connect_timeout", "%s is more than %s: clients would wait that long on a dead backend", c.Proxy.ConnectTimeout, MaxConnectTimeout)
+	}
+	if c.Proxy.MaxConnectionsPerBackend < 1 {
+		v.add("proxy.max_connections_per_backend", "%d must be at least 1", c.Proxy.MaxConnectionsPerBackend)
+	}
+	positive("switchover.catchup_timeout", c.Switchover.CatchupTimeout)
+}
+
+// listenUse is an address this process binds.
+type listenUse struct {
+	field, owner string // owner as shown to the user: `listener "rw"`, `admin.address`
+	addr         string // as written
+	host         string // normalized; "" for every interface
+	port         int
+}
+
+// validateListenAddresses reports two binds of the same port (an
+// every-interface bind conflicts with any host on the same port) and
+// listeners on a node's own address. Port 0 (any free port) never conflicts.
+func (c *Config) validateListenAddresses(v *validator) {
+	var uses []listenUse
+	add := func(field, owner, addr string) {
+		if host, port, msg := parseHostPort(addr, listenAddr); msg == "" && port != 0 {
+			uses = append(uses, listenUse{field: field, owner: owner, addr: addr, host: hostKey(host), port: port})
+		}
+	}
+	for i, l := range c.Listeners {
+		add(fmt.Sprintf("listeners[%d].address", i), fmt.Sprintf("listener %q", l.Name), l.Address)
+	}
+	if c.Admin.Address != AdminOff {
+		add("admin.address", "admin.address", c.Admin.Address)
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		add("etcd.embedded.client_address", "etcd.embedded.client_address", c.Etcd.Embedded.ClientAddress)
+		add("etcd.embedded.peer_address", "etcd.embedded.peer_address", c.Etcd.Embedded.PeerAddress)
+	}
+	for i, u := range uses {
+		for _, prev := range uses[:i] {
+			if u.port == prev.port && (u.host == prev.host || u.host == "" || prev.host == "") {
+				v.add(u.field, "%s already used by %s", u.addr, prev.owner)
+				break
+			}
+		}
+	}
+	for i, l := range c.Listeners {
+		lh, lp, msg := parseHostPort(l.Address, listenAddr)
+		if msg != "" || lp == 0 {
+			continue
+		}
+		lh = hostKey(lh)
+	nodes:
+		for _, cl := range c.Clusters {
+			for _, n := range cl.Nodes {
+				nh, np, msg := parseHostPort(n.Address, nodeAddr)
+				if msg != "" || np != lp {
+					continue
+				}
+				nh = hostKey(nh)
+				switch {
+				case nh == lh:
+					v.add(fmt.Sprintf("listeners[%d].address", i), "%s is the address of node %q of cluster %q: the proxy would route to itself", l.Address, n.Name, cl.Name)
+					break nodes
+				case lh == "" && isLoopback(nh):
+					v.add(fmt.Sprintf("listeners[%d].address", i), "%s listens on every interface, including the address of node %q of cluster %q (%s): the proxy would route to itself", l.Address, n.Name, cl.Name, n.Address)
+					break nodes
+				}
+			}
+		}
+	}
+}
+
+type addrKind int
+
+const (
+	nodeAddr   addrKind = iota // host required, port 1..65535
+	listenAddr                 // empty host = every interface, port 0 = any free port
+)
+
+// parseHostPort splits and checks "host:port". msg is "" when valid; it
+// quotes the address, which is never secret.
+func parseHostPort(addr string, kind addrKind) (host string, port int, msg string) {
+	bad := func(why string) (string, int, string) {
+		return "", 0, fmt.Sprintf("%q is not host:port: %s", addr, why)
+	}
+	if addr == "" {
+		return "", 0, "required (host:port)"
+	}
+	h, p, err := splitHostPort(addr)
+	if err != nil {
+		return bad(err.Error())
+	}
+	if p == "" {
+		return bad("missing port number")
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return bad(fmt.Sprintf("port %q is not a number", p))
+		}
+	}
+	n, err := strconv.Atoi(p)
+	min := 1
+	if kind == listenAddr {
+		min = 0
+	}
+	if err != nil || n < min || n > 65535 {
+		return bad(fmt.Sprintf("port %s is out of range (%d..65535)", p, min))
+	}
+	if h == "" {
+		if kind == nodeAddr {
+			return bad("missing host")
+		}
+		return "", n, ""
+	}
+	if _, err := netip.ParseAddr(h); err != nil && !isHostname(h) {
+		return bad(fmt.Sprintf("host %q is neither an IP address nor a host name", h))
+	}
+	return h, n, ""
+}
+
+// splitHostPort is net.SplitHostPort with messages that suit config errors.
+func splitHostPort(addr string) (host, port string, err error) {
+	if strings.HasPrefix(addr, "[") {
+		end := strings.IndexByte(addr, ']')
+		if end < 0 {
+			return "", "", errors.New("missing ']' after an IPv6 address")
+		}
+		host, rest := addr[1:end], addr[end+1:]
+		if !strings.HasPrefix(rest, ":") {
+			return "", "", errors.New("missing port number")
+		}
+		return host, rest[1:], nil
+	}
+	if strings.Contains(addr, "://") {
+		return "", "", errors.New("a URL is not an address; give just host:port")
+	}
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", "", errors.New("missing port number")
+	}
+	if strings.IndexByte(addr[:i], ':') >= 0 {
+		return "", "", errors.New("an IPv6 address needs brackets, as in [::1]:3306")
+	}
+	return addr[:i], addr[i+1:], nil
+}
+
+// isHostname accepts RFC 1123 host names (letters, digits, '-', and '_' as
+// some internal DNS uses it), dot-separated labels of 1..63 characters.
+func isHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hostKey normalizes a host for comparison: lower case, canonical IP text,
+// and "" for every-interface addresses.
+func hostKey(h string) string {
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.IsUnspecified() {
+			return ""
+		}
+		return a.Unmap().String()
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+func isLoopback(h string) bool {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.IsLoopback()
+	}
+	return h == "localhost"
 }

@@ -1,0 +1,51 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// CheckSecrets resolves every secret the config refers to — the monitor and
+// replication credentials and each user's plaintext password — and reports
+// each one that cannot be used, naming its field: an unset or empty
+// environment variable (`credentials.monitor.password_env: environment
+// variable MON_PW is not set`), an unreadable or empty file
+// (`users[1].password_file: open /etc/switchyard/app.pw: permission denied`).
+// Hash-only users have nothing to resolve. Problems are joined with
+// errors.Join as *FieldError values. Secrets never appear in the messages.
+// Call it after Validate, at start-up of the roles that use the secrets.
+func (c *Config) CheckSecrets() error {
+	var errs []error
+	check := func(field, plain, env, file string) {
+		if plain == "" && env == "" && file == "" {
+			return
+		}
+		src := field + ".password"
+		switch {
+		case env != "":
+			src = field + ".password_env"
+		case file != "":
+			src = field + ".password_file"
+		}
+		v, err := resolveSecret(plain, env, file)
+		switch {
+		case err != nil:
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe // "open PATH: reason" without our "password file:" prefix
+			}
+			errs = append(errs, &FieldError{Field: src, Msg: err.Error()})
+		case v == "" && env != "":
+			errs = append(errs, &FieldError{Field: src, Msg: fmt.Sprintf("environment variable %s is set but empty", env)})
+		case v == "" && file != "":
+			errs = append(errs, &FieldError{Field: src, Msg: fmt.Sprintf("file %s is empty", file)})
+		}
+	}
+	check("credentials.monitor", c.Credentials.Monitor.Password, c.Credentials.Monitor.PasswordEnv, c.Credentials.Monitor.PasswordFile)
+	check("credentials.replication", c.Credentials.Replication.Password, c.Credentials.Replication.PasswordEnv, c.Credentials.Replication.PasswordFile)
+	for i, u := range c.Users {
+		check(fmt.Sprintf("users[%d]", i), u.Password, u.PasswordEnv, u.PasswordFile)
+	}
+	return errors.Join(errs...)
+}
