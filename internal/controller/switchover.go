@@ -239,6 +239,7 @@ func (s *switchover) check(ctx context.Context) (string, error) {
 		return "", err
 	}
 	s.old, s.cand, s.fromEpoch = st.Primary, cand, st.Epoch
+	s.req.Target = cand // record the chosen candidate when none was requested
 	if s.oldPr, err = s.t.c.prober(s.cfg, s.cl, s.cl.Node(s.old)); err != nil {
 		return "", err
 	}
