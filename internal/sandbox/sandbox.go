@@ -164,7 +164,8 @@ type Node struct {
 //
 // If Dir already holds a ready sandbox, Up is idempotent: it starts the nodes
 // that are down (same datadirs) and returns the recorded cluster; running
-// nodes keep their pids. If Dir holds a sandbox whose first Up did not finish,
+// nodes keep their pids. Nodes must then be 0 or the existing count; the
+// other options are ignored (the recorded ones apply). If Dir holds a sandbox whose first Up did not finish,
 // Up fails and asks for Down with data removal. A fresh Up needs Dir to be
 // absent or empty; on failure it stops what it started and removes Dir.
 //
@@ -184,6 +185,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("sandbox: directory %q: %w", o.Dir, err)
 	}
 	o.Dir = dir
+	requestedNodes := o.Nodes
 	if o.Nodes == 0 {
 		o.Nodes = 3
 	}
@@ -207,7 +209,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		c.log = log
 		c.stopWithParent = o.StopWithParent
-		if err := c.resume(ctx, o, bins); err != nil {
+		if err := c.resume(ctx, requestedNodes, o.SemiSync, bins); err != nil {
 			return nil, err
 		}
 		return c, nil
@@ -256,7 +258,7 @@ func (c *Cluster) WithLogger(log *slog.Logger) *Cluster {
 
 func (c *Cluster) logger() *slog.Logger {
 	if c.log == nil {
-		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c.log
 }
@@ -355,14 +357,15 @@ func create(ctx context.Context, o Options, bins binaries, log *slog.Logger) (c 
 }
 
 // resume implements the idempotent Up on an existing sandbox.
-func (c *Cluster) resume(ctx context.Context, o Options, bins binaries) error {
+// nodes is the requested node count (0 = any); semiSync the requested option.
+func (c *Cluster) resume(ctx context.Context, nodes int, semiSync bool, bins binaries) error {
 	if !c.Ready {
 		return fmt.Errorf("sandbox: %s holds a sandbox whose first up did not finish; run `switchyard sandbox down --purge --dir %s` and up again", c.Dir, c.Dir)
 	}
-	if o.Nodes != len(c.Nodes) {
-		return fmt.Errorf("sandbox: %s already holds a %d-node sandbox, %d nodes requested; run `switchyard sandbox down --purge` first to change its size", c.Dir, len(c.Nodes), o.Nodes)
+	if nodes != 0 && nodes != len(c.Nodes) {
+		return fmt.Errorf("sandbox: %s already holds a %d-node sandbox, %d nodes requested; run `switchyard sandbox down --purge` first to change its size", c.Dir, len(c.Nodes), nodes)
 	}
-	if o.SemiSync != c.SemiSync {
+	if semiSync != c.SemiSync {
 		c.logger().Warn("sandbox: semi-sync option differs from the existing sandbox; keeping the existing setting", "semi_sync", c.SemiSync)
 	}
 	err := c.parallel(func(i int) error {
