@@ -108,6 +108,25 @@ func WritePacket(w io.Writer, seq byte, payload []byte) (next byte, err error) {
 	}
 }
 
+// AppendPacket appends payload framed as one logical packet starting at
+// sequence id seq to b (split like WritePacket) and returns the extended
+// buffer and the next sequence id. It lets a caller send header and payload
+// with a single write.
+func AppendPacket(b []byte, seq byte, payload []byte) ([]byte, byte) {
+	var hdr [HeaderSize]byte
+	for {
+		n := min(len(payload), MaxPacketPayload)
+		PutHeader(hdr[:], n, seq)
+		seq++
+		b = append(b, hdr[:]...)
+		b = append(b, payload[:n]...)
+		payload = payload[n:]
+		if n < MaxPacketPayload {
+			return b, seq
+		}
+	}
+}
+
 // Packet describes one physical packet passed through CopyPacket.
 type Packet struct {
 	Header

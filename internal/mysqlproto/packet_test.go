@@ -60,6 +60,18 @@ func countPackets(t *testing.T, wire []byte) int {
 	return n
 }
 
+func TestAppendPacketMatchesWritePacket(t *testing.T) {
+	for _, n := range []int{0, 5, MaxPacketPayload, MaxPacketPayload + 2} {
+		payload := bytes.Repeat([]byte{9}, n)
+		got, next := AppendPacket([]byte("x"), 7, payload)
+		var want bytes.Buffer
+		wnext, _ := WritePacket(&want, 7, payload)
+		if !bytes.Equal(got[1:], want.Bytes()) || next != wnext {
+			t.Fatalf("size %d: AppendPacket differs from WritePacket", n)
+		}
+	}
+}
+
 func TestReadPacketLimitsAndTruncation(t *testing.T) {
 	wire := frame(0, make([]byte, 100))
 	r := bufio.NewReader(bytes.NewReader(wire))

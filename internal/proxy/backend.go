@@ -1,0 +1,274 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// backend is one server connection owned by a session.
+type backend struct {
+	conn    net.Conn
+	t       *target
+	counter *backendCounter
+	gauge   prometheus.Gauge
+	// threadID is the server's connection id (for logs and KILL).
+	threadID uint32
+}
+
+// close ends the backend connection; with quit it first sends COM_QUIT so the
+// server does not count an aborted connection.
+func (b *backend) close(quit bool) {
+	if quit {
+		_ = b.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = b.conn.Write([]byte{1, 0, 0, 0, mysql.COM_QUIT})
+	}
+	_ = b.conn.Close()
+	b.counter.open.Add(-1)
+	b.gauge.Dec()
+}
+
+// roleOf names t's role in snap for messages ("primary" or "replica").
+func roleOf(t *target, snap *routeSnapshot) string {
+	if snap != nil && snap.primary.same(t) {
+		return "primary"
+	}
+	return "replica"
+}
+
+// dialError turns a dial or handshake failure into the ERR the client sees.
+func dialError(t *target, snap *routeSnapshot, timeout time.Duration, err error) *mysql.MyError {
+	detail := err.Error()
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		detail = fmt.Sprintf("connect timeout after %s", timeout)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		detail = "connection refused"
+	}
+	return errUnknown(fmt.Sprintf("switchyard: cannot reach %s %s (%s): %s", roleOf(t, snap), t.node, t.addr, detail))
+}
+
+// greeting returns what the proxy announces in its handshake: the cluster's
+// cached backend version and capabilities, or — the first time — those of
+// t, read from a short connection that is closed right after the server's
+// greeting. If t cannot be reached the client gets the connect error at once.
+func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*greetingInfo, *mysql.MyError) {
+	if g := s.l.route.greeting.Load(); g != nil {
+		return g, nil
+	}
+	d := net.Dialer{Timeout: rc.connectTimeout}
+	conn, err := d.Dial("tcp", t.addr)
+	if err != nil {
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		s.log.Warn("backend unreachable", "node", t.node, "addr", t.addr, "err", err)
+		return nil, dialError(t, snap, rc.connectTimeout, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(rc.connectTimeout))
+	p, _, err := mysqlproto.ReadPacket(bufio.NewReaderSize(conn, 512), nil, handshakeMax)
+	if err != nil {
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("no server greeting: %w", err))
+	}
+	h, err := mysqlproto.ParseHandshake(p)
+	if err != nil {
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		return nil, backendLoginError(t, err)
+	}
+	return s.l.route.remember(h), nil
+}
+
+// remember caches a backend greeting for the cluster and returns the info.
+func (cr *clusterRoute) remember(h *mysqlproto.Handshake) *greetingInfo {
+	g := &greetingInfo{version: h.ServerVersion, caps: h.Capabilities, charset: h.Charset}
+	if old := cr.greeting.Load(); old == nil || *old != *g {
+		cr.greeting.Store(g)
+	}
+	return cr.greeting.Load()
+}
+
+// backendLoginError wraps a server's refusal (e.g. 1040 too many connections,
+// 1045 access denied, 1049 unknown database) keeping its number and SQLSTATE.
+func backendLoginError(t *target, err error) *mysql.MyError {
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		return &mysql.MyError{Code: me.Code, State: me.State, Message: me.Message}
+	}
+	return errUnknown(fmt.Sprintf("switchyard: backend %s (%s) login failed: %v", t.node, t.addr, err))
+}
+
+// connect opens a backend connection to t and logs in as the session's user
+// with the session's capabilities, charset, schema and connect attributes.
+// It returns the server's final OK payload (a copy) for relaying.
+func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig) (*backend, []byte, *mysql.MyError) {
+	counter := s.srv.backendCounter(t)
+	if n := counter.open.Add(1); rc.maxPerBackend > 0 && n > int64(rc.maxPerBackend) {
+		counter.open.Add(-1)
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend)
+		return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
+			"switchyard: too many connections to backend %s (%s): limit %d (proxy.max_connections_per_backend)",
+			t.node, t.addr, rc.maxPerBackend))
+	}
+	okp, be, merr := s.dialAndLogin(t, snap, rc)
+	if merr != nil {
+		counter.open.Add(-1)
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message)
+		return nil, nil, merr
+	}
+	be.counter = counter
+	be.gauge = s.srv.metrics.backendConns.WithLabelValues(t.cluster, t.node)
+	be.gauge.Inc()
+	return be, okp, nil
+}
+
+func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, *backend, *mysql.MyError) {
+	start := time.Now()
+	d := net.Dialer{Timeout: rc.connectTimeout}
+	conn, err := d.Dial("tcp", t.addr)
+	if err != nil {
+		return nil, nil, dialError(t, snap, rc.connectTimeout, err)
+	}
+	_ = conn.SetDeadline(start.Add(rc.connectTimeout))
+	br := s.srv.readers.Get().(*bufio.Reader)
+	br.Reset(conn)
+	defer func() {
+		br.Reset(nil)
+		s.srv.readers.Put(br)
+	}()
+	okp, threadID, merr := s.backendLogin(conn, br, t, snap, rc)
+	if merr != nil {
+		_ = conn.Close()
+		return nil, nil, merr
+	}
+	if br.Buffered() > 0 {
+		_ = conn.Close()
+		return nil, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) sent unexpected data after login", t.node, t.addr))
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return okp, &backend{conn: conn, t: t, threadID: threadID}, nil
+}
+
+func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, *mysql.MyError) {
+	ioErr := func(what string, err error) *mysql.MyError {
+		return dialError(t, snap, rc.connectTimeout, fmt.Errorf("%s: %w", what, err))
+	}
+	p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
+	if err != nil {
+		return nil, 0, ioErr("no server greeting", err)
+	}
+	h, err := mysqlproto.ParseHandshake(p)
+	if err != nil {
+		return nil, 0, backendLoginError(t, err)
+	}
+	s.l.route.remember(h)
+	if missing := (s.caps & relayCaps) &^ h.Capabilities; missing != 0 {
+		return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) lacks capabilities this session negotiated (%s); reconnect",
+			t.node, t.addr, capNames(missing)))
+	}
+	if h.Capabilities&mysql.CLIENT_PROTOCOL_41 == 0 || h.Capabilities&mysql.CLIENT_SECURE_CONNECTION == 0 {
+		return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) does not speak protocol 4.1", t.node, t.addr))
+	}
+	caps := (s.caps & relayCaps) | mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SECURE_CONNECTION
+	caps |= h.Capabilities & (mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
+	if s.schema != "" {
+		caps |= mysql.CLIENT_CONNECT_WITH_DB
+	}
+	if s.attrs != nil && h.Capabilities&mysql.CLIENT_CONNECT_ATTRS != 0 {
+		caps |= mysql.CLIENT_CONNECT_ATTRS
+	}
+	resp := mysqlproto.HandshakeResponse{
+		Capabilities:  caps,
+		MaxPacketSize: s.maxPacket,
+		Charset:       s.charset,
+		User:          s.user,
+		AuthResponse:  s.nativeToken(h.Scramble),
+		Database:      s.schema,
+		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
+		Attrs:         s.attrs,
+	}
+	seq := byte(1)
+	if err := writePacket(conn, seq, mysqlproto.AppendHandshakeResponse(nil, &resp)); err != nil {
+		return nil, 0, ioErr("sending login", err)
+	}
+	for range 4 { // at most a couple of auth switches
+		p, rseq, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
+		if err != nil {
+			return nil, 0, ioErr("reading login result", err)
+		}
+		switch {
+		case len(p) > 0 && p[0] == mysql.OK_HEADER:
+			return append([]byte(nil), p...), h.ConnectionID, nil
+		case len(p) > 0 && p[0] == mysql.ERR_HEADER:
+			return nil, 0, backendLoginError(t, mysqlproto.ParseERR(p))
+		case len(p) > 0 && p[0] == mysql.EOF_HEADER:
+			sw, err := mysqlproto.ParseAuthSwitchRequest(p)
+			if err != nil || sw.Plugin != mysql.AUTH_NATIVE_PASSWORD {
+				plugin := "mysql_old_password"
+				if sw != nil {
+					plugin = sw.Plugin
+				}
+				return nil, 0, errUnknown(fmt.Sprintf(
+					"switchyard: backend %s asks for auth plugin %s for user %s; only mysql_native_password is supported towards backends",
+					t.node, plugin, s.user))
+			}
+			seq = rseq + 1
+			if err := writePacket(conn, seq, s.nativeToken(sw.Data)); err != nil {
+				return nil, 0, ioErr("sending auth switch response", err)
+			}
+		default:
+			return nil, 0, errUnknown(fmt.Sprintf(
+				"switchyard: backend %s sent an unsupported authentication packet for user %s (0x%02x); only mysql_native_password is supported towards backends",
+				t.node, s.user, firstByte(p)))
+		}
+	}
+	return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s: too many authentication rounds", t.node))
+}
+
+// nativeToken answers a server scramble for the session's user ("" for an
+// empty password).
+func (s *session) nativeToken(scramble []byte) []byte {
+	if s.stage1 == ([mysqlproto.HashLen]byte{}) {
+		return []byte{}
+	}
+	if len(scramble) > mysqlproto.ScrambleLen {
+		scramble = scramble[:mysqlproto.ScrambleLen]
+	}
+	return mysqlproto.NativeToken(scramble, s.stage1)
+}
+
+func writePacket(c net.Conn, seq byte, payload []byte) error {
+	b, _ := mysqlproto.AppendPacket(nil, seq, payload)
+	_, err := c.Write(b)
+	return err
+}
+
+func firstByte(p []byte) byte {
+	if len(p) == 0 {
+		return 0
+	}
+	return p[0]
+}
+
+func capNames(c uint32) string {
+	var names []string
+	for bit := uint32(1); bit != 0; bit <<= 1 {
+		if c&bit != 0 {
+			if n, ok := mysql.CapNames[bit]; ok {
+				names = append(names, n)
+			}
+		}
+	}
+	return strings.Join(names, ", ")
+}

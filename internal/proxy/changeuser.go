@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// changeUser handles COM_CHANGE_USER: the new user is verified by the proxy
+// exactly like a login (against the scramble of the initial handshake, or a
+// fresh one after switching the client to mysql_native_password), then the
+// session gets a new backend connection logged in as that user with the
+// requested schema and charset — equivalent to the server-side reset that
+// COM_CHANGE_USER implies (prepared statements, variables and temporary
+// tables are gone). A failed verification answers ER_ACCESS_DENIED_ERROR and
+// closes the session.
+// https://dev.mysql.com/doc/dev/mysql-server/latest/page_protocol_com_change_user.html
+func (s *session) changeUser() string {
+	payload, _, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
+	if err != nil {
+		s.logClientError("reading COM_CHANGE_USER", err)
+		return clientReason(err)
+	}
+	cu, err := mysqlproto.ParseChangeUser(payload, s.caps)
+	if err != nil {
+		s.writeError(1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
+		s.log.Info("closing client connection: bad COM_CHANGE_USER", "err", err)
+		return closeClientProtocol
+	}
+	seq := byte(1)
+	scramble := s.scramble
+	token := cu.AuthResponse
+	if cu.AuthPlugin != "" && cu.AuthPlugin != mysql.AUTH_NATIVE_PASSWORD {
+		fresh, err := mysqlproto.NewScramble(mysqlproto.ScrambleLen)
+		if err != nil {
+			s.writeError(seq, errUnknown("switchyard: cannot generate a handshake challenge"))
+			return closeServer
+		}
+		scramble = fresh
+		token, seq, err = s.switchAuth(seq, scramble)
+		if err != nil {
+			s.logClientError("COM_CHANGE_USER auth switch", err)
+			return clientReason(err)
+		}
+	}
+	rc := s.srv.rc.Load()
+	u, stage1, ok := rc.authenticate(cu.User, scramble, token)
+	if !ok {
+		s.denyAccess(seq, cu.User, len(token) > 0)
+		return closeAuthFailed
+	}
+	snap := s.l.route.snap.Load()
+	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	if merr != nil {
+		s.writeError(seq, merr)
+		return closeNoRoute
+	}
+	prevUser, prevStage1, prevSchema, prevCharset, prevAttrs := s.user, s.stage1, s.schema, s.charset, s.attrs
+	s.user, s.stage1, s.schema = u.name, stage1, cu.Database
+	if cu.Charset != 0 {
+		s.charset = byte(cu.Charset)
+	}
+	if cu.Attrs != nil {
+		s.attrs = cu.Attrs
+	}
+	be, okPayload, merr := s.connect(t, snap, rc)
+	if merr != nil {
+		s.user, s.stage1, s.schema, s.charset, s.attrs = prevUser, prevStage1, prevSchema, prevCharset, prevAttrs
+		s.writeError(seq, merr)
+		return closeBackendConnect
+	}
+	old, ok := s.setBackend(be)
+	if !ok {
+		be.close(true)
+		return closeServer
+	}
+	if old != nil {
+		old.close(true)
+	}
+	s.snap = snap
+	s.stmts = nil
+	if st, ok := mysqlproto.OKStatus(okPayload); ok {
+		s.status = st
+	}
+	if err := s.writeDirect(seq, okPayload); err != nil {
+		return closeClientGone
+	}
+	s.log.Debug("user changed", "user", s.user, "backend", t.node)
+	return ""
+}

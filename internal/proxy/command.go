@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// responseKind says how the response to a command is shaped.
+type responseKind int
+
+const (
+	respNone     responseKind = iota // no response (COM_STMT_CLOSE, COM_STMT_SEND_LONG_DATA)
+	respResults                      // OK | ERR | LOCAL INFILE | result sets (COM_QUERY)
+	respBinary                       // OK | ERR | binary result sets (COM_STMT_EXECUTE)
+	respPrepare                      // COM_STMT_PREPARE_OK + definitions | ERR
+	respRows                         // rows or definitions until EOF/OK | ERR (COM_STMT_FETCH, COM_FIELD_LIST)
+	respSingle                       // one OK/EOF/ERR packet
+	respString                       // one packet that is not an OK (COM_STATISTICS)
+	respRejected                     // answered by the proxy with ER_UNKNOWN_COM_ERROR
+)
+
+// kindOf maps a command byte to its response shape. Commands the proxy does
+// not relay (replication, shutdown, process kill by proxy connection id,
+// MariaDB COM_MULTI/bulk which are never negotiated) are rejected.
+func kindOf(cmd byte) responseKind {
+	switch cmd {
+	case mysql.COM_QUERY, mysql.COM_PROCESS_INFO:
+		return respResults
+	case mysql.COM_STMT_EXECUTE:
+		return respBinary
+	case mysql.COM_STMT_PREPARE:
+		return respPrepare
+	case mysql.COM_STMT_FETCH, mysql.COM_FIELD_LIST:
+		return respRows
+	case mysql.COM_INIT_DB, mysql.COM_PING, mysql.COM_STMT_RESET, mysql.COM_SET_OPTION,
+		mysql.COM_RESET_CONNECTION, mysql.COM_REFRESH, mysql.COM_DEBUG:
+		return respSingle
+	case mysql.COM_STATISTICS:
+		return respString
+	case mysql.COM_STMT_CLOSE, mysql.COM_STMT_SEND_LONG_DATA:
+		return respNone
+	}
+	return respRejected
+}
+
+// loop reads client commands until the session ends and returns the reason.
+func (s *session) loop() string {
+	for {
+		hb, err := s.cr.Peek(mysqlproto.HeaderSize + 1)
+		if err != nil {
+			if len(hb) == 0 && errors.Is(err, io.EOF) {
+				return closeClientGone
+			}
+			if len(hb) >= mysqlproto.HeaderSize && mysqlproto.ParseHeader(hb).Len == 0 {
+				s.log.Info("closing client connection: empty command packet")
+				return closeClientProtocol
+			}
+			s.logClientError("reading a command", err)
+			return clientReason(err)
+		}
+		h := mysqlproto.ParseHeader(hb)
+		if h.Seq != 0 || h.Len == 0 {
+			s.log.Info("closing client connection: not a command packet", "seq", h.Seq, "len", h.Len)
+			return closeClientProtocol
+		}
+		cmd := hb[mysqlproto.HeaderSize]
+		if snap := s.l.route.snap.Load(); snap != s.snap {
+			if reason := s.reroute(snap); reason != "" {
+				return reason
+			}
+		}
+		if reason := s.command(cmd, h); reason != "" {
+			return reason
+		}
+	}
+}
+
+// command handles one client command whose header h and first byte cmd are
+// buffered in cr.
+func (s *session) command(cmd byte, h mysqlproto.Header) string {
+	switch cmd {
+	case mysql.COM_QUIT:
+		return closeQuit
+	case mysql.COM_CHANGE_USER:
+		return s.changeUser()
+	}
+	kind := kindOf(cmd)
+	if kind == respRejected {
+		if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
+			return clientReason(err)
+		}
+		s.writeError(1, mysqlproto.NewError(mysql.ER_UNKNOWN_COM_ERROR, "Unknown command"))
+		return ""
+	}
+	// Facts needed after the response, taken before the packet is forwarded.
+	var schema string
+	var stmtID uint32
+	var trackSchema bool
+	switch cmd {
+	case mysql.COM_INIT_DB:
+		if p := s.peekPayload(h); p != nil {
+			schema, trackSchema = string(p[1:]), true
+		}
+	case mysql.COM_QUERY:
+		if p := s.peekPayload(h); p != nil {
+			schema, trackSchema = parseUse(p[1:])
+		}
+	case mysql.COM_STMT_CLOSE:
+		if p := s.peekPayload(h); len(p) >= 5 {
+			stmtID = binary.LittleEndian.Uint32(p[1:])
+			delete(s.stmts, stmtID)
+		}
+	}
+	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	if err := s.forward(); err != nil {
+		return s.failCommand(err)
+	}
+	s.l.queries.Inc()
+	if kind == respNone {
+		s.srv.bytesIn.Add(float64(s.in))
+		return ""
+	}
+	s.acquire()
+	err := s.relay(cmd, kind)
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	s.srv.bytesIn.Add(float64(s.in))
+	s.srv.bytesOut.Add(float64(s.out))
+	if err != nil {
+		return s.failCommand(err)
+	}
+	if s.lastOK {
+		switch {
+		case trackSchema:
+			s.schema = schema
+		case cmd == mysql.COM_RESET_CONNECTION:
+			s.stmts = nil
+		}
+	}
+	return ""
+}
+
+// peekPayload returns the buffered payload of the pending command packet
+// when it fits in the client read buffer, else nil. Valid until cr is read.
+func (s *session) peekPayload(h mysqlproto.Header) []byte {
+	if h.Len >= mysqlproto.MaxPacketPayload || mysqlproto.HeaderSize+h.Len > s.cr.Size() {
+		return nil
+	}
+	b, err := s.cr.Peek(mysqlproto.HeaderSize + h.Len)
+	if err != nil {
+		return nil
+	}
+	return b[mysqlproto.HeaderSize:]
+}
+
+// forward relays the pending command packet(s) from the client to the
+// backend unchanged.
+func (s *session) forward() error {
+	for {
+		p, err := mysqlproto.CopyPacket(s.be.conn, s.cr)
+		if err != nil {
+			var we *mysqlproto.WriteError
+			if errors.As(err, &we) {
+				return fail(closeBackendLost, err)
+			}
+			return fail(clientReason(err), err)
+		}
+		s.in += mysqlproto.HeaderSize + p.Len
+		if p.Len < mysqlproto.MaxPacketPayload {
+			return nil
+		}
+	}
+}
+
+// acquire takes a backend reader and a client writer from the pools.
+func (s *session) acquire() {
+	s.br = s.srv.readers.Get().(*bufio.Reader)
+	s.br.Reset(s.be.conn)
+	s.cw = s.srv.writers.Get().(*bufio.Writer)
+	s.cw.Reset(s.client)
+}
+
+// release flushes the client writer and returns both buffers to the pools.
+// Data left in the backend reader means the proxy lost track of the
+// protocol: the session must end.
+func (s *session) release() error {
+	err := s.cw.Flush()
+	left := s.br.Buffered()
+	s.br.Reset(nil)
+	s.cw.Reset(nil)
+	s.srv.readers.Put(s.br)
+	s.srv.writers.Put(s.cw)
+	s.br, s.cw = nil, nil
+	if err != nil {
+		return fail(closeClientGone, err)
+	}
+	if left > 0 {
+		return fail(closeBackendLost, fmt.Errorf("backend sent %d bytes beyond the end of the response", left))
+	}
+	return nil
+}
+
+// failCommand ends the session after a failed command. When the backend
+// failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
+// client itself is intact).
+func (s *session) failCommand(err error) string {
+	reason := clientReason(err)
+	switch reason {
+	case closeBackendLost:
+		node, addr := "", ""
+		if s.be != nil {
+			node, addr = s.be.t.node, s.be.t.addr
+		}
+		s.writeError(s.seq+1, errUnknown(fmt.Sprintf(
+			"switchyard: lost the connection to backend %s (%s) during the command; the session is closed, reconnect", node, addr)))
+		s.log.Warn("backend connection lost", "node", node, "addr", addr, "err", err)
+	case closeClientGone:
+		s.log.Debug("client went away during a command", "err", err)
+	default:
+		s.log.Info("closing client connection", "reason", reason, "err", err)
+	}
+	return reason
+}

@@ -1,0 +1,43 @@
+// Package proxy owns the MySQL-protocol proxy: listeners, client sessions,
+// client authentication, backend connections, routing and the relay of
+// commands and responses between them, plus Follow, which keeps the routing
+// snapshots current from the topology store and registers the proxy there.
+//
+// Query path. A session reads one client command, forwards its packets to the
+// session's backend connection unchanged, and relays the response as bytes,
+// parsing only packet headers, first bytes and the OK/EOF packets that end a
+// response (column counts, status flags such as SERVER_STATUS_IN_TRANS and
+// SERVER_MORE_RESULTS_EXISTS, prepared statement ids). Rows are never decoded.
+// Routing reads an atomic snapshot per cluster; no etcd or controller call
+// happens on this path.
+//
+// Routing. A listener of role "primary" sends sessions to the cluster's
+// current ClusterState.Primary; one of role "replica" round-robins new
+// sessions over nodes with Serving set (as the controller computed it) and
+// falls back to the primary when none serves and read_routing.fallback_to_primary
+// is true. When a snapshot changes, a session whose backend is no longer a
+// valid route moves to the new route at its next command if it is idle (no
+// transaction, no prepared statements; the default schema and charset are
+// restored), or gets one ERR and is closed. User variables, session variables
+// and temporary tables are not carried across a move.
+//
+// Authentication. Clients log in with mysql_native_password (clients that
+// start with another plugin — caching_sha2_password, client_ed25519, ... —
+// are switched with an AuthSwitchRequest). Users come from config: with a
+// plaintext secret, or with only the mysql_native_password hash, in which
+// case SHA1(password) is recovered from the first successful login and kept
+// in memory only, so that backend connections for that user can be opened
+// (before such a login, none can). Each session logs into its backend as the
+// client's user with mysql_native_password.
+//
+// Not supported yet: TLS (CLIENT_SSL is not offered; a client that insists
+// gets an error), protocol compression (CLIENT_COMPRESS is not offered),
+// MariaDB extended capabilities (progress reports, bulk execution, metadata
+// caching are not offered), other authentication plugins towards backends,
+// and COM_PROCESS_KILL (the connection id a client sees is the proxy's, not a
+// backend thread id; KILL statements sent as SQL go to the backend unchanged).
+// Listener changes need a restart (SetConfig applies users and limits only).
+//
+// This package must not talk to etcd outside Follow, decide topology, or
+// modify servers: it routes from the ClusterState the controller publishes.
+package proxy

@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// RegistrationTTL is the lease TTL of the proxy's registration in the store.
+const RegistrationTTL = 10 * time.Second
+
+// Backoff bounds for re-watching and re-registering after store errors.
+const (
+	followBackoffMin = 100 * time.Millisecond
+	followBackoffMax = 5 * time.Second
+)
+
+func defaultID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "proxy"
+	}
+	return "proxy-" + h
+}
+
+// Follow keeps s's routing current from the store until ctx ends:
+//   - it watches keys.ClustersPrefix() and applies every
+//     "<prefix>/clusters/<cluster>/state" document with SetClusterState (other
+//     keys under the prefix, e.g. requests/, are ignored; a document that does
+//     not decode is logged and the last good snapshot kept);
+//   - it registers a topo.ProxyRegistration under keys.Proxy(s.ID()) with a
+//     lease of RegistrationTTL and rewrites it when the applied epochs change;
+//     a lost lease is registered again;
+//   - watch and registration errors are retried with backoff (100 ms → 5 s).
+//
+// It returns nil when ctx ends (after revoking the registration), or an error
+// only for invalid arguments.
+func Follow(ctx context.Context, st topo.Store, keys topo.Keys, s *Server) error {
+	if st == nil || s == nil {
+		return errors.New("proxy: Follow needs a store and a server")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.register(ctx, st, keys)
+	}()
+	s.watchClusters(ctx, st, keys)
+	<-done
+	return nil
+}
+
+// watchClusters runs the watch loop, re-watching with backoff on errors.
+func (s *Server) watchClusters(ctx context.Context, st topo.Store, keys topo.Keys) {
+	prefix := keys.ClustersPrefix()
+	backoff := followBackoffMin
+	for ctx.Err() == nil {
+		kvs, events, err := st.Watch(ctx, prefix)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("watching cluster state failed; retrying", "prefix", prefix, "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, followBackoffMax)
+			continue
+		}
+		backoff = followBackoffMin
+		for _, kv := range kvs {
+			s.applyStateKV(prefix, kv)
+		}
+		for ev := range events {
+			if ev.Err != nil {
+				s.log.Warn("cluster state watch ended; re-watching", "err", ev.Err)
+				break
+			}
+			switch ev.Type {
+			case topo.EventPut:
+				s.applyStateKV(prefix, ev.KV)
+			case topo.EventDelete:
+				if name, ok := stateKeyCluster(prefix, ev.KV.Key); ok {
+					s.log.Warn("cluster state deleted from the store; keeping the last known routing", "cluster", name)
+				}
+			}
+		}
+		if ctx.Err() == nil && !sleepCtx(ctx, followBackoffMin) {
+			return
+		}
+	}
+}
+
+// stateKeyCluster returns the cluster name of a "<prefix><cluster>/state" key.
+func stateKeyCluster(prefix, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, "/state")
+	if !ok || name == "" || strings.Contains(name, "/") {
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) applyStateKV(prefix string, kv topo.KV) {
+	name, ok := stateKeyCluster(prefix, kv.Key)
+	if !ok {
+		return
+	}
+	var cs topo.ClusterState
+	if err := json.Unmarshal(kv.Value, &cs); err != nil {
+		s.log.Warn("cluster state does not decode; keeping the last known routing", "cluster", name, "err", err)
+		return
+	}
+	if cs.Cluster != name {
+		if cs.Cluster != "" {
+			s.log.Warn("cluster state names another cluster than its key; using the key", "key", kv.Key, "cluster", cs.Cluster)
+		}
+		cs.Cluster = name
+	}
+	s.SetClusterState(cs)
+}
+
+// register keeps the proxy's registration alive until ctx ends.
+func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
+	key := keys.Proxy(s.id)
+	started := s.now()
+	backoff := followBackoffMin
+	for ctx.Err() == nil {
+		epochs := s.Epochs()
+		val, err := s.registration(started, epochs)
+		if err != nil {
+			s.log.Error("cannot encode proxy registration", "err", err)
+			return
+		}
+		lease, err := st.Register(ctx, key, val, RegistrationTTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("registering the proxy failed; retrying", "key", key, "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, followBackoffMax)
+			continue
+		}
+		backoff = followBackoffMin
+		s.log.Info("proxy registered", "key", key, "epochs", epochs)
+		if s.keepRegistration(ctx, lease, started, epochs) {
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := lease.Revoke(rctx); err != nil {
+				s.log.Warn("revoking the proxy registration failed; it expires with its lease", "err", err)
+			}
+			cancel()
+			return
+		}
+		s.log.Warn("proxy registration lease lost; registering again", "key", key)
+	}
+}
+
+// keepRegistration updates the registration when epochs change. It returns
+// true when ctx ended, false when the lease was lost.
+func (s *Server) keepRegistration(ctx context.Context, lease topo.Lease, started time.Time, epochs map[string]int64) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-lease.Done():
+			return false
+		case <-s.epochChanged:
+			now := s.Epochs()
+			if maps.Equal(now, epochs) {
+				continue
+			}
+			val, err := s.registration(started, now)
+			if err != nil {
+				continue
+			}
+			if err := lease.Update(ctx, val); err != nil {
+				if ctx.Err() != nil {
+					return true
+				}
+				s.log.Warn("updating the proxy registration failed; will retry on the next change", "err", err)
+				// Retry soon: re-signal ourselves.
+				go func() {
+					if sleepCtx(ctx, time.Second) {
+						select {
+						case s.epochChanged <- struct{}{}:
+						default:
+						}
+					}
+				}()
+				continue
+			}
+			epochs = now
+			s.log.Info("proxy registration updated", "epochs", epochs)
+		}
+	}
+}
+
+func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byte, error) {
+	reg := topo.ProxyRegistration{
+		ID:        s.id,
+		Epochs:    epochs,
+		StartedAt: started,
+		UpdatedAt: s.now(),
+	}
+	s.mu.Lock()
+	for _, l := range s.listeners {
+		if l.ln != nil {
+			reg.Listeners = append(reg.Listeners, l.ln.Addr().String())
+		} else {
+			reg.Listeners = append(reg.Listeners, l.address)
+		}
+	}
+	s.mu.Unlock()
+	b, err := json.Marshal(reg)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: encode registration: %w", err)
+	}
+	return b, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reasons a session ends, used as the "reason" label of
+// switchyard_proxy_sessions_closed_total and in logs.
+const (
+	closeQuit           = "quit"            // client sent COM_QUIT
+	closeClientGone     = "client_gone"     // client closed the connection
+	closeClientProtocol = "client_protocol" // garbage, truncated or out-of-sequence packet
+	closeAuthFailed     = "auth_failed"     // wrong password, unknown user, unsupported auth
+	closeNoRoute        = "no_route"        // no primary / no healthy replica
+	closeBackendConnect = "backend_connect" // could not open or log into a backend
+	closeBackendLost    = "backend_lost"    // backend connection failed mid-session
+	closeRouteChanged   = "route_changed"   // route moved while the session was not idle
+	closeServer         = "server_closed"   // Server.Close
+	closePanic          = "panic"           // recovered panic in the session
+)
+
+// metrics are the proxy's Prometheus collectors. They always exist; they are
+// registered only when Options.Registry is set.
+type metrics struct {
+	clientConns      *prometheus.GaugeVec
+	clientConnsTotal *prometheus.CounterVec
+	authFailures     *prometheus.CounterVec
+	queries          *prometheus.CounterVec
+	backendConns     *prometheus.GaugeVec
+	backendErrors    *prometheus.CounterVec
+	bytes            *prometheus.CounterVec
+	routeChanges     *prometheus.CounterVec
+	migrations       *prometheus.CounterVec
+	sessionsClosed   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		clientConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_proxy_client_connections",
+			Help: "Client connections currently open, by listener.",
+		}, []string{"listener"}),
+		clientConnsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_client_connections_total",
+			Help: "Client connections accepted, by listener.",
+		}, []string{"listener"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_auth_failures_total",
+			Help: "Client logins refused (wrong password, unknown user, unsupported authentication), by listener.",
+		}, []string{"listener"}),
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_queries_total",
+			Help: "Client commands relayed to a backend, by listener.",
+		}, []string{"listener"}),
+		backendConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_proxy_backend_connections",
+			Help: "Backend connections currently open, by cluster and node.",
+		}, []string{"cluster", "node"}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_backend_connect_errors_total",
+			Help: "Failed backend connection attempts (refused, timeout, login error, limit reached), by cluster and node.",
+		}, []string{"cluster", "node"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_bytes_relayed_total",
+			Help: "Bytes relayed after login, by direction (client_to_backend, backend_to_client).",
+		}, []string{"direction"}),
+		routeChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_route_changes_total",
+			Help: "Routing snapshots that changed the primary or the set of serving replicas, by cluster.",
+		}, []string{"cluster"}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_session_migrations_total",
+			Help: "Idle sessions moved to a new backend after a route change, by listener.",
+		}, []string{"listener"}),
+		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_sessions_closed_total",
+			Help: "Client sessions ended, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	reg1 := func(c **prometheus.CounterVec) {
+		if err == nil {
+			*c, err = register(reg, *c)
+		}
+	}
+	reg2 := func(g **prometheus.GaugeVec) {
+		if err == nil {
+			*g, err = register(reg, *g)
+		}
+	}
+	reg2(&m.clientConns)
+	reg1(&m.clientConnsTotal)
+	reg1(&m.authFailures)
+	reg1(&m.queries)
+	reg2(&m.backendConns)
+	reg1(&m.backendErrors)
+	reg1(&m.bytes)
+	reg1(&m.routeChanges)
+	reg1(&m.migrations)
+	reg1(&m.sessionsClosed)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: register metrics: %w", err)
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// the same name (a second Server in one process shares the series).
+func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(T); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}

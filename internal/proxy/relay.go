@@ -1,0 +1,343 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// The response relays copy backend packets to the client unchanged and look
+// only at packet headers, first bytes and the OK/EOF packets that say where a
+// response ends (column counts, EOF/OK terminators and their status flags).
+// Layouts: https://dev.mysql.com/doc/dev/mysql-server/latest/page_protocol_com_query_response.html
+// and MariaDB's https://mariadb.com/kb/en/result-set-packets/.
+
+var errBackendProtocol = errors.New("unexpected packet from backend")
+
+func backendProtocol(format string, args ...any) error {
+	return fail(closeBackendLost, fmt.Errorf("%w: "+format, append([]any{errBackendProtocol}, args...)...))
+}
+
+// copyPacket relays one physical packet from the backend to the client.
+func (s *session) copyPacket() (mysqlproto.Packet, error) {
+	p, err := mysqlproto.CopyPacket(s.cw, s.br)
+	if err != nil {
+		var we *mysqlproto.WriteError
+		if errors.As(err, &we) {
+			return p, fail(closeClientGone, err)
+		}
+		return p, fail(closeBackendLost, err)
+	}
+	s.seq = p.Seq
+	s.out += mysqlproto.HeaderSize + p.Len
+	return p, nil
+}
+
+// copyLogical relays one logical packet (with its continuation packets).
+func (s *session) copyLogical() (mysqlproto.Packet, error) {
+	first, err := s.copyPacket()
+	p := first
+	for err == nil && p.Len == mysqlproto.MaxPacketPayload {
+		p, err = s.copyPacket()
+	}
+	return first, err
+}
+
+func (s *session) deprecateEOF() bool { return s.caps&mysql.CLIENT_DEPRECATE_EOF != 0 }
+
+// relay relays the backend's response to a command of the given kind.
+func (s *session) relay(cmd byte, kind responseKind) error {
+	switch kind {
+	case respResults:
+		return s.relayResults(cmd == mysql.COM_QUERY)
+	case respBinary:
+		return s.relayResults(false)
+	case respPrepare:
+		return s.relayPrepare()
+	case respRows:
+		_, err := s.relayRows()
+		return err
+	case respSingle:
+		p, err := s.copyLogical()
+		if err != nil {
+			return err
+		}
+		return s.endPacket(p)
+	case respString:
+		_, err := s.copyLogical()
+		s.lastOK = err == nil
+		return err
+	}
+	return fmt.Errorf("proxy: no relay for command 0x%02x", cmd)
+}
+
+// endPacket records the outcome of a final OK, EOF or ERR packet.
+func (s *session) endPacket(p mysqlproto.Packet) error {
+	if p.Payload == nil {
+		return backendProtocol("oversized status packet (%d bytes)", p.Len)
+	}
+	switch p.First {
+	case mysql.OK_HEADER:
+		st, ok := mysqlproto.OKStatus(p.Payload)
+		if !ok {
+			return backendProtocol("malformed OK packet")
+		}
+		s.onOK(p.Payload, st)
+	case mysql.EOF_HEADER:
+		st, ok := s.terminatorStatus(p)
+		if !ok {
+			return backendProtocol("malformed EOF packet")
+		}
+		s.status, s.lastOK = st, true
+	case mysql.ERR_HEADER:
+		s.lastOK = false
+	default:
+		return backendProtocol("status packet starts with 0x%02x", p.First)
+	}
+	return nil
+}
+
+// onOK records an OK packet's status flags and any default-schema change it
+// reports through session tracking.
+func (s *session) onOK(payload []byte, status uint16) {
+	s.status, s.lastOK = status, true
+	if status&mysql.SERVER_SESSION_STATE_CHANGED == 0 || s.caps&mysql.CLIENT_SESSION_TRACK == 0 {
+		return
+	}
+	ok, err := mysqlproto.ParseOK(payload, s.caps)
+	if err != nil {
+		return
+	}
+	changes, _ := mysqlproto.SessionStateChanges(ok.SessionState)
+	for _, c := range changes {
+		if name, ok := c.Schema(); ok {
+			s.schema = name
+		}
+	}
+}
+
+// terminatorStatus reads the status flags of a 0xfe packet ending a result
+// set: an EOF packet, or an OK packet under CLIENT_DEPRECATE_EOF.
+func (s *session) terminatorStatus(p mysqlproto.Packet) (uint16, bool) {
+	if p.Payload == nil {
+		return 0, false
+	}
+	if s.deprecateEOF() {
+		return mysqlproto.OKStatus(p.Payload)
+	}
+	_, st, ok := mysqlproto.ParseEOF(p.Payload)
+	return st, ok
+}
+
+// relayResults relays a COM_QUERY / COM_STMT_EXECUTE response: any number of
+// OK packets and result sets chained by SERVER_MORE_RESULTS_EXISTS, ended by
+// one without it or by an ERR. With infile, a LOCAL INFILE request is served
+// by relaying the client's file packets to the backend.
+func (s *session) relayResults(infile bool) error {
+	for {
+		p, err := s.copyPacket()
+		if err != nil {
+			return err
+		}
+		if p.Payload == nil || p.Len == mysqlproto.MaxPacketPayload {
+			return backendProtocol("oversized first packet of a result (%d bytes)", p.Len)
+		}
+		switch p.First {
+		case mysql.OK_HEADER:
+			if err := s.endPacket(p); err != nil {
+				return err
+			}
+			if s.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+				return nil
+			}
+			continue
+		case mysql.ERR_HEADER:
+			s.lastOK = false
+			return nil
+		case mysql.LocalInFile_HEADER:
+			if !infile {
+				return backendProtocol("LOCAL INFILE request outside COM_QUERY")
+			}
+			if err := s.relayLocalInfile(); err != nil {
+				return err
+			}
+			continue
+		}
+		ncols, _, ok := mysqlproto.ReadLenEnc(p.Payload)
+		if !ok || len(p.Payload) > 9 {
+			return backendProtocol("bad column count packet")
+		}
+		more, err := s.relayResultSet(ncols)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// relayResultSet relays ncols column definitions, the EOF after them (unless
+// CLIENT_DEPRECATE_EOF) and the rows, and reports whether another result
+// follows. When the server opened a cursor (SERVER_STATUS_CURSOR_EXISTS) no
+// rows follow; the client fetches them with COM_STMT_FETCH.
+func (s *session) relayResultSet(ncols uint64) (bool, error) {
+	for range ncols {
+		if _, err := s.copyLogical(); err != nil {
+			return false, err
+		}
+	}
+	if !s.deprecateEOF() {
+		p, err := s.copyPacket()
+		if err != nil {
+			return false, err
+		}
+		_, st, ok := mysqlproto.ParseEOF(p.Payload)
+		if !ok {
+			return false, backendProtocol("expected EOF after column definitions, got 0x%02x", p.First)
+		}
+		s.status = st
+		if st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+			s.lastOK = true
+			return false, nil
+		}
+	}
+	return s.relayRows()
+}
+
+// relayRows relays packets until the 0xfe terminator (EOF, or OK under
+// CLIENT_DEPRECATE_EOF; a row never starts with 0xfe in a packet shorter than
+// 0xffffff bytes) or an ERR, and reports whether another result follows.
+func (s *session) relayRows() (bool, error) {
+	cont := false
+	for {
+		p, err := s.copyPacket()
+		if err != nil {
+			return false, err
+		}
+		if cont || p.Len == mysqlproto.MaxPacketPayload {
+			cont = p.Len == mysqlproto.MaxPacketPayload
+			continue
+		}
+		switch p.First {
+		case mysql.ERR_HEADER:
+			s.lastOK = false
+			return false, nil
+		case mysql.EOF_HEADER:
+			st, ok := s.terminatorStatus(p)
+			if !ok {
+				return false, backendProtocol("malformed result set terminator")
+			}
+			s.status, s.lastOK = st, true
+			return st&mysql.SERVER_MORE_RESULTS_EXISTS != 0, nil
+		}
+	}
+}
+
+// relayPrepare relays a COM_STMT_PREPARE response and records the statement.
+func (s *session) relayPrepare() error {
+	p, err := s.copyPacket()
+	if err != nil {
+		return err
+	}
+	switch p.First {
+	case mysql.ERR_HEADER:
+		s.lastOK = false
+		return nil
+	case mysql.OK_HEADER:
+	default:
+		return backendProtocol("COM_STMT_PREPARE response starts with 0x%02x", p.First)
+	}
+	ok, err := mysqlproto.ParseStmtPrepareOK(p.Payload)
+	if err != nil {
+		return backendProtocol("%v", err)
+	}
+	if s.stmts == nil {
+		s.stmts = make(map[uint32]struct{})
+	}
+	s.stmts[ok.StatementID] = struct{}{}
+	for _, n := range []uint16{ok.Params, ok.Columns} {
+		if n == 0 {
+			continue
+		}
+		for range n {
+			if _, err := s.copyLogical(); err != nil {
+				return err
+			}
+		}
+		if !s.deprecateEOF() {
+			if _, err := s.copyPacket(); err != nil {
+				return err
+			}
+		}
+	}
+	s.lastOK = true
+	return nil
+}
+
+// relayLocalInfile serves LOAD DATA LOCAL INFILE: the 0xfb request has been
+// copied to the client; flush it, then relay the client's file packets to the
+// backend up to and including the empty packet that ends them. The caller
+// then relays the server's OK/ERR.
+func (s *session) relayLocalInfile() error {
+	if err := s.cw.Flush(); err != nil {
+		return fail(closeClientGone, err)
+	}
+	cont := false
+	for {
+		p, err := mysqlproto.CopyPacket(s.be.conn, s.cr)
+		if err != nil {
+			var we *mysqlproto.WriteError
+			if errors.As(err, &we) {
+				return fail(closeBackendLost, err)
+			}
+			return fail(clientReason(err), err)
+		}
+		s.in += mysqlproto.HeaderSize + p.Len
+		if !cont && p.Len == 0 {
+			return nil
+		}
+		cont = p.Len == mysqlproto.MaxPacketPayload
+	}
+}
+
+// parseUse recognises "USE name" / "USE `name`" at the start of a query (after
+// spaces) and returns the schema name.
+func parseUse(q []byte) (string, bool) {
+	i := 0
+	for i < len(q) && isSpace(q[i]) {
+		i++
+	}
+	if len(q)-i < 4 || (q[i]|0x20) != 'u' || (q[i+1]|0x20) != 's' || (q[i+2]|0x20) != 'e' || !isSpace(q[i+3]) {
+		return "", false
+	}
+	rest := q[i+4:]
+	for len(rest) > 0 && isSpace(rest[0]) {
+		rest = rest[1:]
+	}
+	for len(rest) > 0 && (isSpace(rest[len(rest)-1]) || rest[len(rest)-1] == ';') {
+		rest = rest[:len(rest)-1]
+	}
+	if len(rest) >= 2 && rest[0] == '`' && rest[len(rest)-1] == '`' {
+		inner := string(rest[1 : len(rest)-1])
+		out := make([]byte, 0, len(inner))
+		for j := 0; j < len(inner); j++ {
+			out = append(out, inner[j])
+			if inner[j] == '`' && j+1 < len(inner) && inner[j+1] == '`' {
+				j++
+			}
+		}
+		return string(out), true
+	}
+	for _, c := range rest {
+		if isSpace(c) || c == ';' || c == '`' || c == '\'' || c == '"' {
+			return "", false
+		}
+	}
+	if len(rest) == 0 {
+		return "", false
+	}
+	return string(rest), true
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

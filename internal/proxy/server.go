@@ -1,0 +1,351 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+)
+
+// Buffer sizes. A session keeps only its client reader while idle; the
+// backend reader and client writer are taken from pools for the duration of
+// one command, so idle sessions stay small.
+const (
+	clientReadBuf   = 4 << 10
+	backendReadBuf  = 64 << 10
+	clientWriteBuf  = 64 << 10
+	handshakeMax    = 256 << 10 // largest connection-phase packet accepted
+	handshakeWindow = 10 * time.Second
+)
+
+// Options configure New.
+type Options struct {
+	// Config supplies listeners, clusters, users and proxy limits. Required.
+	Config *config.Config
+	// ID names this proxy in its registration (topo.ProxyRegistration.ID).
+	// Default: the host name.
+	ID string
+	// Log receives session and routing events. Default: discard.
+	Log *slog.Logger
+	// Registry, when non-nil, receives the proxy's Prometheus metrics.
+	Registry prometheus.Registerer
+	// Now is the clock for registration timestamps. Default time.Now.
+	// Socket deadlines always use the system clock.
+	Now func() time.Time
+}
+
+// Server is the MySQL-protocol proxy: one accept loop per listener, one
+// goroutine per client session.
+type Server struct {
+	log     *slog.Logger
+	id      string
+	now     func() time.Time
+	metrics *metrics
+
+	rc  atomic.Pointer[runtimeConfig]
+	cfg atomic.Pointer[config.Config]
+
+	mu        sync.Mutex // guards the fields below; never taken per query
+	clusters  map[string]*clusterRoute
+	listeners []*listener
+	sessions  map[*session]struct{}
+	backends  map[string]*backendCounter // by address
+	closed    bool
+	started   bool
+
+	bytesIn  prometheus.Counter // client → backend
+	bytesOut prometheus.Counter // backend → client
+
+	wg           sync.WaitGroup
+	nextConnID   atomic.Uint32
+	epochChanged chan struct{}
+
+	readers sync.Pool // *bufio.Reader of backendReadBuf bytes
+	writers sync.Pool // *bufio.Writer of clientWriteBuf bytes
+}
+
+// listener is one client-facing endpoint.
+type listener struct {
+	name, cluster, role, address string
+	ln                           net.Listener
+	route                        *clusterRoute
+	sessions                     atomic.Int64
+	queries                      prometheus.Counter
+}
+
+// backendCounter counts open connections to one backend address.
+type backendCounter struct {
+	cluster, node, addr string
+	open                atomic.Int64
+}
+
+// New validates the proxy-relevant parts of o.Config and returns a Server
+// that is not yet listening (call Start). Errors name the field at fault.
+func New(o Options) (*Server, error) {
+	if o.Config == nil {
+		return nil, errors.New("proxy: Options.Config is required")
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	id := o.ID
+	if id == "" {
+		id = defaultID()
+	}
+	m, err := newMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		log:          log,
+		id:           id,
+		now:          now,
+		metrics:      m,
+		clusters:     make(map[string]*clusterRoute),
+		sessions:     make(map[*session]struct{}),
+		backends:     make(map[string]*backendCounter),
+		epochChanged: make(chan struct{}, 1),
+		bytesIn:      m.bytes.WithLabelValues("client_to_backend"),
+		bytesOut:     m.bytes.WithLabelValues("backend_to_client"),
+	}
+	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
+	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
+	rc, err := newRuntimeConfig(o.Config, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.rc.Store(rc)
+	s.cfg.Store(o.Config)
+	seen := map[string]bool{}
+	for i, lc := range o.Config.Listeners {
+		switch {
+		case lc.Name == "" || seen[lc.Name]:
+			return nil, fmt.Errorf("proxy: listeners[%d].name %q is empty or not unique", i, lc.Name)
+		case lc.Role != rolePrimary && lc.Role != roleReplica:
+			return nil, fmt.Errorf("proxy: listeners[%d] (%s).role %q must be %q or %q", i, lc.Name, lc.Role, rolePrimary, roleReplica)
+		case o.Config.Cluster(lc.Cluster) == nil:
+			return nil, fmt.Errorf("proxy: listeners[%d] (%s).cluster %q is not a configured cluster", i, lc.Name, lc.Cluster)
+		}
+		seen[lc.Name] = true
+		s.listeners = append(s.listeners, &listener{
+			name: lc.Name, cluster: lc.Cluster, role: lc.Role, address: lc.Address,
+			route:   s.route(lc.Cluster),
+			queries: m.queries.WithLabelValues(lc.Name),
+		})
+	}
+	return s, nil
+}
+
+// ID returns the proxy's id (Options.ID or the host name).
+func (s *Server) ID() string { return s.id }
+
+// Start opens every listener in Config.Listeners and serves them in the
+// background. On a bind failure it closes the listeners it opened and returns
+// an error naming the listener and address.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.started {
+		return errors.New("proxy: Start called twice or after Close")
+	}
+	for _, l := range s.listeners {
+		ln, err := net.Listen("tcp", l.address)
+		if err != nil {
+			for _, o := range s.listeners {
+				if o.ln != nil {
+					_ = o.ln.Close()
+					o.ln = nil
+				}
+			}
+			return fmt.Errorf("proxy: listener %q: cannot listen on %s: %w", l.name, l.address, err)
+		}
+		l.ln = ln
+	}
+	s.started = true
+	for _, l := range s.listeners {
+		s.wg.Add(1)
+		go s.acceptLoop(l)
+		s.log.Info("listening", "listener", l.name, "address", l.ln.Addr().String(), "cluster", l.cluster, "role", l.role)
+	}
+	return nil
+}
+
+// ListenerAddr returns the bound host:port of the named listener ("" if it
+// is unknown or not started). Useful when the configured port is 0.
+func (s *Server) ListenerAddr(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.listeners {
+		if l.name == name && l.ln != nil {
+			return l.ln.Addr().String()
+		}
+	}
+	return ""
+}
+
+func (s *Server) acceptLoop(l *listener) {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary errors (EMFILE, ...): back off and keep serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed", "listener", l.name, "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		sess := newSession(s, l, c)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		s.sessions[sess] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go sess.serve()
+	}
+}
+
+func (s *Server) removeSession(sess *session) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// SetConfig applies users (added, removed, changed passwords), proxy limits
+// (connect timeout, max connections per backend) and cluster settings
+// (node addresses used when a ClusterState lacks one, read_routing fallback)
+// from c. Existing sessions keep their login. Listener changes are NOT
+// applied (listeners are bound once at Start; restart the proxy to change
+// them); they are reported in the log. An invalid user entry returns an error
+// and changes nothing.
+func (s *Server) SetConfig(c *config.Config) error {
+	if c == nil {
+		return errors.New("proxy: SetConfig: nil config")
+	}
+	rc, err := newRuntimeConfig(c, s.rc.Load())
+	if err != nil {
+		return err
+	}
+	old := s.cfg.Load()
+	if !slices.Equal(old.Listeners, c.Listeners) {
+		s.log.Warn("listener changes are not applied until the proxy restarts")
+	}
+	s.rc.Store(rc)
+	s.cfg.Store(c)
+	return nil
+}
+
+// Close stops the listeners, closes every session (client and backend
+// connections) and waits for their goroutines to end.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for _, l := range s.listeners {
+		if l.ln != nil {
+			_ = l.ln.Close()
+		}
+	}
+	for sess := range s.sessions {
+		sess.shutdown()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// backendCounter returns the connection counter for a backend address.
+func (s *Server) backendCounter(t *target) *backendCounter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bc := s.backends[t.addr]
+	if bc == nil {
+		bc = &backendCounter{cluster: t.cluster, node: t.node, addr: t.addr}
+		s.backends[t.addr] = bc
+	}
+	bc.cluster, bc.node = t.cluster, t.node
+	return bc
+}
+
+// Stats is a point-in-time view of the proxy for status output.
+type Stats struct {
+	// Listeners, in config order.
+	Listeners []ListenerStats `json:"listeners"`
+	// Backends with at least one connection ever opened, sorted by cluster,
+	// node and address.
+	Backends []BackendStats `json:"backends"`
+}
+
+// ListenerStats describes one listener.
+type ListenerStats struct {
+	Name    string `json:"name"`
+	Address string `json:"address"` // bound address ("" before Start)
+	Cluster string `json:"cluster"`
+	Role    string `json:"role"`
+	// Sessions is the number of client sessions currently open.
+	Sessions int64 `json:"sessions"`
+}
+
+// BackendStats describes the proxy's connections to one node.
+type BackendStats struct {
+	Cluster string `json:"cluster"`
+	Node    string `json:"node"`
+	Address string `json:"address"`
+	// Connections is the number of backend connections currently open.
+	Connections int64 `json:"connections"`
+}
+
+// Stats returns sessions per listener and backend connections per node.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st Stats
+	for _, l := range s.listeners {
+		ls := ListenerStats{Name: l.name, Cluster: l.cluster, Role: l.role, Sessions: l.sessions.Load()}
+		if l.ln != nil {
+			ls.Address = l.ln.Addr().String()
+		}
+		st.Listeners = append(st.Listeners, ls)
+	}
+	for _, bc := range s.backends {
+		st.Backends = append(st.Backends, BackendStats{Cluster: bc.cluster, Node: bc.node, Address: bc.addr, Connections: bc.open.Load()})
+	}
+	sort.Slice(st.Backends, func(i, j int) bool {
+		a, b := st.Backends[i], st.Backends[j]
+		if a.Cluster != b.Cluster {
+			return a.Cluster < b.Cluster
+		}
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		return a.Address < b.Address
+	})
+	return st
+}

@@ -1,0 +1,391 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Capabilities the proxy itself implements on the client side (it parses the
+// connection phase), whatever the backend supports.
+const proxyCaps = mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_CONNECT_WITH_DB | mysql.CLIENT_PROTOCOL_41 |
+	mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA |
+	mysql.CLIENT_CONNECT_ATTRS
+
+// Capabilities that change what the backend sends or accepts after login.
+// Bytes are relayed raw, so client and backend must agree on them: the proxy
+// offers them only when the backend does and logs into the backend with the
+// client's choice.
+const relayCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIENT_LOCAL_FILES |
+	mysql.CLIENT_IGNORE_SPACE | mysql.CLIENT_INTERACTIVE | mysql.CLIENT_TRANSACTIONS |
+	mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS | mysql.CLIENT_PS_MULTI_RESULTS |
+	mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF
+
+// session is one client connection and the backend connection it owns.
+// Only the session's goroutine touches its fields, except shutdown (from
+// Server.Close), which closes the connections under mu.
+type session struct {
+	srv    *Server
+	l      *listener
+	id     uint32
+	client net.Conn
+	cr     *bufio.Reader
+	remote string // client IP, for messages
+	log    *slog.Logger
+
+	// Negotiated at login.
+	caps      uint32
+	charset   byte
+	maxPacket uint32
+	attrs     []byte
+	scramble  []byte
+	user      string
+	stage1    [mysqlproto.HashLen]byte
+	// schema is the default database as far as the proxy knows (login,
+	// COM_INIT_DB, USE, session tracking); restored when the session moves.
+	schema string
+
+	mu     sync.Mutex // guards be against shutdown
+	be     *backend
+	snap   *routeSnapshot // snapshot be was chosen or last confirmed under
+	status uint16         // server status flags of the last OK/EOF
+	stmts  map[uint32]struct{}
+	closed bool
+
+	// Per-command relay state.
+	br      *bufio.Reader // backend reader (pooled)
+	cw      *bufio.Writer // client writer (pooled)
+	seq     byte          // last sequence id written to the client
+	in, out int           // bytes relayed this command
+	lastOK  bool          // the response ended with OK/EOF (not ERR)
+	scratch []byte
+}
+
+// failure is an error that ends a session, with the close reason.
+type failure struct {
+	reason string
+	err    error
+}
+
+func (f *failure) Error() string { return f.reason + ": " + f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
+
+func newSession(s *Server, l *listener, c net.Conn) *session {
+	id := s.nextConnID.Add(1)
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	if err != nil {
+		host = c.RemoteAddr().String()
+	}
+	return &session{
+		srv:    s,
+		l:      l,
+		id:     id,
+		client: c,
+		cr:     bufio.NewReaderSize(c, clientReadBuf),
+		remote: host,
+		log:    s.log.With("session", id, "listener", l.name, "remote", c.RemoteAddr().String()),
+	}
+}
+
+func (s *session) serve() {
+	defer s.srv.removeSession(s)
+	s.l.sessions.Add(1)
+	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Inc()
+	s.srv.metrics.clientConnsTotal.WithLabelValues(s.l.name).Inc()
+	reason := closeClientGone
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("session panic; closing the session", "panic", r, "stack", string(debug.Stack()))
+			reason = closePanic
+		}
+		s.finish(reason)
+	}()
+	if reason = s.login(); reason != "" {
+		return
+	}
+	reason = s.loop()
+}
+
+// finish closes both connections and records why.
+func (s *session) finish(reason string) {
+	s.mu.Lock()
+	s.closed = true
+	be := s.be
+	s.be = nil
+	s.mu.Unlock()
+	if be != nil {
+		be.close(true)
+	}
+	_ = s.client.Close()
+	s.l.sessions.Add(-1)
+	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Dec()
+	s.srv.metrics.sessionsClosed.WithLabelValues(reason).Inc()
+	s.log.Debug("session closed", "reason", reason, "user", s.user)
+}
+
+// shutdown is called by Server.Close from another goroutine: it closes the
+// connections so the session's goroutine returns.
+func (s *session) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	_ = s.client.Close()
+	if s.be != nil {
+		_ = s.be.conn.Close()
+	}
+}
+
+// setBackend installs be (nil allowed) and returns the previous one.
+func (s *session) setBackend(be *backend) (*backend, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.be
+	if s.closed {
+		return old, false
+	}
+	s.be = be
+	return old, true
+}
+
+// writeDirect sends one packet to the client with a single write (outside
+// the pooled writer).
+func (s *session) writeDirect(seq byte, payload []byte) error {
+	s.scratch, _ = mysqlproto.AppendPacket(s.scratch[:0], seq, payload)
+	_, err := s.client.Write(s.scratch)
+	return err
+}
+
+// writeError sends e to the client as an ERR packet with sequence id seq.
+func (s *session) writeError(seq byte, e *mysql.MyError) {
+	_ = s.writeDirect(seq, mysqlproto.AppendError(nil, e))
+}
+
+// login runs the connection phase: greeting, authentication (switching the
+// client to mysql_native_password if needed), backend login as the client's
+// user, final OK. It returns "" on success or the close reason.
+func (s *session) login() string {
+	_ = s.client.SetDeadline(time.Now().Add(handshakeWindow))
+	rc := s.srv.rc.Load()
+	snap := s.l.route.snap.Load()
+	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	if merr != nil {
+		s.writeError(0, merr)
+		s.log.Info("refusing client: no route", "err", merr.Message)
+		return closeNoRoute
+	}
+	g, merr := s.greeting(t, snap, rc)
+	if merr != nil {
+		s.writeError(0, merr)
+		return closeBackendConnect
+	}
+	scramble, err := mysqlproto.NewScramble(mysqlproto.ScrambleLen)
+	if err != nil {
+		s.writeError(0, errUnknown("switchyard: cannot generate a handshake challenge"))
+		return closeServer
+	}
+	s.scramble = scramble
+	hs := mysqlproto.Handshake{
+		ServerVersion: g.version,
+		ConnectionID:  s.id,
+		Scramble:      scramble,
+		Capabilities:  proxyCaps | (relayCaps & g.caps),
+		Charset:       g.charset,
+		Status:        mysql.SERVER_STATUS_AUTOCOMMIT,
+		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
+	}
+	if err := s.writeDirect(0, mysqlproto.AppendHandshake(nil, &hs)); err != nil {
+		return closeClientGone
+	}
+	payload, seq, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
+	if err != nil {
+		s.logClientError("reading handshake response", err)
+		return clientReason(err)
+	}
+	resp, err := mysqlproto.ParseHandshakeResponse(payload)
+	if err != nil {
+		s.writeError(seq+1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
+		s.log.Info("closing client: bad handshake response", "err", err)
+		return closeClientProtocol
+	}
+	if resp.SSLRequest {
+		s.writeError(seq+1, errUnknown("switchyard: TLS is not supported yet; connect without SSL (for example --ssl=0 or --ssl-mode=DISABLED)"))
+		s.log.Info("closing client: it asked for TLS, which is not supported")
+		return closeClientProtocol
+	}
+	s.user = resp.User
+	seq++
+	token := resp.AuthResponse
+	if resp.AuthPlugin != "" && resp.AuthPlugin != mysql.AUTH_NATIVE_PASSWORD {
+		token, seq, err = s.switchAuth(seq, scramble)
+		if err != nil {
+			s.logClientError("auth switch", err)
+			return clientReason(err)
+		}
+	}
+	u, stage1, ok := rc.authenticate(resp.User, scramble, token)
+	if !ok {
+		s.denyAccess(seq, resp.User, len(token) > 0)
+		return closeAuthFailed
+	}
+	s.caps = resp.Capabilities & hs.Capabilities
+	s.charset = resp.Charset
+	s.maxPacket = resp.MaxPacketSize
+	s.attrs = resp.Attrs
+	s.user = u.name
+	s.stage1 = stage1
+	s.schema = resp.Database
+
+	be, okPayload, merr := s.connect(t, snap, rc)
+	if merr != nil {
+		s.writeError(seq, merr)
+		return closeBackendConnect
+	}
+	s.setBackend(be)
+	s.snap = snap
+	if err := s.writeDirect(seq, okPayload); err != nil {
+		return closeClientGone
+	}
+	_ = s.client.SetDeadline(time.Time{})
+	s.log.Debug("session open", "user", s.user, "backend", t.node, "backend_addr", t.addr)
+	return ""
+}
+
+// switchAuth asks the client to answer scramble with mysql_native_password
+// (AuthSwitchRequest with sequence id seq) and returns its token and the
+// sequence id for the next server packet.
+func (s *session) switchAuth(seq byte, scramble []byte) ([]byte, byte, error) {
+	if s.caps != 0 && s.caps&mysql.CLIENT_PLUGIN_AUTH == 0 {
+		return nil, seq, fail(closeAuthFailed, errors.New("client cannot switch auth plugins"))
+	}
+	if err := s.writeDirect(seq, mysqlproto.AppendAuthSwitchRequest(nil, mysql.AUTH_NATIVE_PASSWORD, scramble)); err != nil {
+		return nil, seq, fail(closeClientGone, err)
+	}
+	p, rseq, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
+	if err != nil {
+		return nil, seq, err
+	}
+	return append([]byte(nil), p...), rseq + 1, nil
+}
+
+// denyAccess answers a failed login with MySQL's ER_ACCESS_DENIED_ERROR,
+// identical for unknown users and wrong passwords.
+func (s *session) denyAccess(seq byte, user string, withPassword bool) {
+	s.srv.metrics.authFailures.WithLabelValues(s.l.name).Inc()
+	using := "NO"
+	if withPassword {
+		using = "YES"
+	}
+	msg := fmt.Sprintf("Access denied for user '%s'@'%s' (using password: %s)", user, s.remote, using)
+	s.writeError(seq, mysqlproto.NewError(mysql.ER_ACCESS_DENIED_ERROR, msg))
+	s.log.Info("client login refused", "user", user)
+}
+
+func (s *session) logClientError(what string, err error) {
+	if errors.Is(err, io.EOF) {
+		s.log.Debug("client closed the connection", "during", what)
+		return
+	}
+	s.log.Info("closing client connection", "during", what, "err", err)
+}
+
+// clientReason maps an error reading from the client to a close reason.
+func clientReason(err error) string {
+	var f *failure
+	if errors.As(err, &f) {
+		return f.reason
+	}
+	if errors.Is(err, io.EOF) {
+		return closeClientGone
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
+		return closeClientGone
+	}
+	return closeClientProtocol
+}
+
+func errUnknown(msg string) *mysql.MyError {
+	return &mysql.MyError{Code: mysql.ER_UNKNOWN_ERROR, State: mysql.DEFAULT_MYSQL_STATE, Message: msg}
+}
+
+// migratable reports whether the session can move to another backend without
+// the client noticing: no transaction open and no prepared statements.
+// Session variables, user variables and temporary tables set through SQL are
+// not tracked and are lost on a move (documented limitation).
+func (s *session) migratable() bool {
+	return s.status&mysql.SERVER_STATUS_IN_TRANS == 0 && len(s.stmts) == 0
+}
+
+// reroute runs when the cluster's snapshot changed since the session last
+// looked. If the session's backend is still a valid route nothing happens;
+// otherwise an idle session reconnects to the new route (schema and charset
+// restored) and a busy one gets one ERR and is closed. Returns a close
+// reason or "".
+func (s *session) reroute(snap *routeSnapshot) string {
+	rc := s.srv.rc.Load()
+	fallback := rc.fallback(s.l.cluster)
+	if s.be != nil && snap.valid(s.l.role, fallback, s.be.t) {
+		s.snap = snap
+		return ""
+	}
+	old := s.be
+	if !s.migratable() {
+		s.writeError(1, errUnknown(fmt.Sprintf(
+			"switchyard: the route of this session changed (cluster %s, epoch %d) while it had a transaction or prepared statements open; the session is closed, reconnect",
+			s.l.cluster, snap.stateEpoch())))
+		s.log.Info("closing session: route changed while not idle", "from", old.t.node, "epoch", snap.stateEpoch())
+		return closeRouteChanged
+	}
+	t, merr := snap.pick(s.l.role, fallback)
+	if merr != nil {
+		s.writeError(1, merr)
+		return closeNoRoute
+	}
+	be, okPayload, merr := s.connect(t, snap, rc)
+	if merr != nil {
+		s.writeError(1, merr)
+		return closeBackendConnect
+	}
+	if st, ok := mysqlproto.OKStatus(okPayload); ok {
+		s.status = st
+	}
+	if _, ok := s.setBackend(be); !ok {
+		be.close(true)
+		return closeServer
+	}
+	if old != nil {
+		old.close(true)
+	}
+	s.snap = snap
+	s.srv.metrics.migrations.WithLabelValues(s.l.name).Inc()
+	s.log.Info("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch())
+	return ""
+}
+
+func (snap *routeSnapshot) stateEpoch() int64 {
+	if snap == nil {
+		return 0
+	}
+	return snap.state.Epoch
+}
+
+func nodeName(be *backend) string {
+	if be == nil {
+		return ""
+	}
+	return be.t.node
+}
