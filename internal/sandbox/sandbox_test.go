@@ -278,6 +278,35 @@ func TestCluster(t *testing.T) {
 		waitGTID(t, c, 1, queryString(t, rootDB(t, c, 0), "SELECT @@gtid_binlog_pos"))
 	})
 
+	t.Run("primary crash and restart", func(t *testing.T) {
+		if err := c.KillNode(0); err != nil {
+			t.Fatal(err)
+		}
+		// Replicas notice the dead primary (connection refused on loopback,
+		// heartbeat 1 s otherwise) and keep retrying every second.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			st := c.Status(ctx)
+			if st[1].IORunning == "Connecting" && st[2].IORunning == "Connecting" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica IO threads %q/%q 20s after the primary was killed, want Connecting", st[1].IORunning, st[2].IORunning)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := c.StartNode(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, sandbox.SysbenchDatabase)
+		if _, err := app.Exec("INSERT INTO t_repl VALUES (20, 'after crash')"); err != nil {
+			t.Fatalf("write on restarted primary: %v", err)
+		}
+		pos := queryString(t, rootDB(t, c, 0), "SELECT @@gtid_binlog_pos")
+		waitGTID(t, c, 1, pos)
+		waitGTID(t, c, 2, pos)
+	})
+
 	t.Run("generated config loads", func(t *testing.T) {
 		info, err := os.Stat(c.ConfigPath)
 		if err != nil {
