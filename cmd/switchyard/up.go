@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/switchyard-db/switchyard/internal/admin"
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/controller"
+	"github.com/switchyard-db/switchyard/internal/proxy"
+	"github.com/switchyard-db/switchyard/internal/status"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// roleFlags are the flags of up, proxy and controller.
+type roleFlags struct {
+	id      string
+	pidFile string
+	admin   string
+}
+
+func (r *roleFlags) register(cmd *cobra.Command, role string) {
+	cmd.Flags().StringVar(&r.id, "id", "", "id of this "+role+" in the topology store (default hostname-pid)")
+	cmd.Flags().StringVar(&r.pidFile, "pid-file", "", "write the process id to this file (removed on exit)")
+	cmd.Flags().StringVar(&r.admin, "admin-address", "", "host:port of the admin HTTP endpoint (/healthz, /metrics, /api/status); overrides admin.address, \"off\" disables it")
+}
+
+func newUpCmd(g *globalFlags) *cobra.Command {
+	rf := &roleFlags{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run everything on this machine: embedded etcd (unless etcd.endpoints is set), controller, proxy and admin HTTP",
+		Long: `up runs every role of Switchyard in one process from one config file:
+an embedded single-node etcd (unless etcd.endpoints or --etcd-endpoints names
+an external cluster), the controller, the proxy listeners and the admin HTTP
+endpoint. It refuses to start on an invalid config and names the field.
+Stop it with SIGINT or SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRoles(cmd.Context(), g, rf, true, true, true)
+		},
+	}
+	rf.register(cmd, "process")
+	return cmd
+}
+
+func newProxyCmd(g *globalFlags) *cobra.Command {
+	rf := &roleFlags{}
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run only the proxy role against an external etcd",
+		Long: `proxy serves the listeners of the config, routing from the cluster state it
+watches in etcd. The config comes from --config, or from etcd (written there by
+"switchyard up" or "switchyard config apply") when only --etcd-endpoints is given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRoles(cmd.Context(), g, rf, false, true, false)
+		},
+	}
+	rf.register(cmd, "proxy")
+	return cmd
+}
+
+func newControllerCmd(g *globalFlags) *cobra.Command {
+	rf := &roleFlags{}
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run only the controller role against an external etcd",
+		Long: `controller probes every node, publishes the topology to etcd and, while it is
+the elected leader, executes switchovers. Run several for availability: one is
+leader, the others wait.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRoles(cmd.Context(), g, rf, false, false, true)
+		},
+	}
+	rf.register(cmd, "controller")
+	return cmd
+}
+
+// runRoles runs the chosen roles until SIGINT/SIGTERM.
+func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runProxy, runController bool) error {
+	log, err := g.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	id := rf.id
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	log = log.With("id", id)
+
+	cfg, cfgPath, fileErr := g.loadConfig()
+	if fileErr != nil && (embed || len(g.etcdEndpoints) == 0 || g.configPath != "") {
+		return fmt.Errorf("refusing to start: %w", fileErr)
+	}
+
+	endpoints := g.etcdEndpoints
+	if len(endpoints) == 0 && cfg != nil {
+		endpoints = cfg.Etcd.Endpoints
+	}
+	if embed && len(endpoints) == 0 {
+		dataDir := cfg.Etcd.Embedded.DataDir
+		if !filepath.IsAbs(dataDir) {
+			dataDir = filepath.Join(filepath.Dir(cfgPath), dataDir)
+		}
+		e, err := topo.StartEmbedded(topo.EmbeddedOptions{
+			DataDir:       dataDir,
+			ClientAddress: cfg.Etcd.Embedded.ClientAddress,
+			PeerAddress:   cfg.Etcd.Embedded.PeerAddress,
+			Log:           log,
+		})
+		if err != nil {
+			return fmt.Errorf("start embedded etcd: %w", err)
+		}
+		defer e.Close()
+		endpoints = e.Endpoints()
+		log.Info("embedded etcd started", "endpoints", endpoints, "data_dir", dataDir)
+	}
+	if len(endpoints) == 0 {
+		return errors.New("no etcd: set etcd.endpoints in the config or pass --etcd-endpoints")
+	}
+	dial := 2 * time.Second
+	prefix := g.etcdPrefix
+	if cfg != nil {
+		dial = cfg.Etcd.DialTimeout.D()
+		if prefix == "" {
+			prefix = cfg.Etcd.Prefix
+		}
+	}
+	if prefix == "" {
+		prefix = "/switchyard"
+	}
+	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: endpoints, DialTimeout: dial, Log: log})
+	if err != nil {
+		return fmt.Errorf("connect to etcd: %w", err)
+	}
+	defer st.Close()
+	keys := topo.Keys{Prefix: prefix}
+
+	if cfg != nil && cfgPath != "" {
+		if err := publishConfig(ctx, st, keys, cfg, log); err != nil {
+			return err
+		}
+	} else {
+		cfg, err = configFromStore(ctx, st, keys)
+		if err != nil {
+			return err
+		}
+	}
+
+	if rf.pidFile != "" {
+		if err := os.WriteFile(rf.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			return fmt.Errorf("--pid-file: %w", err)
+		}
+		defer os.Remove(rf.pidFile)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	errc := make(chan error, 2)
+	var ctrl *controller.Controller
+	if runController {
+		ctrl, err = controller.New(controller.Options{Config: cfg, Store: st, Keys: keys, ID: id, Log: log.With("role", "controller"), Registry: reg})
+		if err != nil {
+			return err
+		}
+		go func() { errc <- ctrl.Run(ctx) }()
+	}
+	var srv *proxy.Server
+	if runProxy {
+		srv, err = proxy.New(proxy.Options{Config: cfg, ID: id, Log: log.With("role", "proxy"), Registry: reg})
+		if err != nil {
+			return err
+		}
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		defer srv.Close()
+		go func() { errc <- proxy.Follow(ctx, st, keys, srv) }()
+		for _, l := range cfg.Listeners {
+			log.Info("listener ready", "listener", l.Name, "address", srv.ListenerAddr(l.Name), "cluster", l.Cluster, "role", l.Role)
+		}
+	}
+
+	adminAddr := cfg.Admin.Address
+	if rf.admin != "" {
+		adminAddr = rf.admin
+	}
+	if adminAddr != "off" {
+		a, err := admin.Start(admin.Options{
+			Address:  adminAddr,
+			Gatherer: reg,
+			Status: func(ctx context.Context) (any, error) {
+				return status.Collect(ctx, st, keys, time.Now())
+			},
+			Log: log,
+		})
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		log.Info("admin endpoint ready", "address", a.Addr())
+	}
+
+	log.Info("switchyard running", "proxy", runProxy, "controller", runController, "etcd", endpoints)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		return nil
+	case err := <-errc:
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil
+	}
+}
+
+// publishConfig writes the running config into the store when it differs
+// from what the store holds.
+func publishConfig(ctx context.Context, st topo.Store, keys topo.Keys, cfg *config.Config, log *slog.Logger) error {
+	data, err := cfg.Marshal()
+	if err != nil {
+		return fmt.Errorf("encode config: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := st.Get(cctx, keys.Config())
+	switch {
+	case errors.Is(err, topo.ErrNotFound):
+		_, err = st.Create(cctx, keys.Config(), data)
+	case err == nil:
+		if bytes.Equal(kv.Value, data) {
+			return nil
+		}
+		_, err = st.Update(cctx, keys.Config(), data, kv.Version)
+	}
+	if err != nil {
+		return fmt.Errorf("publish config to etcd: %w", err)
+	}
+	log.Info("config published to etcd", "key", keys.Config())
+	return nil
+}
+
+// configFromStore reads and validates the config kept in the store.
+func configFromStore(ctx context.Context, st topo.Store, keys topo.Keys) (*config.Config, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := st.Get(cctx, keys.Config())
+	if err != nil {
+		if errors.Is(err, topo.ErrNotFound) {
+			return nil, fmt.Errorf("no config in etcd at %s: pass --config FILE or run `switchyard up --config FILE` once", keys.Config())
+		}
+		return nil, fmt.Errorf("read config from etcd: %w", err)
+	}
+	cfg, err := config.Parse(kv.Value)
+	if err != nil {
+		return nil, fmt.Errorf("config in etcd at %s (revision %d): %w", keys.Config(), kv.Version, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config in etcd at %s (revision %d): %w", keys.Config(), kv.Version, err)
+	}
+	return cfg, nil
+}
