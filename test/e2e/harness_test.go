@@ -165,9 +165,9 @@ func (s *stack) appDSN(role, db string) string {
 	return fmt.Sprintf("%s:%s@tcp(%s)/%s?timeout=2s&readTimeout=30s&writeTimeout=30s", s.sb.AppUser, s.sb.AppPassword, s.listener(role), db)
 }
 
-func (s *stack) open(role, db string) *sql.DB {
+func (s *stack) open(role, schema string) *sql.DB {
 	s.t.Helper()
-	db, err := sql.Open("mysql", s.appDSN(role, db))
+	db, err := sql.Open("mysql", s.appDSN(role, schema))
 	if err != nil {
 		s.t.Fatal(err)
 	}
