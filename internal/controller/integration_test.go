@@ -292,6 +292,14 @@ func TestSwitchoverAlternates(t *testing.T) {
 		// config order picks node1.
 		{"", "node1", 0, 1, 2, 3, 3},
 	}
+	// A client holding LOCK TABLES ... WRITE on the primary blocks
+	// SET GLOBAL read_only; the fence kills it and succeeds.
+	locker, err := app.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	mustExecConn(t, locker, "LOCK TABLES ctl_t WRITE")
 	for _, r := range rounds {
 		req := doSwitchover(t, st, r.target)
 		if req.State != topo.RequestDone || req.FromEpoch != r.epoch-1 || req.ToEpoch != r.epoch || req.Target != r.want {

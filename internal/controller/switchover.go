@@ -264,11 +264,29 @@ func gtidOf(flavor string, p topo.Probe) string {
 	return p.GTIDCurrent
 }
 
+// fenceLockWait bounds the first attempt to set read_only, which a client
+// session holding LOCK TABLES ... WRITE blocks; the sessions are then killed
+// and the fence retried.
+const fenceLockWait = 2 * time.Second
+
 // fence makes the old primary read-only, verifies it and kills its client
 // sessions (replication and monitor threads are kept).
 func (s *switchover) fence(ctx context.Context) (string, error) {
 	s.fenced = true // from here on, rollback restores read_only=OFF
-	if err := s.oldPr.SetReadOnly(ctx, true); err != nil {
+	killed := 0
+	fctx, cancel := context.WithTimeout(ctx, fenceLockWait)
+	err := s.oldPr.SetReadOnly(fctx, true)
+	cancel()
+	if k := probe.Classify(err); k == probe.KindLockWait || k == probe.KindTimeout {
+		s.log.Warn("read_only blocked by a client session's lock; killing client sessions and retrying", "node", s.old, "err", err)
+		n, kerr := s.oldPr.KillClientSessions(ctx, s.replUser)
+		if kerr != nil {
+			return "", fmt.Errorf("%w; then killing client sessions failed: %w", err, kerr)
+		}
+		killed += n
+		err = s.oldPr.SetReadOnly(ctx, true)
+	}
+	if err != nil {
 		return "", err
 	}
 	ro, err := s.oldPr.ReadOnly(ctx)
@@ -278,10 +296,11 @@ func (s *switchover) fence(ctx context.Context) (string, error) {
 	if !ro {
 		return "", errors.New("read_only is still OFF after SET GLOBAL read_only=ON")
 	}
-	killed, err := s.oldPr.KillClientSessions(ctx, s.replUser)
+	n, err := s.oldPr.KillClientSessions(ctx, s.replUser)
 	if err != nil {
 		return "", err
 	}
+	killed += n
 	return fmt.Sprintf("read_only=ON, %d client sessions killed", killed), nil
 }
 

@@ -65,11 +65,35 @@ func (p *Prober) ReadOnly(ctx context.Context) (bool, error) {
 
 // SetReadOnly sets the global read_only (MariaDB; MySQL uses super_read_only
 // to fence too). Needs READ_ONLY ADMIN on MariaDB 10.11 (SUPER alone gets
-// error 1227). It may wait for running commits; ctx bounds it.
+// error 1227). Open transactions do not block it, but a session holding
+// LOCK TABLES ... WRITE (or FLUSH TABLES WITH READ LOCK) does: the statement
+// then runs with the session's lock_wait_timeout set from ctx's deadline
+// (one second less, at least one second), so the server itself gives up with
+// error 1205 (KindLockWait) instead of leaving a waiting statement behind
+// when ctx ends; kill the client sessions and retry.
 func (p *Prober) SetReadOnly(ctx context.Context, on bool) error {
+	what := fmt.Sprintf("set read_only=%v", on)
+	db, err := p.admin()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := p.adminDeadline(ctx, 0)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return p.wrap(what, err)
+	}
+	defer conn.Close()
+	wait := 1
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(1, int(time.Until(dl)/time.Second)-1)
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = ?", wait); err != nil {
+		return p.wrap(what, err)
+	}
 	for _, q := range p.d.setReadOnly(on) {
-		if err := p.exec(ctx, fmt.Sprintf("set read_only=%v", on), q); err != nil {
-			return err
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return p.wrap(what, err)
 		}
 	}
 	return nil

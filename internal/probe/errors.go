@@ -40,6 +40,9 @@ const (
 	// KindNetwork: the connection broke or could not be made for another
 	// network reason.
 	KindNetwork Kind = "network"
+	// KindLockWait: MySQL error 1205 (ER_LOCK_WAIT_TIMEOUT): a statement
+	// gave up waiting for a lock another session holds.
+	KindLockWait Kind = "lock_wait_timeout"
 	// KindQuery: connected, but a statement failed for another reason.
 	KindQuery Kind = "query_error"
 )
@@ -48,21 +51,16 @@ const (
 // Knowledge Base, "MariaDB Error Codes"; MySQL 8 "Server Error Message
 // Reference").
 const (
-	erConCount           = 1040
-	erAccessDenied       = 1045
-	erDBAccessDenied     = 1044
-	erHostIsBlocked      = 1129
-	erTableAccessDenied  = 1142
-	erTooManyUserConns   = 1203
-	erSpecificAccess     = 1227
-	erProcAccessDenied   = 1370
-	erNoSuchThread       = 1094
-	erUnknownSystemVar   = 1193
-	erNotSupportedYet    = 1235
-	erSlaveMustStop      = 1198 // ER_SLAVE_MUST_STOP
-	erSlaveNotRunning    = 1199 // ER_SLAVE_NOT_RUNNING (warning level on STOP SLAVE)
-	erWrongValueForVar   = 1231
-	erUnknownErrorNumber = 1105
+	erConCount          = 1040
+	erAccessDenied      = 1045
+	erDBAccessDenied    = 1044
+	erNoSuchThread      = 1094
+	erHostIsBlocked     = 1129
+	erTableAccessDenied = 1142
+	erTooManyUserConns  = 1203
+	erLockWaitTimeout   = 1205
+	erSpecificAccess    = 1227
+	erProcAccessDenied  = 1370
 )
 
 // Classify names the kind of err. A nil error is KindOK.
@@ -81,6 +79,8 @@ func Classify(err error) Kind {
 			return KindHostBlocked
 		case erSpecificAccess, erTableAccessDenied, erDBAccessDenied, erProcAccessDenied:
 			return KindPrivilege
+		case erLockWaitTimeout:
+			return KindLockWait
 		}
 		return KindQuery
 	}

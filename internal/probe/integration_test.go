@@ -60,6 +60,25 @@ func TestProbeSandbox(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS probe_t (id INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
+	// A session holding LOCK TABLES ... WRITE blocks SET GLOBAL read_only;
+	// the server gives up by itself (lock_wait_timeout from the deadline).
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES probe_t WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	begin := time.Now()
+	err = primary.SetReadOnly(lctx, true)
+	lcancel()
+	t.Logf("SetReadOnly under LOCK TABLES: %v after %s", err, time.Since(begin).Round(time.Millisecond))
+	if Classify(err) != KindLockWait {
+		t.Fatalf("SetReadOnly while a table is write-locked = %v (kind %s); want %s", err, Classify(err), KindLockWait)
+	}
+	if ro, err := primary.ReadOnly(ctx); err != nil || ro {
+		t.Fatalf("ReadOnly after the failed fence = %v, %v; want false", ro, err)
+	}
+	if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
 	if err := primary.SetReadOnly(ctx, true); err != nil {
 		t.Fatalf("SetReadOnly(true): %v", err)
 	}
