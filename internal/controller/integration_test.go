@@ -502,3 +502,31 @@ func TestAbandonedSwitchoverUnfencesOldPrimary(t *testing.T) {
 	}
 	waitState(t, st, 20*testInterval, "replicas serving", discovered)
 }
+
+// A leader that dies after promoting the target but before publishing
+// leaves phase switching with the old primary fenced and the target
+// writable; the next leader publishes the target with the next epoch.
+func TestAbandonedSwitchoverAfterPromotion(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	mustExec(t, rootDB(t, c, 0), "SET GLOBAL read_only = ON")
+	node2 := rootDB(t, c, 1)
+	mustExec(t, node2, "STOP SLAVE")
+	mustExec(t, node2, "RESET SLAVE ALL")
+	mustExec(t, node2, "SET GLOBAL read_only = OFF")
+	b, _ := json.Marshal(topo.ClusterState{Cluster: sandbox.ClusterName, Primary: "node1", Epoch: 1,
+		Phase: topo.PhaseSwitching, Target: "node2", Leader: "dead-leader"})
+	if _, err := st.Create(context.Background(), testKeys.ClusterState(sandbox.ClusterName), b); err != nil {
+		t.Fatal(err)
+	}
+	runController(t, testConfig(c), st, "ctl-a")
+	s := waitState(t, st, 15*time.Second, "phase stable", func(s topo.ClusterState) bool {
+		return s.Phase == topo.PhaseStable && s.Leader == "ctl-a"
+	})
+	if s.Primary != "node2" || s.Epoch != 2 {
+		t.Fatalf("resolved state: primary %s epoch %d; want node2 2", s.Primary, s.Epoch)
+	}
+	if ro := queryInt(t, rootDB(t, c, 0), "SELECT @@read_only"); ro != 1 {
+		t.Fatalf("old primary read_only=%d: it must stay fenced once the target is primary", ro)
+	}
+}
