@@ -175,9 +175,15 @@ func (s *stack) open(role, schema string) *sql.DB {
 	return db
 }
 
-// direct opens a root-free monitor connection straight to node i.
+// direct opens a root connection straight to node i (over its unix socket).
 func (s *stack) direct(i int) *sql.DB {
-	return sandboxtest.DB(s.t, s.sb, i, s.sb.MonitorUser, s.sb.MonitorPassword, "")
+	s.t.Helper()
+	db, err := sql.Open("mysql", s.sb.RootDSN(i))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // cli runs the switchyard binary against the stack's etcd.
