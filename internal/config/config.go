@@ -49,6 +49,11 @@ type Config struct {
 	// Switchover controls planned switchovers.
 	// Type: mapping (switchover).
 	Switchover SwitchoverConfig `yaml:"switchover"`
+	// Versioning is the `config:` section: how many applied revisions the
+	// topology store keeps and which pushes `switchyard config apply`,
+	// `rollback`, `up` and every proxy and controller refuse as destructive.
+	// Type: mapping (config).
+	Versioning VersioningConfig `yaml:"config"`
 }
 
 // EtcdConfig locates the topology store.
@@ -265,6 +270,46 @@ type SwitchoverConfig struct {
 	CatchupTimeout Duration `yaml:"catchup_timeout"`
 }
 
+// VersioningConfig is the `config:` section: the revision history kept in
+// the topology store and the destructive-change guard.
+type VersioningConfig struct {
+	// HistoryLimit is how many revisions the store keeps (the newest; older
+	// ones are deleted when a new one is applied). `switchyard config
+	// rollback --to N` needs revision N among them.
+	// Type: integer (1..10000). Default: 100.
+	HistoryLimit int `yaml:"history_limit"`
+	// Guard is the destructive-change guard.
+	// Type: mapping (config.guard).
+	Guard GuardConfig `yaml:"guard"`
+}
+
+// GuardConfig tunes the destructive-change guard (see Guard). The limits of
+// the revision being replaced apply, so a config cannot loosen its own guard
+// and use the looser limit in the same push.
+type GuardConfig struct {
+	// MaxRemovedFraction is the largest fraction of routes (listener →
+	// cluster → node paths, see Config.Routes) one revision may remove
+	// without --allow-destructive. 0 refuses any removal; 1 allows any short
+	// of an empty config.
+	// Type: number (0..1). Default: 0.2.
+	MaxRemovedFraction *float64 `yaml:"max_removed_fraction"`
+}
+
+// DefaultHistoryLimit is the default of config.history_limit.
+const DefaultHistoryLimit = 100
+
+// DefaultMaxRemovedFraction is the default of config.guard.max_removed_fraction.
+const DefaultMaxRemovedFraction = 0.2
+
+// MaxRemovedFraction returns config.guard.max_removed_fraction, or its
+// default when unset.
+func (c *Config) MaxRemovedFraction() float64 {
+	if c.Versioning.Guard.MaxRemovedFraction == nil {
+		return DefaultMaxRemovedFraction
+	}
+	return *c.Versioning.Guard.MaxRemovedFraction
+}
+
 // Duration is a time.Duration written in YAML as a Go duration string ("1s",
 // "500ms").
 type Duration time.Duration
@@ -373,6 +418,13 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Switchover.CatchupTimeout == 0 {
 		c.Switchover.CatchupTimeout = Duration(10 * time.Second)
+	}
+	if c.Versioning.HistoryLimit == 0 {
+		c.Versioning.HistoryLimit = DefaultHistoryLimit
+	}
+	if c.Versioning.Guard.MaxRemovedFraction == nil {
+		f := DefaultMaxRemovedFraction
+		c.Versioning.Guard.MaxRemovedFraction = &f
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-var defaultRE = regexp.MustCompile(`Default: ("[^"]*"|[^\s.]+)\.`)
+var defaultRE = regexp.MustCompile(`Default: ("[^"]*"|\S+?)\.(?:\s|$)`)
 
 // fieldDocs returns, per struct type in config.go, the doc comment of each
 // field.

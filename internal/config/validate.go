@@ -61,6 +61,7 @@ func (c *Config) Validate() error {
 	c.validateListeners(v)
 	c.validateTimings(v)
 	c.validateListenAddresses(v)
+	c.validateVersioning(v)
 	return errors.Join(v.errs...)
 }
 
