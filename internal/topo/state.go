@@ -10,7 +10,9 @@ import (
 
 // Keys builds the store's key layout under a prefix (config etcd.prefix):
 //
-//	<prefix>/config                          current config (YAML)
+//	<prefix>/config/current                  current config revision (JSON, configstore.Revision)
+//	<prefix>/config/history/<rev>            past revisions, rev zero-padded to 12 digits
+//	<prefix>/config/consumers/<id>           revision a proxy/controller applied (JSON), leased
 //	<prefix>/clusters/<cluster>/state        ClusterState (JSON)
 //	<prefix>/clusters/<cluster>/requests/<id> Request (JSON), operator → leader
 //	<prefix>/proxies/<id>                    ProxyRegistration (JSON), leased
@@ -18,8 +20,25 @@ import (
 //	<prefix>/election/controller             controller leader election
 type Keys struct{ Prefix string }
 
-// Config is the key of the current config document.
-func (k Keys) Config() string { return path.Join(k.Prefix, "config") }
+// Config is the key of the current config revision document (see package
+// configstore). It is written only by compare-and-swap.
+func (k Keys) Config() string { return path.Join(k.Prefix, "config", "current") }
+
+// ConfigHistory is the prefix of the config revision history (trailing
+// slash). Keys under it sort by revision.
+func (k Keys) ConfigHistory() string { return path.Join(k.Prefix, "config", "history") + "/" }
+
+// ConfigRevision is the key of revision rev in the history, zero-padded to
+// 12 digits so that keys sort by revision.
+func (k Keys) ConfigRevision(rev int64) string { return fmt.Sprintf("%s%012d", k.ConfigHistory(), rev) }
+
+// ConfigConsumers is the prefix of the reports of every config consumer
+// (proxy, controller): which revision it applied and its alarm (trailing
+// slash).
+func (k Keys) ConfigConsumers() string { return path.Join(k.Prefix, "config", "consumers") + "/" }
+
+// ConfigConsumer is the key of one consumer's report.
+func (k Keys) ConfigConsumer(id string) string { return k.ConfigConsumers() + id }
 
 // ClusterState is the key of a cluster's state.
 func (k Keys) ClusterState(cluster string) string {
@@ -134,8 +153,8 @@ type Probe struct {
 	IORunning  string `json:"io_running,omitempty"`
 	SQLRunning bool   `json:"sql_running"`
 	// LagSeconds is Seconds_Behind_Master; nil when NULL.
-	LagSeconds  *int64 `json:"lag_seconds,omitempty"`
-	LastIOError string `json:"last_io_error,omitempty"`
+	LagSeconds   *int64 `json:"lag_seconds,omitempty"`
+	LastIOError  string `json:"last_io_error,omitempty"`
 	LastSQLError string `json:"last_sql_error,omitempty"`
 	// GTIDCurrent, GTIDSlave, GTIDBinlog are MariaDB's gtid_current_pos,
 	// gtid_slave_pos and gtid_binlog_pos; GTIDExecuted is MySQL's gtid_executed.
@@ -157,8 +176,17 @@ type ProxyRegistration struct {
 	Epochs map[string]int64 `json:"epochs"`
 	// Listeners are the addresses the proxy serves.
 	Listeners []string `json:"listeners"`
-	StartedAt time.Time `json:"started_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	// Sessions is the number of open client sessions per listener name. The
+	// destructive-change guard reads it; a proxy that leaves it nil is taken
+	// to carry sessions on every listener.
+	Sessions map[string]int `json:"sessions,omitempty"`
+	// ConfigRev is the config revision the proxy has applied (0: unknown).
+	ConfigRev int64 `json:"config_rev,omitempty"`
+	// ConfigAlarm says why the proxy refused the current config revision and
+	// keeps serving ConfigRev ("" when it applied the current one).
+	ConfigAlarm string    `json:"config_alarm,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // Request kinds.
