@@ -85,7 +85,7 @@ func NewEtcd(cfg EtcdOptions) (Store, error) {
 		DialTimeout:          dial,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
-		Logger:               newZapLogger(cfg.Log, "etcd-client", zapcore.WarnLevel, nil),
+		Logger:               newZapLogger(cfg.Log, "etcd-client", zapcore.WarnLevel, clientRetryNoise),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("topo: connect to etcd at %s: %w", strings.Join(eps, ","), err)
@@ -108,6 +108,11 @@ func NewEtcd(cfg EtcdOptions) (Store, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
+
+// clientRetryNoise reports the etcd client's log of a failed request
+// attempt: the error is returned to the caller, which decides what it
+// means (a cancelled context is routine), so it is logged at debug level.
+func clientRetryNoise(msg string) bool { return msg == "retrying of unary invoker failed" }
 
 // ParseEndpoints normalises etcd endpoints to "http://host:port" URLs.
 // Each argument may hold several endpoints separated by commas (as in

@@ -251,6 +251,12 @@ func (l *etcdLeader) Update(ctx context.Context, key string, value []byte, expec
 	if l.lost() {
 		return 0, l.notLeader("update", key)
 	}
+	return l.guardedUpdate(ctx, key, value, expect)
+}
+
+// guardedUpdate is Update without the local Done check: etcd alone decides,
+// by the election key's create revision, whether we still lead.
+func (l *etcdLeader) guardedUpdate(ctx context.Context, key string, value []byte, expect Version) (Version, error) {
 	v, err := l.s.update(ctx, key, value, expect, l.guard)
 	if errors.Is(err, errGuard) {
 		l.lose()

@@ -28,6 +28,45 @@ func TestEtcd(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) topo.Store {
 		return expiringStore{Store: topotest.Connect(t, endpoints), admin: admin, t: t}
 	})
+	t.Run("GuardRefusesOldLeader", func(t *testing.T) {
+		// The leader's writes are refused by etcd itself once its election
+		// key is gone, before it has noticed (Done not yet checked).
+		ctx := context.Background()
+		a, b := topotest.Connect(t, endpoints), topotest.Connect(t, endpoints)
+		const el = "/guard/election"
+		la, err := a.Campaign(ctx, el, "ctl-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := la.Create(ctx, "/guard/state", []byte("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Delete(ctx, el+"/", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Campaign(ctx, el, "ctl-b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lb.Resign(ctx)
+		_, err = topo.UpdateSkippingDone(ctx, la, "/guard/state", []byte("stale leader"), v)
+		if !errors.Is(err, topo.ErrNotLeader) {
+			t.Fatalf("old leader's guarded update: %v, want ErrNotLeader", err)
+		}
+		if _, err := lb.Update(ctx, "/guard/state", []byte("b"), v); err != nil {
+			t.Fatalf("new leader's update: %v", err)
+		}
+		kv, err := b.Get(ctx, "/guard/state")
+		if err != nil || string(kv.Value) != "b" {
+			t.Fatalf("state = %q, %v; want the new leader's write only", kv.Value, err)
+		}
+		select {
+		case <-la.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("old leader's Done not closed")
+		}
+	})
 	t.Run("ErrorsAreWrapped", func(t *testing.T) {
 		s := topotest.Connect(t, endpoints)
 		ctx, cancel := context.WithCancel(context.Background())

@@ -36,9 +36,10 @@ type memEntry struct {
 }
 
 type memLease struct {
-	id   int64
-	keys map[string]struct{}
-	done chan struct{}
+	id       int64
+	keys     map[string]struct{}
+	done     chan struct{}
+	election bool // the session of a campaign
 }
 
 // NewMemory returns an empty in-memory store. Its dynamic type is *Memory,
@@ -156,6 +157,12 @@ func (m *Memory) Delete(ctx context.Context, key string, expect Version) error {
 	}
 	if expect != 0 && e.mod != int64(expect) {
 		return fmt.Errorf("topo: delete %s at version %d: %w", key, expect, ErrBadVersion)
+	}
+	if l := m.leases[e.lease]; l != nil && l.election {
+		// Deleting an election key ends that leadership (or candidacy),
+		// as the etcd store's leader watch does.
+		m.expireLocked(l.id)
+		return nil
 	}
 	m.deleteLocked(key)
 	return nil
@@ -318,6 +325,7 @@ func (m *Memory) Campaign(ctx context.Context, election, id string) (Leader, err
 	prefix := election + "/"
 	for {
 		l := m.newLeaseLocked()
+		l.election = true
 		key := fmt.Sprintf("%s%x", prefix, l.id)
 		m.putLocked(key, []byte(id), l.id)
 		create := m.data[key].create

@@ -595,9 +595,9 @@ func testLeaderLostOnKeyDelete(t *testing.T, s topo.Store, p string) {
 	if err := s.Delete(ctx, kvs[0].Key, 0); err != nil {
 		t.Fatal(err)
 	}
+	closed(t, a.Done(), "Done after the election key was deleted")
 	_, err = a.Create(ctx, p+"state", []byte("a"))
 	wantErr(t, "create after the election key was deleted", err, topo.ErrNotLeader)
-	closed(t, a.Done(), "Done after the election key was deleted")
 	b := won(t, campaign(ctx, s, el, "ctl-b"), "ctl-b")
 	b.Resign(ctx)
 }
