@@ -165,6 +165,7 @@ func (s *etcdStore) isClosed() bool {
 	return s.closed
 }
 
+// Get is a linearizable etcd range read of one key.
 func (s *etcdStore) Get(ctx context.Context, key string) (KV, error) {
 	if s.isClosed() {
 		return KV{}, s.wrap("get", key, ErrClosed)
@@ -179,6 +180,7 @@ func (s *etcdStore) Get(ctx context.Context, key string) (KV, error) {
 	return toKV(resp.Kvs[0]), nil
 }
 
+// List is a linearizable prefix read, sorted by key.
 func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, error) {
 	if s.isClosed() {
 		return nil, s.wrap("list", prefix, ErrClosed)
@@ -191,14 +193,18 @@ func (s *etcdStore) List(ctx context.Context, prefix string) ([]KV, error) {
 	return toKVs(resp.Kvs), nil
 }
 
+// Create: txn if CreateRevision(key) == 0 then put.
 func (s *etcdStore) Create(ctx context.Context, key string, value []byte) (Version, error) {
 	return s.create(ctx, key, value, nil)
 }
 
+// Update: txn if CreateRevision(key) > 0 and ModRevision(key) == expect
+// then put, else count the key to tell ErrNotFound from ErrBadVersion.
 func (s *etcdStore) Update(ctx context.Context, key string, value []byte, expect Version) (Version, error) {
 	return s.update(ctx, key, value, expect, nil)
 }
 
+// Delete: txn if the key exists (and ModRevision(key) == expect) then delete.
 func (s *etcdStore) Delete(ctx context.Context, key string, expect Version) error {
 	conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), ">", 0)}
 	if expect != 0 {
@@ -301,6 +307,10 @@ func (s *etcdStore) cas(ctx context.Context, opName, key string, conds []clientv
 	return casResult{exists: exists}, nil
 }
 
+// Watch reads the prefix, then watches it from the next revision, so no
+// change between the read and the watch is missed. Compaction, a member
+// cut off from the quorum (WithRequireLeader) or a closed client end the
+// watch with an Err event.
 func (s *etcdStore) Watch(ctx context.Context, prefix string) ([]KV, <-chan WatchEvent, error) {
 	if s.isClosed() {
 		return nil, nil, s.wrap("watch", prefix, ErrClosed)
@@ -359,6 +369,8 @@ func (s *etcdStore) Watch(ctx context.Context, prefix string) ([]KV, <-chan Watc
 	return initial, out, nil
 }
 
+// Close resigns every leadership and revokes every registration (bounded
+// by 2s), then closes the client.
 func (s *etcdStore) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -24,6 +24,9 @@ func (s *etcdStore) Campaign(ctx context.Context, election, id string) (Leader, 
 			return nil, s.wrap("campaign", election, ErrClosed)
 		}
 		l, retry, err := s.campaignOnce(ctx, election, id)
+		if err != nil && s.isClosed() {
+			return nil, s.wrap("campaign", election, ErrClosed)
+		}
 		if err == nil || !retry || ctx.Err() != nil {
 			if err != nil && ctx.Err() != nil {
 				err = s.wrap("campaign", election, ctx.Err())
@@ -128,6 +131,7 @@ func closeSession(s *etcdStore, sess *concurrency.Session) {
 	}
 }
 
+// Leader reads the value of the oldest key of the election.
 func (s *etcdStore) Leader(ctx context.Context, election string) (string, error) {
 	if s.isClosed() {
 		return "", s.wrap("leader", election, ErrClosed)

@@ -79,6 +79,7 @@ func (m *Memory) begin(ctx context.Context, op, key string) error {
 	return nil
 }
 
+// Get implements Store.Get.
 func (m *Memory) Get(ctx context.Context, key string) (KV, error) {
 	if err := m.begin(ctx, "get", key); err != nil {
 		return KV{}, err
@@ -91,6 +92,7 @@ func (m *Memory) Get(ctx context.Context, key string) (KV, error) {
 	return e.kv(key), nil
 }
 
+// List implements Store.List.
 func (m *Memory) List(ctx context.Context, prefix string) ([]KV, error) {
 	if err := m.begin(ctx, "list", prefix); err != nil {
 		return nil, err
@@ -110,6 +112,7 @@ func (m *Memory) listLocked(prefix string) []KV {
 	return out
 }
 
+// Create implements Store.Create.
 func (m *Memory) Create(ctx context.Context, key string, value []byte) (Version, error) {
 	if err := m.begin(ctx, "create", key); err != nil {
 		return 0, err
@@ -125,6 +128,8 @@ func (m *Memory) createLocked(key string, value []byte) (Version, error) {
 	return Version(m.putLocked(key, value, 0)), nil
 }
 
+// Update implements Store.Update. Like an etcd put, it detaches the key
+// from any lease.
 func (m *Memory) Update(ctx context.Context, key string, value []byte, expect Version) (Version, error) {
 	if err := m.begin(ctx, "update", key); err != nil {
 		return 0, err
@@ -146,6 +151,8 @@ func (m *Memory) updateLocked(key string, value []byte, expect Version) (Version
 	return Version(m.putLocked(key, value, 0)), nil
 }
 
+// Delete implements Store.Delete. Deleting an election key ends that
+// leadership, as in the etcd store.
 func (m *Memory) Delete(ctx context.Context, key string, expect Version) error {
 	if err := m.begin(ctx, "delete", key); err != nil {
 		return err
@@ -244,6 +251,8 @@ func (m *Memory) expireLocked(id int64) {
 	close(l.done)
 }
 
+// Watch implements Store.Watch. Events are queued without bound, so
+// writers never wait for slow watchers.
 func (m *Memory) Watch(ctx context.Context, prefix string) ([]KV, <-chan WatchEvent, error) {
 	if err := m.begin(ctx, "watch", prefix); err != nil {
 		return nil, nil, err
@@ -365,6 +374,7 @@ func (m *Memory) oldestLocked(prefix string) (string, bool) {
 	return best, bestRev != 0
 }
 
+// Leader implements Store.Leader.
 func (m *Memory) Leader(ctx context.Context, election string) (string, error) {
 	if err := m.begin(ctx, "leader", election); err != nil {
 		return "", err

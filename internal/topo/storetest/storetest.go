@@ -699,11 +699,21 @@ func testClose(t *testing.T, s topo.Store, p string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bch := campaign(ctx, s, p+"election", "ctl-b")
+	waitCampaigners(t, s, p+"election", 2)
 	if err := s.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	closed(t, l.Done(), "leader Done after Close")
 	closed(t, reg.Done(), "lease Done after Close")
+	select {
+	case r := <-bch:
+		if r.err == nil {
+			t.Fatal("campaign blocked at Close won leadership of a closed store")
+		}
+	case <-time.After(wait):
+		t.Fatalf("campaign blocked at Close did not return within %s", wait)
+	}
 	_, err = s.Get(ctx, p+"reg")
 	wantErr(t, "get after close", err, topo.ErrClosed)
 	_, err = s.Create(ctx, p+"x", nil)
