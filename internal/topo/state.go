@@ -18,6 +18,7 @@ import (
 //	<prefix>/proxies/<id>                    ProxyRegistration (JSON), leased
 //	<prefix>/controllers/<id>                ControllerRegistration (JSON), leased
 //	<prefix>/election/controller             controller leader election
+//	<prefix>/events/<cluster>/<id>           Event (JSON), written by the leader, bounded
 type Keys struct{ Prefix string }
 
 // Config is the key of the current config revision document (see package
@@ -78,6 +79,10 @@ const (
 	PhaseStable = "stable"
 	// PhaseSwitching: a switchover from Primary to Target is in progress.
 	PhaseSwitching = "switching"
+	// PhaseFailover: an emergency failover from OldPrimary to Target is in
+	// progress. Primary is "" so that no proxy routes writes anywhere until
+	// the new primary is published (in the same Epoch, Phase back to stable).
+	PhaseFailover = "failover"
 )
 
 // Node roles as discovered.
@@ -105,6 +110,29 @@ type ClusterState struct {
 	Leader string `json:"leader"`
 	// UpdatedAt is when the controller wrote it.
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// OldPrimary is the primary being replaced during PhaseFailover.
+	OldPrimary string `json:"old_primary,omitempty"`
+	// Maintenance is set while maintenance mode is on: automatic failover
+	// is blocked, everything else goes on.
+	Maintenance *Maintenance `json:"maintenance,omitempty"`
+	// FailoverBlock is set after a failover: automatic failover stays
+	// blocked until Until or until an operator acknowledges (switchyard ack).
+	FailoverBlock *FailoverBlock `json:"failover_block,omitempty"`
+	// AutoDisabled says why automatic failover was disabled for the cluster
+	// (a recovery failed or timed out); "" when it is not. `switchyard ack`
+	// clears it.
+	AutoDisabled string `json:"auto_disabled,omitempty"`
+	// Alarms are conditions an operator must look at (failed recovery,
+	// missing privileges, quarantined nodes), newest last.
+	Alarms []Alarm `json:"alarms,omitempty"`
+	// Analysis are the analysis codes of the last probe round.
+	Analysis []AnalysisEntry `json:"analysis,omitempty"`
+	// Quarantined are nodes never routed to nor promoted, by name, with
+	// the reason (e.g. errant GTIDs on a returning old primary).
+	Quarantined map[string]string `json:"quarantined,omitempty"`
+	// LastFailover records the most recent failover.
+	LastFailover *FailoverRecord `json:"last_failover,omitempty"`
 }
 
 // Node returns the node named name, or nil.
@@ -167,6 +195,24 @@ type Probe struct {
 	BufferPoolPagesData  int64 `json:"buffer_pool_pages_data,omitempty"`
 	BufferPoolPagesTotal int64 `json:"buffer_pool_pages_total,omitempty"`
 	ThreadsConnected     int64 `json:"threads_connected,omitempty"`
+
+	// ErrorKind classifies Error (probe.Kind: refused, timeout,
+	// too_many_connections, access_denied, network, ...); "" when the
+	// probe completed.
+	ErrorKind string `json:"error_kind,omitempty"`
+	// ThreadsRunning is the Threads_running status variable.
+	ThreadsRunning int64 `json:"threads_running,omitempty"`
+	// GTIDIO is MariaDB's Gtid_IO_Pos: the GTIDs the replica has received
+	// into its relay log (applied or not).
+	GTIDIO string `json:"gtid_io,omitempty"`
+	// HeartbeatsReceived is Slave_received_heartbeats and HeartbeatPeriod
+	// Slave_heartbeat_period (seconds); with SourceLogFile/ReadSourceLogPos
+	// (Master_Log_File/Read_Master_Log_Pos) they tell whether the IO thread
+	// still hears from its source between probes.
+	HeartbeatsReceived int64   `json:"heartbeats_received,omitempty"`
+	HeartbeatPeriod    float64 `json:"heartbeat_period,omitempty"`
+	SourceLogFile      string  `json:"source_log_file,omitempty"`
+	ReadSourceLogPos   int64   `json:"read_source_log_pos,omitempty"`
 }
 
 // ProxyRegistration is what a live proxy writes under its lease.
@@ -184,7 +230,12 @@ type ProxyRegistration struct {
 	ConfigRev int64 `json:"config_rev,omitempty"`
 	// ConfigAlarm says why the proxy refused the current config revision and
 	// keeps serving ConfigRev ("" when it applied the current one).
-	ConfigAlarm string    `json:"config_alarm,omitempty"`
+	ConfigAlarm string `json:"config_alarm,omitempty"`
+	// Backends is the proxy's own view of whether each node answers,
+	// rewritten when a node's reachability changes. Failure detection
+	// counts it: a primary is dead only if a quorum of proxies cannot
+	// reach it either.
+	Backends []BackendReach `json:"backends,omitempty"`
 	StartedAt   time.Time `json:"started_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
@@ -192,6 +243,13 @@ type ProxyRegistration struct {
 // Request kinds.
 const (
 	RequestSwitchover = "switchover"
+	// RequestFailover: emergency failover (or, with PlanOnly, its plan).
+	RequestFailover = "failover"
+	// RequestMaintenance: maintenance mode on or off (Action).
+	RequestMaintenance = "maintenance"
+	// RequestAck: acknowledge a failover (lifts the block and re-enables
+	// automatic failover).
+	RequestAck = "ack"
 )
 
 // Request states.
@@ -220,6 +278,22 @@ type Request struct {
 	// FromEpoch and ToEpoch are filled when done.
 	FromEpoch int64 `json:"from_epoch,omitempty"`
 	ToEpoch   int64 `json:"to_epoch,omitempty"`
+
+	// Force allows a failover to a candidate that safety checks refuse
+	// (behind another replica, lagging); Reason must say why and is
+	// recorded in the events.
+	Force bool `json:"force,omitempty"`
+	// Reason is the operator's reason (maintenance, forced failover, ack).
+	Reason string `json:"reason,omitempty"`
+	// PlanOnly asks for the failover plan without acting.
+	PlanOnly bool `json:"plan_only,omitempty"`
+	// Action is "on" or "off" for RequestMaintenance.
+	Action string `json:"action,omitempty"`
+	// By names who asked (user@host), for the events.
+	By string `json:"by,omitempty"`
+	// Plan is the failover plan the leader computed (PlanOnly, and every
+	// failover request).
+	Plan *FailoverPlan `json:"plan,omitempty"`
 }
 
 // GetJSON reads key and decodes its JSON value into v.
