@@ -235,9 +235,9 @@ type ProxyRegistration struct {
 	// rewritten when a node's reachability changes. Failure detection
 	// counts it: a primary is dead only if a quorum of proxies cannot
 	// reach it either.
-	Backends []BackendReach `json:"backends,omitempty"`
-	StartedAt   time.Time `json:"started_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	Backends  []BackendReach `json:"backends,omitempty"`
+	StartedAt time.Time      `json:"started_at"`
+	UpdatedAt time.Time      `json:"updated_at"`
 }
 
 // Request kinds.
