@@ -64,8 +64,9 @@ type Result struct {
 	Diff config.Diff
 	// Violations are the guard's reasons; on success they were overridden.
 	Violations []config.Violation
-	// Repaired is set when the current key held an invalid value that this
-	// revision replaced; it says what was wrong.
+	// Repaired is set when the current key was missing or held an invalid
+	// value (written around Apply) that this revision replaced; it says what
+	// was wrong.
 	Repaired string
 	// Warnings are problems after the revision was written (history
 	// bookkeeping); the revision is applied regardless.
@@ -224,8 +225,11 @@ func Apply(ctx context.Context, st topo.Store, keys topo.Keys, ch Change) (*Resu
 		return nil, fmt.Errorf("configstore: write %s: %w", keys.Config(), err)
 	}
 	res.Revision = rev
-	if s.CurrentErr != nil {
+	switch {
+	case s.CurrentErr != nil:
 		res.Repaired = s.CurrentErr.Error()
+	case s.Version == 0 && s.Base != nil:
+		res.Repaired = "the current config key was missing"
 	}
 
 	if err := writeHistory(ctx, st, keys.ConfigRevision(rev.Rev), doc); err != nil {
