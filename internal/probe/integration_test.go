@@ -40,6 +40,11 @@ func TestProbeSandbox(t *testing.T) {
 		rp.SourcePort != c.Nodes[0].Port || rp.LagSeconds == nil || rp.GTIDSlave == "" {
 		t.Fatalf("replica probe = %+v: want a running replica of port %d", rp, c.Nodes[0].Port)
 	}
+	// IO-thread liveness columns (MariaDB SHOW ALL SLAVES STATUS): the
+	// sandbox sets MASTER_HEARTBEAT_PERIOD=1.
+	if rp.HeartbeatPeriod != 1 || rp.GTIDIO == "" || rp.SourceLogFile == "" || rp.ReadSourceLogPos == 0 {
+		t.Fatalf("replica probe = %+v: want heartbeat period 1, Gtid_IO_Pos, Master_Log_File and Read_Master_Log_Pos", rp)
+	}
 
 	for _, pr := range []*Prober{primary, replica} {
 		missing, err := pr.CheckGrants(ctx)

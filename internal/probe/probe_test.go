@@ -35,7 +35,15 @@ func TestParseReplicaStatus(t *testing.T) {
 		{
 			name: "mariadb running", cols: mariaCols,
 			rows: [][]sql.NullString{{ns(""), ns("x"), ns("127.0.0.1"), ns("3306"), ns("Yes"), ns("Yes"), ns("3"), ns(""), ns(""), ns("0-1-5")}},
-			want: replicaStatus{SourceHost: "127.0.0.1", SourcePort: 3306, IORunning: "Yes", SQLRunning: true, Lag: lag(3)}, wantOK: true,
+			want: replicaStatus{SourceHost: "127.0.0.1", SourcePort: 3306, IORunning: "Yes", SQLRunning: true, Lag: lag(3), GTIDIOPos: "0-1-5"}, wantOK: true,
+		},
+		{
+			name: "mariadb IO progress columns",
+			cols: append(append([]string(nil), mariaCols...), "Master_Log_File", "Read_Master_Log_Pos", "Slave_received_heartbeats", "Slave_heartbeat_period"),
+			rows: [][]sql.NullString{{ns(""), ns("x"), ns("h"), ns("3306"), ns("Yes"), ns("Yes"), ns("0"), ns(""), ns(""), ns("0-1-9"),
+				ns("mariadb-bin.000002"), ns("1234"), ns("17"), ns("1.000")}},
+			want: replicaStatus{SourceHost: "h", SourcePort: 3306, IORunning: "Yes", SQLRunning: true, Lag: lag(0), GTIDIOPos: "0-1-9",
+				SourceLogFile: "mariadb-bin.000002", ReadSourceLogPos: 1234, HeartbeatsReceived: 17, HeartbeatPeriod: 1}, wantOK: true,
 		},
 		{
 			name: "mariadb lag NULL, io connecting", cols: mariaCols,

@@ -194,10 +194,12 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 		pr.IORunning, pr.SQLRunning = rs.IORunning, rs.SQLRunning
 		pr.LagSeconds = rs.Lag
 		pr.LastIOError, pr.LastSQLError = rs.LastIOError, rs.LastSQLError
+		pr.GTIDIO, pr.HeartbeatsReceived, pr.HeartbeatPeriod = rs.GTIDIOPos, rs.HeartbeatsReceived, rs.HeartbeatPeriod
+		pr.SourceLogFile, pr.ReadSourceLogPos = rs.SourceLogFile, rs.ReadSourceLogPos
 	}
 
 	const statusQuery = "SHOW GLOBAL STATUS WHERE Variable_name IN " +
-		"('Innodb_buffer_pool_pages_data', 'Innodb_buffer_pool_pages_total', 'Threads_connected')"
+		"('Innodb_buffer_pool_pages_data', 'Innodb_buffer_pool_pages_total', 'Threads_connected', 'Threads_running')"
 	srows, err := conn.QueryContext(ctx, statusQuery)
 	if err != nil {
 		return fail("SHOW GLOBAL STATUS", err)
@@ -216,6 +218,8 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 			pr.BufferPoolPagesTotal = n
 		case "Threads_connected":
 			pr.ThreadsConnected = n
+		case "Threads_running":
+			pr.ThreadsRunning = n
 		}
 	}
 	if err := srows.Err(); err != nil {

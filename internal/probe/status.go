@@ -17,6 +17,13 @@ type replicaStatus struct {
 	Lag          *int64
 	LastIOError  string
 	LastSQLError string
+	// IO-thread progress (MariaDB SHOW ALL SLAVES STATUS; zero when the
+	// column is absent, e.g. on MySQL).
+	GTIDIOPos          string
+	HeartbeatsReceived int64
+	HeartbeatPeriod    float64
+	SourceLogFile      string
+	ReadSourceLogPos   int64
 }
 
 // Column names per field, MariaDB name first, then MySQL 8.0.22+ name.
@@ -30,6 +37,11 @@ var (
 	colLag        = []string{"Seconds_Behind_Master", "Seconds_Behind_Source"}
 	colIOError    = []string{"Last_IO_Error"}
 	colSQLError   = []string{"Last_SQL_Error"}
+	colGTIDIO     = []string{"Gtid_IO_Pos"}
+	colHeartbeats = []string{"Slave_received_heartbeats"}
+	colHBPeriod   = []string{"Slave_heartbeat_period"}
+	colLogFile    = []string{"Master_Log_File", "Source_Log_File"}
+	colReadPos    = []string{"Read_Master_Log_Pos", "Read_Source_Log_Pos"}
 )
 
 // parseReplicaStatus picks the replication connection to report from the
@@ -95,6 +107,23 @@ func parseReplicaStatus(columns []string, rows [][]sql.NullString) (rs replicaSt
 	}
 	if e, ok := get(colSQLError); ok {
 		rs.LastSQLError = e.String
+	}
+	// Progress columns are informative: a value that does not parse is
+	// left zero rather than failing the probe.
+	if v, ok := get(colGTIDIO); ok {
+		rs.GTIDIOPos = v.String
+	}
+	if v, ok := get(colHeartbeats); ok {
+		rs.HeartbeatsReceived, _ = strconv.ParseInt(v.String, 10, 64)
+	}
+	if v, ok := get(colHBPeriod); ok {
+		rs.HeartbeatPeriod, _ = strconv.ParseFloat(v.String, 64)
+	}
+	if v, ok := get(colLogFile); ok {
+		rs.SourceLogFile = v.String
+	}
+	if v, ok := get(colReadPos); ok {
+		rs.ReadSourceLogPos, _ = strconv.ParseInt(v.String, 10, 64)
 	}
 	return rs, true, nil
 }

@@ -1,0 +1,104 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// StopReplicaIO stops only the replication IO thread (STOP SLAVE
+// IO_THREAD / STOP REPLICA IO_THREAD): the node stops receiving from its
+// source but keeps applying what its relay log holds — the first step of an
+// emergency promotion (as Vitess EmergencyReparentShard does). Stopping a
+// stopped thread is not an error.
+func (p *Prober) StopReplicaIO(ctx context.Context) error {
+	q := "STOP SLAVE IO_THREAD"
+	if p.d.name() == FlavorMySQL {
+		q = "STOP REPLICA IO_THREAD"
+	}
+	return p.exec(ctx, q, q)
+}
+
+// StartReplicaIO starts only the replication IO thread (undoes
+// StopReplicaIO).
+func (p *Prober) StartReplicaIO(ctx context.Context) error {
+	q := "START SLAVE IO_THREAD"
+	if p.d.name() == FlavorMySQL {
+		q = "START REPLICA IO_THREAD"
+	}
+	return p.exec(ctx, q, q)
+}
+
+// ErrNotWritable is returned (wrapped) by VerifyWritable when the node
+// refuses the application user's write (read_only, MySQL error 1290) or
+// reports read_only=ON.
+var ErrNotWritable = errors.New("node is not writable by the application user")
+
+// erOptionPreventsStatement is ER_OPTION_PREVENTS_STATEMENT (1290), what
+// read_only returns to a writer without READ_ONLY ADMIN.
+const erOptionPreventsStatement = 1290
+
+// Heartbeat is the row VerifyWritable writes.
+type Heartbeat struct {
+	Cluster string
+	Node    string
+	Epoch   int64
+}
+
+// HeartbeatTable is where VerifyWritable writes; the database and table are
+// created when missing.
+const HeartbeatTable = "switchyard.heartbeat"
+
+// VerifyWritable proves that the node at address takes writes from an
+// application account: it logs in as cred (a fresh connection, bounded by
+// timeout), reads @@read_only, and writes hb into HeartbeatTable
+// (creating it if needed). The monitor account cannot prove this: it holds
+// READ_ONLY ADMIN and writes through read_only. It returns an error wrapping
+// ErrNotWritable when read_only is ON or the write fails with error 1290;
+// skipped is non-empty (and err nil) when read_only is OFF but the account
+// may not write the heartbeat table (missing privileges), saying so.
+func VerifyWritable(ctx context.Context, address string, cred Credentials, timeout time.Duration, hb Heartbeat) (skipped string, err error) {
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	db := openDB(address, cred, timeout, timeout)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%s: log in as %s: %w", address, cred.User, err)
+	}
+	defer conn.Close()
+	var ro int64
+	if err := conn.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&ro); err != nil {
+		return "", fmt.Errorf("%s: read @@read_only as %s: %w", address, cred.User, err)
+	}
+	if ro != 0 {
+		return "", fmt.Errorf("%s: read_only=ON: %w", address, ErrNotWritable)
+	}
+	stmts := []struct {
+		q    string
+		args []any
+	}{
+		{"CREATE DATABASE IF NOT EXISTS switchyard", nil},
+		{"CREATE TABLE IF NOT EXISTS " + HeartbeatTable + " (cluster VARCHAR(64) NOT NULL PRIMARY KEY, " +
+			"node VARCHAR(64) NOT NULL, epoch BIGINT NOT NULL, at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB", nil},
+		{"REPLACE INTO " + HeartbeatTable + " (cluster, node, epoch, at) VALUES (?, ?, ?, CURRENT_TIMESTAMP(6))",
+			[]any{hb.Cluster, hb.Node, hb.Epoch}},
+	}
+	for _, st := range stmts {
+		if _, err := conn.ExecContext(ctx, st.q, st.args...); err != nil {
+			switch {
+			case mysqlErrNo(err) == erOptionPreventsStatement:
+				return "", fmt.Errorf("%s: write as %s refused: %w (%v)", address, cred.User, ErrNotWritable, err)
+			case Classify(err) == KindPrivilege:
+				return fmt.Sprintf("read_only=OFF, but %s may not write %s (%v); grant it CREATE, INSERT, DELETE on switchyard.* to test writes",
+					cred.User, HeartbeatTable, err), nil
+			}
+			return "", fmt.Errorf("%s: test write as %s: %w", address, cred.User, err)
+		}
+	}
+	return "", nil
+}
