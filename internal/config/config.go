@@ -188,7 +188,57 @@ type Cluster struct {
 	// ReadRouting limits which replicas the replica (ro) listeners use.
 	// Type: mapping (read_routing).
 	ReadRouting ReadRouting `yaml:"read_routing"`
+	// Failover is the cluster's failure detection and failover policy.
+	// Type: mapping (failover).
+	Failover FailoverConfig `yaml:"failover"`
 }
+
+// Failover modes (clusters[].failover.mode).
+const (
+	// FailoverManual: a dead primary is reported (events, status) and an
+	// operator runs `switchyard failover`.
+	FailoverManual = "manual"
+	// FailoverAuto: a dead primary confirmed over confirm_rounds probe
+	// rounds is failed over by the controller, then automatic failover is
+	// blocked for block_period or until `switchyard ack`.
+	FailoverAuto = "auto"
+)
+
+// FailoverConfig is a cluster's failover policy. Planned switchovers,
+// operator failovers, replica repair and maintenance mode are not affected
+// by Mode.
+type FailoverConfig struct {
+	// Mode is "manual" (report a dead primary, never act alone) or "auto"
+	// (fail over a dead primary after confirmation).
+	// Type: string. Default: "manual".
+	Mode string `yaml:"mode"`
+	// ConfirmRounds is how many consecutive probe rounds must find the
+	// primary dead before an automatic failover; the first sign of trouble
+	// starts an extra round at once instead of waiting for the next tick.
+	// Type: integer (>= 1). Default: 2.
+	ConfirmRounds int `yaml:"confirm_rounds"`
+	// BlockPeriod is how long automatic failover stays blocked after any
+	// failover (automatic or manual), unless `switchyard ack` lifts it.
+	// Type: duration. Default: 1h0m0s.
+	BlockPeriod Duration `yaml:"block_period"`
+	// MaxLag excludes from promotion a replica whose last known
+	// replication lag (Seconds_Behind_Master) exceeds it, unless forced.
+	// Type: duration. Default: 10s.
+	MaxLag Duration `yaml:"max_lag"`
+	// RecoveryTimeout bounds one failover from decision to verified
+	// primary; a failover that fails or exceeds it disables automatic
+	// failover for the cluster and raises an alarm.
+	// Type: duration. Default: 30s.
+	RecoveryTimeout Duration `yaml:"recovery_timeout"`
+	// RejoinOldPrimary makes a returning old primary whose GTID set the new
+	// primary contains replicate from the new primary (read-only). One with
+	// errant transactions is quarantined either way.
+	// Type: bool. Default: true.
+	RejoinOldPrimary *bool `yaml:"rejoin_old_primary"`
+}
+
+// Rejoin reports failover.rejoin_old_primary (true when unset).
+func (f FailoverConfig) Rejoin() bool { return f.RejoinOldPrimary == nil || *f.RejoinOldPrimary }
 
 // Node is one database server.
 type Node struct {
@@ -402,6 +452,26 @@ func (c *Config) ApplyDefaults() {
 		if cl.ReadRouting.FallbackToPrimary == nil {
 			t := true
 			cl.ReadRouting.FallbackToPrimary = &t
+		}
+		f := &cl.Failover
+		if f.Mode == "" {
+			f.Mode = FailoverManual
+		}
+		if f.ConfirmRounds == 0 {
+			f.ConfirmRounds = 2
+		}
+		if f.BlockPeriod == 0 {
+			f.BlockPeriod = Duration(time.Hour)
+		}
+		if f.MaxLag == 0 {
+			f.MaxLag = Duration(10 * time.Second)
+		}
+		if f.RecoveryTimeout == 0 {
+			f.RecoveryTimeout = Duration(30 * time.Second)
+		}
+		if f.RejoinOldPrimary == nil {
+			t := true
+			f.RejoinOldPrimary = &t
 		}
 	}
 	if c.Probe.Interval == 0 {

@@ -247,6 +247,7 @@ func ComputeDiff(old, new *Config) Diff {
 	for _, c := range new.Clusters {
 		if o, ok := oldCl[c.Name]; ok {
 			pol = append(pol, leafDiff("clusters["+c.Name+"].read_routing", reflect.ValueOf(o.ReadRouting), reflect.ValueOf(c.ReadRouting))...)
+			pol = append(pol, leafDiff("clusters["+c.Name+"].failover", reflect.ValueOf(o.Failover), reflect.ValueOf(c.Failover))...)
 		}
 	}
 	ov, nv := reflect.ValueOf(*old), reflect.ValueOf(*new)

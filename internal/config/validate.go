@@ -345,6 +345,7 @@ func (c *Config) validateClusters(v *validator) {
 		if cl.ReadRouting.MaxLag < 0 {
 			v.add(f+".read_routing.max_lag", "%s must not be negative", cl.ReadRouting.MaxLag)
 		}
+		validateFailover(v, f+".failover", cl.Failover)
 	}
 }
 
@@ -588,4 +589,24 @@ func isLoopback(h string) bool {
 		return a.IsLoopback()
 	}
 	return h == "localhost"
+}
+
+// validateFailover checks a cluster's failover policy.
+func validateFailover(v *validator, f string, fo FailoverConfig) {
+	switch fo.Mode {
+	case FailoverManual, FailoverAuto:
+	default:
+		v.add(f+".mode", "%q is not a failover mode (use %s or %s)", fo.Mode, FailoverManual, FailoverAuto)
+	}
+	if fo.ConfirmRounds < 1 {
+		v.add(f+".confirm_rounds", "%d must be at least 1 (a dead primary must be seen in that many consecutive probe rounds)", fo.ConfirmRounds)
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"block_period", fo.BlockPeriod}, {"max_lag", fo.MaxLag}, {"recovery_timeout", fo.RecoveryTimeout}} {
+		if d.v < 0 {
+			v.add(f+"."+d.name, "%s must not be negative", d.v)
+		}
+	}
 }
