@@ -1,19 +1,53 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/configstore"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
+
+// Exit status of a change the destructive-change guard refused.
+const exitRefused = 2
+
+// configOpTimeout bounds one config command's store work.
+const configOpTimeout = 30 * time.Second
 
 func newConfigCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Validate configuration",
+		Short: "Validate, diff, apply, show and roll back the config kept in etcd",
+		Long: `The config every proxy and controller runs is kept in etcd as numbered
+revisions (author, time, reason, SHA-256 of the content). apply and rollback
+show the diff against the current revision, refuse destructive changes (an
+empty config; removing a listener or cluster that carries sessions, or a node
+that is primary or serving; removing more than config.guard.max_removed_fraction
+of the routes) unless --allow-destructive is given with a --reason, and write
+the new revision by compare-and-swap. Every proxy and controller checks each
+revision again and keeps its last-known-good config when one is bad.`,
 	}
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(
+		newConfigValidateCmd(),
+		newConfigDiffCmd(g),
+		newConfigApplyCmd(g),
+		newConfigShowCmd(g),
+		newConfigHistoryCmd(g),
+		newConfigRollbackCmd(g),
+	)
+	return cmd
+}
+
+func newConfigValidateCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a config file: strict YAML (unknown keys are errors), defaults, cross-field rules",
 		Args:  cobra.ExactArgs(1),
@@ -30,6 +64,371 @@ func newConfigCmd(g *globalFlags) *cobra.Command {
 				args[0], len(c.Clusters), nodes, len(c.Listeners), len(c.Users))
 			return nil
 		},
-	})
+	}
+}
+
+// openForFile connects to the store; without --config or --etcd-endpoints
+// it uses the etcd section of the file being applied.
+func (g *globalFlags) openForFile(ctx context.Context, file string) (topo.Store, topo.Keys, error) {
+	if g.configPath == "" && len(g.etcdEndpoints) == 0 {
+		local := *g
+		local.configPath = file
+		return local.openStore(ctx, quietLogger())
+	}
+	return g.openStore(ctx, quietLogger())
+}
+
+func newConfigDiffCmd(g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "diff FILE",
+		Short: "Show what applying FILE would change against the current revision, and whether the guard would refuse it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.ValidateFile(args[0])
+			if err != nil {
+				return exitError{code: 1, msg: err.Error()}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
+			defer cancel()
+			st, keys, err := g.openForFile(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			res, err := configstore.Apply(ctx, st, keys, configstore.Change{Config: cfg, DryRun: true})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(w, changeReport("preview", res, nil))
+			}
+			fmt.Fprintf(w, "%s against %s:\n", args[0], describeRev(res.Previous))
+			if res.Unchanged {
+				fmt.Fprintln(w, "no changes (same content as the current revision)")
+				return nil
+			}
+			io.WriteString(w, res.Diff.String())
+			if len(res.Violations) == 0 {
+				fmt.Fprintln(w, "guard: the change is not destructive; apply it with: switchyard config apply "+args[0]+" --reason TEXT")
+				return nil
+			}
+			fmt.Fprintln(w, "guard: apply would REFUSE this change:")
+			for _, v := range res.Violations {
+				fmt.Fprintln(w, "  "+v.String())
+			}
+			fmt.Fprintln(w, "to apply it anyway: switchyard config apply "+args[0]+" --reason TEXT --allow-destructive")
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff and the guard's verdict as JSON")
 	return cmd
+}
+
+// changeFlags are the flags of apply and rollback.
+type changeFlags struct {
+	reason           string
+	allowDestructive bool
+	asJSON           bool
+}
+
+func (f *changeFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.reason, "reason", "", "why (required; recorded in the history)")
+	cmd.Flags().BoolVar(&f.allowDestructive, "allow-destructive", false, "apply even if the guard refuses the change (recorded in the history with the reasons)")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+}
+
+func (f *changeFlags) check() error {
+	if strings.TrimSpace(f.reason) == "" {
+		return exitError{code: 1, msg: "--reason TEXT is required: it is recorded in the config history"}
+	}
+	return nil
+}
+
+func newConfigApplyCmd(g *globalFlags) *cobra.Command {
+	var (
+		f      changeFlags
+		ifRev  int64
+		hintOf = func(file string) string {
+			return "to apply it anyway: switchyard config apply " + file + " --reason TEXT --allow-destructive (the override and its reason are recorded in the history)"
+		}
+	)
+	cmd := &cobra.Command{
+		Use:   "apply FILE --reason TEXT [--allow-destructive]",
+		Short: "Validate FILE and make it the current revision, unless the destructive-change guard refuses it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			cfg, err := config.ValidateFile(args[0])
+			if err != nil {
+				return exitError{code: 1, msg: err.Error()}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
+			defer cancel()
+			st, keys, err := g.openForFile(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			res, err := configstore.Apply(ctx, st, keys, configstore.Change{
+				Config: cfg, Reason: f.reason, Author: configstore.Author(), Source: configstore.SourceApply,
+				AllowDestructive: f.allowDestructive, ExpectRev: ifRev, OverrideHint: hintOf(args[0]),
+			})
+			return reportChange(cmd.OutOrStdout(), f.asJSON, res, err)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().Int64Var(&ifRev, "if-rev", 0, "apply only if the current revision is still N (the one reviewed with config diff)")
+	return cmd
+}
+
+func newConfigRollbackCmd(g *globalFlags) *cobra.Command {
+	var (
+		f  changeFlags
+		to int64
+	)
+	cmd := &cobra.Command{
+		Use:   "rollback --to N --reason TEXT [--allow-destructive]",
+		Short: "Make the content of revision N current again, as a new revision, through the same guard as apply",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to <= 0 {
+				return exitError{code: 1, msg: "--to N is required (see `switchyard config history`)"}
+			}
+			if err := f.check(); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
+			defer cancel()
+			st, keys, err := g.openStore(ctx, quietLogger())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			res, err := configstore.Rollback(ctx, st, keys, to, configstore.Change{
+				Reason: f.reason, Author: configstore.Author(), AllowDestructive: f.allowDestructive,
+				OverrideHint: fmt.Sprintf("to roll back anyway: switchyard config rollback --to %d --reason TEXT --allow-destructive (the override and its reason are recorded in the history)", to),
+			})
+			if errors.Is(err, topo.ErrNotFound) {
+				return exitError{code: 1, msg: err.Error()}
+			}
+			return reportChange(cmd.OutOrStdout(), f.asJSON, res, err)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().Int64Var(&to, "to", 0, "revision to restore (required)")
+	return cmd
+}
+
+// reportChange prints the outcome of apply or rollback and turns a refusal
+// into exit status 2.
+func reportChange(w io.Writer, asJSON bool, res *configstore.Result, err error) error {
+	var refused *configstore.RefusedError
+	isRefused := errors.As(err, &refused)
+	if err != nil && !isRefused {
+		return err
+	}
+	if asJSON {
+		outcome := "applied"
+		switch {
+		case isRefused:
+			outcome = "refused"
+		case res.Unchanged:
+			outcome = "unchanged"
+		}
+		if werr := writeJSON(w, changeReport(outcome, res, refused)); werr != nil {
+			return werr
+		}
+		if isRefused {
+			return exitError{code: exitRefused, msg: "change refused by the destructive-change guard (see the JSON on stdout)"}
+		}
+		return nil
+	}
+	if isRefused {
+		return exitError{code: exitRefused, msg: strings.TrimPrefix(err.Error(), "configstore: ")}
+	}
+	if res.Unchanged {
+		fmt.Fprintf(w, "nothing to apply: the content is that of the current %s\n", describeRev(res.Revision))
+		return nil
+	}
+	fmt.Fprintf(w, "changes against %s:\n", describeRev(res.Previous))
+	io.WriteString(w, res.Diff.String())
+	if res.Repaired != "" {
+		fmt.Fprintf(w, "replaced an invalid current value: %s\n", res.Repaired)
+	}
+	r := res.Revision
+	fmt.Fprintf(w, "applied revision %d (sha256 %s) by %s: %s\n", r.Rev, r.ShortHash(), r.Author, r.Reason)
+	if r.GuardOverridden {
+		fmt.Fprintln(w, "destructive-change guard OVERRIDDEN (recorded in the history):")
+		for _, v := range r.GuardViolations {
+			fmt.Fprintln(w, "  "+v)
+		}
+	}
+	for _, warn := range res.Warnings {
+		fmt.Fprintln(w, "warning: "+warn)
+	}
+	return nil
+}
+
+// changeJSON is the --json output of diff, apply and rollback.
+type changeJSON struct {
+	// Outcome is preview, applied, unchanged or refused.
+	Outcome    string                `json:"outcome"`
+	Revision   *configstore.Revision `json:"revision,omitempty"`
+	Previous   *configstore.Revision `json:"previous,omitempty"`
+	Diff       config.Diff           `json:"diff"`
+	Violations []config.Violation    `json:"violations"`
+	Override   string                `json:"override,omitempty"`
+	Repaired   string                `json:"repaired,omitempty"`
+	Warnings   []string              `json:"warnings,omitempty"`
+}
+
+func changeReport(outcome string, res *configstore.Result, refused *configstore.RefusedError) changeJSON {
+	out := changeJSON{Outcome: outcome, Diff: res.Diff, Violations: res.Violations, Repaired: res.Repaired, Warnings: res.Warnings}
+	if out.Violations == nil {
+		out.Violations = []config.Violation{}
+	}
+	if res.Revision != nil {
+		m := res.Revision.Meta()
+		out.Revision = &m
+	}
+	if res.Previous != nil {
+		m := res.Previous.Meta()
+		out.Previous = &m
+	}
+	if refused != nil {
+		out.Override = refused.Override
+	}
+	return out
+}
+
+func describeRev(r *configstore.Revision) string {
+	if r == nil {
+		return "no revision (the store holds no config yet)"
+	}
+	return fmt.Sprintf("revision %d (sha256 %s, %s by %s: %s)", r.Rev, r.ShortHash(), r.Time.Local().Format("2006-01-02 15:04:05"), r.Author, r.Reason)
+}
+
+func newConfigShowCmd(g *globalFlags) *cobra.Command {
+	var (
+		rev         int64
+		asJSON      bool
+		showSecrets bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show [--rev N]",
+		Short: "Print the current revision (or revision N) as YAML, passwords redacted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
+			defer cancel()
+			st, keys, err := g.openStore(ctx, quietLogger())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			var r *configstore.Revision
+			if rev > 0 {
+				if r, _, err = configstore.Get(ctx, st, keys, rev); err != nil {
+					return exitError{code: 1, msg: err.Error()}
+				}
+			} else {
+				var s *configstore.State
+				r, _, s, err = configstore.Current(ctx, st, keys)
+				if err != nil {
+					return exitError{code: 1, msg: err.Error()}
+				}
+				if s.CurrentErr != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "switchyard: ALARM: the current config value (etcd version %d) is invalid: %v\nshowing the newest valid revision instead; restore it with: switchyard config rollback --to %d --reason TEXT\n", s.Version, s.CurrentErr, r.Rev)
+				}
+			}
+			out := *r
+			if !showSecrets {
+				red, err := configstore.RedactYAML([]byte(r.YAML))
+				if err != nil {
+					return err
+				}
+				out.YAML = string(red)
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(w, out)
+			}
+			fmt.Fprintf(w, "# %s\n# source: %s", describeRev(r), r.Source)
+			if r.Source == configstore.SourceRollback {
+				fmt.Fprintf(w, " of revision %d", r.RollbackOf)
+			}
+			fmt.Fprintf(w, "; sha256 %s\n", r.SHA256)
+			if r.GuardOverridden {
+				fmt.Fprintf(w, "# destructive-change guard overridden: %s\n", strings.Join(r.GuardViolations, "; "))
+			}
+			io.WriteString(w, out.YAML)
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&rev, "rev", 0, "revision to show (default: the current one)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the revision document as JSON")
+	cmd.Flags().BoolVar(&showSecrets, "show-secrets", false, "print passwords as stored instead of redacting them")
+	return cmd
+}
+
+func newConfigHistoryCmd(g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "history",
+		Short: "List the config revisions kept in etcd, newest first (* marks the current one)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
+			defer cancel()
+			st, keys, err := g.openStore(ctx, quietLogger())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			s, err := configstore.Load(ctx, st, keys)
+			if err != nil {
+				return err
+			}
+			var current int64
+			if s.Current != nil {
+				current = s.Current.Rev
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				type historyJSON struct {
+					Current      int64                  `json:"current"`
+					CurrentError string                 `json:"current_error,omitempty"`
+					Revisions    []configstore.Revision `json:"revisions"`
+				}
+				h := historyJSON{Current: current, Revisions: s.History}
+				if s.CurrentErr != nil {
+					h.CurrentError = s.CurrentErr.Error()
+				}
+				if h.Revisions == nil {
+					h.Revisions = []configstore.Revision{}
+				}
+				return writeJSON(w, h)
+			}
+			if s.CurrentErr != nil {
+				fmt.Fprintf(w, "ALARM: the current config value (etcd version %d) is invalid: %v\n", s.Version, s.CurrentErr)
+			}
+			if len(s.History) == 0 {
+				fmt.Fprintln(w, "no config revisions in etcd yet")
+				return nil
+			}
+			return configstore.WriteHistory(w, s.History, current, time.Now())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the revisions as JSON")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -48,6 +48,9 @@ type Change struct {
 	OverrideHint string
 	// Now is the clock for Revision.Time; default time.Now.
 	Now func() time.Time
+	// DryRun computes the diff and the guard's verdict (Result.Violations)
+	// and writes nothing; it returns no RefusedError.
+	DryRun bool
 }
 
 // Result is what Apply did.
@@ -116,7 +119,7 @@ func Apply(ctx context.Context, st topo.Store, keys topo.Keys, ch Change) (*Resu
 	if ch.Config == nil {
 		return nil, errors.New("configstore: no config to apply")
 	}
-	if strings.TrimSpace(ch.Reason) == "" {
+	if strings.TrimSpace(ch.Reason) == "" && !ch.DryRun {
 		return nil, errors.New("configstore: a reason is required (--reason TEXT): it is recorded in the history")
 	}
 	if err := ch.Config.Validate(); err != nil {
@@ -164,6 +167,9 @@ func Apply(ctx context.Context, st topo.Store, keys topo.Keys, ch Change) (*Resu
 	var against int64
 	if s.Base != nil {
 		against = s.Base.Rev
+	}
+	if ch.DryRun {
+		return res, nil
 	}
 	if len(res.Violations) > 0 && !ch.AllowDestructive {
 		hint := ch.OverrideHint

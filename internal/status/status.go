@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -21,6 +22,9 @@ type Report struct {
 	Controllers []string                 `json:"controllers"`
 	Clusters    []topo.ClusterState      `json:"clusters"`
 	Proxies     []topo.ProxyRegistration `json:"proxies"`
+	// Config is the current config revision and the revision every proxy
+	// and controller applied, with their alarms.
+	Config *configstore.Summary `json:"config,omitempty"`
 	// CollectedAt is when the report was read.
 	CollectedAt time.Time `json:"collected_at"`
 }
@@ -70,6 +74,9 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 		r.Proxies = append(r.Proxies, p)
 	}
 	sort.Slice(r.Proxies, func(i, j int) bool { return r.Proxies[i].ID < r.Proxies[j].ID })
+	if r.Config, err = configstore.ReadSummary(ctx, st, keys); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	return r, nil
 }
 
@@ -87,6 +94,11 @@ func WriteTable(w io.Writer, r *Report) error {
 		leader = "(none)"
 	}
 	fmt.Fprintf(w, "controller leader: %s   controllers: %d   proxies: %d\n", leader, len(r.Controllers), len(r.Proxies))
+	if r.Config != nil {
+		if err := r.Config.WriteTable(w, r.CollectedAt); err != nil {
+			return err
+		}
+	}
 	if len(r.Clusters) == 0 {
 		fmt.Fprintln(w, "\nno cluster state published yet (is a controller running?)")
 	}
@@ -147,14 +159,21 @@ func WriteTable(w io.Writer, r *Report) error {
 	if len(r.Proxies) > 0 {
 		fmt.Fprintln(w, "\nPROXIES")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tLISTENERS\tEPOCHS\tUPDATED")
+		fmt.Fprintln(tw, "ID\tLISTENERS\tEPOCHS\tCONFIG\tUPDATED")
 		for _, p := range r.Proxies {
 			var eps []string
 			for c, e := range p.Epochs {
 				eps = append(eps, fmt.Sprintf("%s=%d", c, e))
 			}
 			sort.Strings(eps)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", p.ID, strings.Join(p.Listeners, ","), strings.Join(eps, ","), age(r.CollectedAt, p.UpdatedAt))
+			cfg := "-"
+			if p.ConfigRev > 0 {
+				cfg = fmt.Sprintf("rev %d", p.ConfigRev)
+			}
+			if p.ConfigAlarm != "" {
+				cfg += " ALARM: " + p.ConfigAlarm
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", p.ID, strings.Join(p.Listeners, ","), strings.Join(eps, ","), cfg, age(r.CollectedAt, p.UpdatedAt))
 		}
 		return tw.Flush()
 	}
