@@ -99,11 +99,13 @@ func Guard(cur, next *Config, live Live) []Violation {
 	if len(live.SessionsUnknown) > 0 {
 		u := append([]string(nil), live.SessionsUnknown...)
 		sort.Strings(u)
-		unknown = fmt.Sprintf("proxies %s do not report sessions, so it may carry some", strings.Join(u, ", "))
+		unknown = fmt.Sprintf("may carry sessions: proxies %s do not report theirs", strings.Join(u, ", "))
 	}
+	// inUse says whether a listener carries sessions, and how it is known:
+	// "carries N open client sessions" or "may carry sessions: ...".
 	inUse := func(listener string) (string, bool) {
 		if n := live.Sessions[listener]; n > 0 {
-			return fmt.Sprintf("%d open client sessions", n), true
+			return fmt.Sprintf("carries %d open client sessions", n), true
 		}
 		if unknown != "" {
 			return unknown, true
@@ -121,7 +123,7 @@ func Guard(cur, next *Config, live Live) []Violation {
 		}
 		if why, ok := inUse(l.Name); ok {
 			out = append(out, Violation{Rule: RuleListenerInUse, Subject: l.Name,
-				Msg: fmt.Sprintf("listener %q (%s) is removed but carries sessions: %s", l.Name, l.Address, why)})
+				Msg: fmt.Sprintf("listener %q (%s) is removed but %s", l.Name, l.Address, why)})
 		}
 	}
 
@@ -139,7 +141,7 @@ func Guard(cur, next *Config, live Live) []Violation {
 			}
 			if len(busy) > 0 {
 				out = append(out, Violation{Rule: RuleClusterInUse, Subject: cl.Name,
-					Msg: fmt.Sprintf("cluster %q is removed but carries sessions (%s)", cl.Name, strings.Join(busy, "; "))})
+					Msg: fmt.Sprintf("cluster %q is removed but its listeners are in use (%s)", cl.Name, strings.Join(busy, "; "))})
 			}
 		}
 		lc := live.Clusters[cl.Name]

@@ -105,7 +105,7 @@ func TestGuard(t *testing.T) {
 		{"listener with sessions removed", tenBase, func(c *Config) *Config {
 			c.Listeners = c.Listeners[1:]
 			return c
-		}, liveMain(), []string{RuleListenerInUse}, `listener "rw" (127.0.0.1:6446) is removed but carries sessions: 4 open client sessions`},
+		}, liveMain(), []string{RuleListenerInUse}, `listener "rw" (127.0.0.1:6446) is removed but carries 4 open client sessions`},
 		{"listener without sessions removed, within the limit", tenBase, func(c *Config) *Config {
 			c.Listeners = c.Listeners[:9]
 			return c
@@ -113,7 +113,7 @@ func TestGuard(t *testing.T) {
 		{"listener removed while a proxy does not report sessions", tenBase, func(c *Config) *Config {
 			c.Listeners = c.Listeners[:9]
 			return c
-		}, Live{SessionsUnknown: []string{"p2", "p1"}}, []string{RuleListenerInUse}, "proxies p1, p2 do not report sessions"},
+		}, Live{SessionsUnknown: []string{"p2", "p1"}}, []string{RuleListenerInUse}, "may carry sessions: proxies p1, p2 do not report theirs"},
 		{"cluster with sessions removed", func() *Config {
 			c := guardBase()
 			c.Clusters = append(c.Clusters, Cluster{Name: "other", Nodes: []Node{{Name: "o1", Address: "127.0.0.1:4306"}}})
