@@ -1,0 +1,308 @@
+package analysis
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/gtid"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// PlanInput is what Plan needs to choose a failover candidate.
+type PlanInput struct {
+	Cluster string
+	Flavor  string
+	// OldPrimary is the primary being replaced; OldPrimaryLast is its last
+	// complete probe (used for errant GTIDs and the loss estimate; zero when
+	// never probed).
+	OldPrimary     string
+	OldPrimaryLast topo.Probe
+	// Nodes are every configured node (the old primary included), in
+	// config order, with fresh probes.
+	Nodes []Node
+	// MaxLag excludes replicas whose last known lag exceeds it
+	// (failover.max_lag); 0 disables the check.
+	MaxLag time.Duration
+	// Target is the requested candidate ("" lets Plan choose).
+	Target string
+	// Force lets a candidate through the staleness checks (behind another
+	// replica, lag over MaxLag). It never overrides must_not, quarantine,
+	// unreachability, a stopped SQL thread or errant GTIDs.
+	Force bool
+}
+
+type cand struct {
+	n        *Node
+	order    int // config order
+	received gtid.Set
+	reject   string
+	soft     bool // rejected only by a check Force overrides
+	errant   bool // holds GTIDs the old primary never had
+}
+
+// Plan orders the failover candidates and picks one. Candidates are every
+// node but the old primary; a node is rejected when it is quarantined,
+// must_not, unreachable, not replicating, its SQL thread is stopped (its
+// relay log would not be applied), it holds GTIDs the old primary did not
+// write (errant), its last known lag exceeds MaxLag, or what it will hold
+// after applying its relay log is a strict subset of another reachable
+// replica's (it is stale). The eligible are ordered by that received set
+// (most advanced first), then promotion rule (prefer before neutral), then
+// config order; the first is the candidate unless Target names another.
+// Lost is what the old primary (last probe) and the other nodes hold that
+// the candidate will not; Ahead are the replicas holding GTIDs it lacks.
+// It is pure.
+func Plan(in PlanInput) topo.FailoverPlan {
+	plan := topo.FailoverPlan{Cluster: in.Cluster, OldPrimary: in.OldPrimary, Fence: "proxies"}
+	if old := in.node(in.OldPrimary); old != nil && complete(old.Probe) {
+		plan.Fence = "read_only"
+	}
+	var cands []*cand
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		if n.Name == in.OldPrimary {
+			continue
+		}
+		c := &cand{n: n, order: i}
+		c.reject, c.errant = in.hardReject(n)
+		if complete(n.Probe) {
+			// Every reachable node's received set counts for staleness and
+			// the loss estimate, eligible or not.
+			set, err := Received(in.Flavor, n.Probe)
+			if err != nil && c.reject == "" {
+				c.reject = "GTID position does not parse: " + err.Error()
+			}
+			if err == nil {
+				c.received = set
+			}
+		}
+		cands = append(cands, c)
+	}
+	// Staleness: lag, then strict subset of another reachable replica.
+	for _, c := range cands {
+		if c.reject != "" {
+			continue
+		}
+		if in.MaxLag > 0 && c.n.LastLag != nil && time.Duration(*c.n.LastLag)*time.Second > in.MaxLag {
+			c.reject, c.soft = fmt.Sprintf("last known lag %ds exceeds failover.max_lag %s", *c.n.LastLag, in.MaxLag), true
+			continue
+		}
+		for _, o := range cands {
+			if o == c || o.received == nil || o.errant {
+				continue
+			}
+			if c.received.Compare(o.received) == gtid.Less {
+				missing, _ := gtid.Subtract(o.received, c.received)
+				c.reject, c.soft = fmt.Sprintf("stale: behind %s (missing %s)", o.n.Name, setString(missing)), true
+				break
+			}
+		}
+	}
+	eligible := func(c *cand) bool { return c.reject == "" || (in.Force && c.soft && (in.Target == "" || in.Target == c.n.Name)) }
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if ea, eb := eligible(a), eligible(b); ea != eb {
+			return ea
+		}
+		if a.received != nil && b.received != nil {
+			switch a.received.Compare(b.received) {
+			case gtid.Greater:
+				return true
+			case gtid.Less:
+				return false
+			}
+		}
+		if ra, rb := promotionRank(a.n.Promotion), promotionRank(b.n.Promotion); ra != rb {
+			return ra < rb
+		}
+		return a.order < b.order
+	})
+	var chosen *cand
+	for _, c := range cands {
+		if !eligible(c) {
+			continue
+		}
+		if in.Target == "" || in.Target == c.n.Name {
+			chosen = c
+			break
+		}
+	}
+	for _, c := range cands {
+		pc := topo.PlanCandidate{Node: c.n.Name, GTID: gtidText(in.Flavor, c.n.Probe), Eligible: eligible(c), Rejected: c.reject}
+		if c.received != nil {
+			pc.Received = c.received.String()
+		}
+		if pc.Eligible && c.reject != "" {
+			pc.Rejected = "forced past: " + c.reject
+		}
+		plan.Candidates = append(plan.Candidates, pc)
+	}
+	switch {
+	case chosen == nil && in.Target != "":
+		if in.node(in.Target) == nil {
+			plan.Refusal = fmt.Sprintf("%s is not a node of cluster %s", in.Target, in.Cluster)
+		} else if in.Target == in.OldPrimary {
+			plan.Refusal = fmt.Sprintf("%s is the primary being replaced", in.Target)
+		} else {
+			for _, c := range cands {
+				if c.n.Name == in.Target {
+					plan.Refusal = fmt.Sprintf("%s is not eligible: %s", in.Target, c.reject)
+					if c.soft && !in.Force {
+						plan.Refusal += " (override with --force-stale and a --reason)"
+					}
+				}
+			}
+		}
+		return plan
+	case chosen == nil:
+		plan.Refusal = "no eligible candidate"
+		return plan
+	}
+	plan.Candidate = chosen.n.Name
+	plan.Forced = chosen.reject != ""
+	plan.Lost, plan.Ahead = in.loss(chosen, cands)
+	return plan
+}
+
+// hardReject says why n can never be promoted now ("" when it may be),
+// and whether it holds errant GTIDs.
+func (in PlanInput) hardReject(n *Node) (string, bool) {
+	p := n.Probe
+	if complete(p) && in.OldPrimaryLast.Reachable && in.OldPrimaryLast.Error == "" {
+		if e := ErrantGTIDs(in.Flavor, p, in.OldPrimaryLast); e != "" {
+			return fmt.Sprintf("errant GTIDs %s that primary %s never had", e, in.OldPrimary), true
+		}
+	}
+	switch {
+	case n.Quarantined != "":
+		return "quarantined: " + n.Quarantined, false
+	case n.Promotion == "must_not":
+		return "promotion rule must_not", false
+	case !p.Reachable:
+		return "unreachable: " + p.Error, false
+	case p.Error != "":
+		return "probe incomplete: " + p.Error, false
+	case !p.Replicating:
+		return "not a replica (no replication configured)", false
+	case !p.SQLRunning:
+		r := "replication SQL thread stopped (its relay log would not be applied)"
+		if p.LastSQLError != "" {
+			r += ": " + p.LastSQLError
+		}
+		return r, false
+	}
+	return "", false
+}
+
+// loss estimates what a promotion of chosen loses and which replicas are
+// ahead of it.
+func (in PlanInput) loss(chosen *cand, cands []*cand) (string, []string) {
+	all := chosen.received
+	var ahead []string
+	for _, c := range cands {
+		if c == chosen || c.received == nil || !complete(c.n.Probe) {
+			continue
+		}
+		if d, err := gtid.Subtract(c.received, chosen.received); err == nil && !d.IsEmpty() {
+			ahead = append(ahead, c.n.Name)
+		}
+		if !c.errant {
+			all = Merge(all, c.received)
+		}
+	}
+	if old := in.OldPrimaryLast; old.Reachable && old.Error == "" {
+		if set, err := Executed(in.Flavor, old); err == nil {
+			all = Merge(all, set)
+		}
+	}
+	lost, err := gtid.Subtract(all, chosen.received)
+	if err != nil {
+		return "", ahead
+	}
+	return setString(lost), ahead
+}
+
+func (in PlanInput) node(name string) *Node {
+	for i := range in.Nodes {
+		if in.Nodes[i].Name == name {
+			return &in.Nodes[i]
+		}
+	}
+	return nil
+}
+
+func promotionRank(rule string) int {
+	switch rule {
+	case "prefer":
+		return 0
+	case "must_not":
+		return 2
+	}
+	return 1
+}
+
+func gtidText(flavor string, p topo.Probe) string {
+	if flavorOf(flavor) == gtid.MySQL {
+		return p.GTIDExecuted
+	}
+	return p.GTIDCurrent
+}
+
+func setString(s gtid.Set) string {
+	if s == nil {
+		return ""
+	}
+	return s.String()
+}
+
+// FormatPlan renders a plan for people: the candidate, every other node
+// with why it was rejected, the estimated loss and how the old primary is
+// fenced.
+func FormatPlan(p topo.FailoverPlan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "failover plan for cluster %s (old primary %s)\n", p.Cluster, p.OldPrimary)
+	if p.Candidate == "" {
+		fmt.Fprintf(&b, "  NO CANDIDATE: %s\n", p.Refusal)
+	} else {
+		forced := ""
+		if p.Forced {
+			forced = " (FORCED past a safety check)"
+		}
+		fmt.Fprintf(&b, "  candidate: %s%s\n", p.Candidate, forced)
+	}
+	for _, c := range p.Candidates {
+		state := "eligible"
+		if !c.Eligible {
+			state = "rejected: " + c.Rejected
+		} else if c.Rejected != "" {
+			state = c.Rejected
+		}
+		fmt.Fprintf(&b, "  - %-12s gtid %-24s received %-24s %s\n", c.Node, dash(c.GTID), dash(c.Received), state)
+	}
+	if p.Candidate != "" {
+		if p.Lost == "" {
+			fmt.Fprintf(&b, "  estimated data loss: none known (the candidate holds every GTID seen on the old primary and the replicas)\n")
+		} else {
+			fmt.Fprintf(&b, "  estimated data loss: GTIDs %s (held by the old primary or other replicas, not by %s)\n", p.Lost, p.Candidate)
+		}
+		if len(p.Ahead) > 0 {
+			fmt.Fprintf(&b, "  replicas ahead of the candidate (reported and quarantined, never reset): %s\n", strings.Join(p.Ahead, ", "))
+		}
+	}
+	switch p.Fence {
+	case "read_only":
+		fmt.Fprintf(&b, "  fencing: %s is reachable: read_only=ON and client sessions killed before the candidate takes writes\n", p.OldPrimary)
+	default:
+		fmt.Fprintf(&b, "  fencing: %s is unreachable: wait until every proxy applied the new epoch or lost its lease\n", p.OldPrimary)
+	}
+	return b.String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
