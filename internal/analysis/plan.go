@@ -100,7 +100,9 @@ func Plan(in PlanInput) topo.FailoverPlan {
 			}
 		}
 	}
-	eligible := func(c *cand) bool { return c.reject == "" || (in.Force && c.soft && (in.Target == "" || in.Target == c.n.Name)) }
+	eligible := func(c *cand) bool {
+		return c.reject == "" || (in.Force && c.soft && (in.Target == "" || in.Target == c.n.Name))
+	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
 		if ea, eb := eligible(a), eligible(b); ea != eb {
