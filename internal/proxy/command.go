@@ -53,14 +53,10 @@ func kindOf(cmd byte) responseKind {
 // loop reads client commands until the session ends and returns the reason.
 func (s *session) loop() string {
 	for {
-		hb, err := s.cr.Peek(mysqlproto.HeaderSize + 1)
+		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
 			if len(hb) == 0 && errors.Is(err, io.EOF) {
 				return closeClientGone
-			}
-			if len(hb) >= mysqlproto.HeaderSize && mysqlproto.ParseHeader(hb).Len == 0 {
-				s.log.Info("closing client connection: empty command packet")
-				return closeClientProtocol
 			}
 			s.logClientError("reading a command", err)
 			return clientReason(err)
@@ -69,6 +65,10 @@ func (s *session) loop() string {
 		if h.Seq != 0 || h.Len == 0 {
 			s.log.Info("closing client connection: not a command packet", "seq", h.Seq, "len", h.Len)
 			return closeClientProtocol
+		}
+		if hb, err = s.cr.Peek(mysqlproto.HeaderSize + 1); err != nil {
+			s.logClientError("reading a command", err)
+			return clientReason(err)
 		}
 		cmd := hb[mysqlproto.HeaderSize]
 		if snap := s.l.route.snap.Load(); snap != s.snap {

@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"bufio"
+	"database/sql"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// BenchmarkRelayPointSelect measures a prepared point select (the sysbench
+// oltp_point_select statement) against the sandbox primary directly and
+// through the proxy, one client, so the difference of ns/op is the latency
+// the proxy adds per query. proxy-cpu-us/op is the CPU the whole test process
+// used per query minus the direct run's (the proxy's share).
+func BenchmarkRelayPointSelect(b *testing.B) {
+	h := newHarness(b, nil)
+	setup := h.direct(0)
+	mustExec(b, setup, "CREATE TABLE sbtest.bench_t (id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60))")
+	mustExec(b, setup, "INSERT INTO sbtest.bench_t SELECT seq, seq, REPEAT('c', 120), REPEAT('p', 60) FROM sbtest.seq_1_to_1000")
+	var directCPU float64
+	for _, target := range []string{"direct", "proxy"} {
+		b.Run(target, func(b *testing.B) {
+			dsn := h.dsn("rw", "sbtest", nil)
+			if target == "direct" {
+				dsn = h.c.DSN(0, h.c.AppUser, h.c.AppPassword, "sbtest")
+			}
+			db, err := sql.Open("mysql", dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			stmt, err := db.Prepare("SELECT c FROM bench_t WHERE id=?")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stmt.Close()
+			var c string
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if err := stmt.QueryRow(i%1000 + 1).Scan(&c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			perOp := float64(processCPU()-cpu0) / float64(b.N) / 1e3
+			if target == "direct" {
+				directCPU = perOp
+			} else {
+				b.ReportMetric(perOp-directCPU, "proxy-cpu-us/op")
+			}
+		})
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSessionRelayInProcess measures the proxy's own work per query
+// without a database: a loopback backend answers every COM_STMT_EXECUTE with
+// a canned one-row binary result set. allocs/op must stay 0 (client and fake
+// backend are allocation-free too).
+func BenchmarkSessionRelayInProcess(b *testing.B) {
+	backend := startCannedBackend(b)
+	cfg := &config.Config{
+		Users:     []config.User{{Name: "bench", Password: "pw"}},
+		Clusters:  []config.Cluster{{Name: "c", Nodes: []config.Node{{Name: "n1", Address: backend}}}},
+		Listeners: []config.Listener{{Name: "rw", Address: "127.0.0.1:0", Cluster: "c", Role: "primary"}},
+	}
+	cfg.ApplyDefaults()
+	srv, err := New(Options{Config: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	srv.SetClusterState(topo.ClusterState{Cluster: "c", Primary: "n1", Epoch: 1,
+		Nodes: []topo.NodeState{{Name: "n1", Address: backend}}})
+	rc, err := dialRaw(b, srv.ListenerAddr("rw"), "bench", "pw", "", mysql.CLIENT_DEPRECATE_EOF, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	_ = rc.c.SetDeadline(time.Time{})
+	cmd, _ := mysqlproto.AppendPacket(nil, 0, append([]byte{mysql.COM_STMT_EXECUTE}, executeArgs(1, 0)...))
+	buf := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := rc.c.Write(cmd); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			p, _, err := mysqlproto.ReadPacket(rc.r, buf, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if p[0] == mysql.EOF_HEADER {
+				break
+			}
+		}
+	}
+}
+
+// startCannedBackend runs a fake server on loopback that accepts any login
+// and answers every command with the same binary result set (one column,
+// one row, DEPRECATE_EOF layout).
+func startCannedBackend(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	var resp []byte
+	seq := byte(1)
+	resp, seq = mysqlproto.AppendPacket(resp, seq, []byte{1})
+	coldef := []byte("\x03def\x06sbtest\x07bench_t\x07bench_t\x01c\x01c\x0c\x21\x00\xe0\x01\x00\x00\xfe\x00\x00\x00\x00\x00")
+	resp, seq = mysqlproto.AppendPacket(resp, seq, coldef)
+	row := append([]byte{0, 0, 120}, make([]byte, 120)...)
+	resp, seq = mysqlproto.AppendPacket(resp, seq, row)
+	resp, _ = mysqlproto.AppendPacket(resp, seq, mysqlproto.AppendOKTerminator(nil, 0, &mysqlproto.OK{Status: mysql.SERVER_STATUS_AUTOCOMMIT}))
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serveCanned(c, resp)
+		}
+	}()
+	return l.Addr().String()
+}
+
+func serveCanned(c net.Conn, resp []byte) {
+	defer c.Close()
+	hs := mysqlproto.Handshake{ServerVersion: "5.5.5-10.11.0-MariaDB-canned", ConnectionID: 1, Scramble: []byte("abcdefghijklmnopqrst"),
+		Capabilities: proxyCaps | relayCaps, Charset: 45, Status: mysql.SERVER_STATUS_AUTOCOMMIT, AuthPlugin: mysql.AUTH_NATIVE_PASSWORD}
+	w := bufio.NewWriter(c)
+	_, _ = mysqlproto.WritePacket(w, 0, mysqlproto.AppendHandshake(nil, &hs))
+	_ = w.Flush()
+	r := bufio.NewReader(c)
+	if _, _, err := mysqlproto.ReadPacket(r, nil, 0); err != nil {
+		return
+	}
+	_, _ = mysqlproto.WritePacket(w, 2, mysqlproto.AppendOK(nil, 0, &mysqlproto.OK{Status: mysql.SERVER_STATUS_AUTOCOMMIT}))
+	_ = w.Flush()
+	buf := make([]byte, 0, 4096)
+	for {
+		p, _, err := mysqlproto.ReadPacket(r, buf, 0)
+		if err != nil || (len(p) > 0 && p[0] == mysql.COM_QUIT) {
+			return
+		}
+		if _, err := c.Write(resp); err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
+)
+
+func putState(t *testing.T, st topo.Store, key string, cs topo.ClusterState) {
+	t.Helper()
+	b, err := json.Marshal(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kv, err := st.Get(ctx, key)
+	switch {
+	case errors.Is(err, topo.ErrNotFound):
+		_, err = st.Create(ctx, key, b)
+	case err == nil:
+		_, err = st.Update(ctx, key, b, kv.Version)
+	}
+	if err != nil {
+		t.Fatalf("write %s: %v", key, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readRegistration(t *testing.T, st topo.Store, key string) (topo.ProxyRegistration, bool) {
+	var reg topo.ProxyRegistration
+	_, err := topo.GetJSON(context.Background(), st, key, &reg)
+	return reg, err == nil
+}
+
+// Follow against a real (embedded) etcd and a real sandbox: state documents
+// drive routing, other keys are ignored, a bad document keeps the last good
+// routing, the registration carries the applied epochs and disappears when
+// Follow ends.
+func TestFollowEtcd(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.route("main").snap.Store(nil) // routing must come from the store
+	st := topotest.NewStore(t)
+	keys := topo.Keys{Prefix: "/switchyard"}
+	putState(t, st, keys.ClusterState("main"), sandboxState(h.c, 1, 0, 1, 2))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Follow(ctx, st, keys, h.srv) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	waitFor(t, "epoch 1 applied", func() bool { return h.srv.Epochs()["main"] == 1 })
+	if id := newSessionServerID(t, h, "rw"); id != 1 {
+		t.Fatalf("rw on server_id %d", id)
+	}
+	waitFor(t, "registration with epoch 1", func() bool {
+		reg, ok := readRegistration(t, st, keys.Proxy("test-proxy"))
+		return ok && reg.Epochs["main"] == 1 && len(reg.Listeners) == 2
+	})
+
+	// Unrelated keys under the clusters prefix are ignored.
+	if _, err := st.Create(ctx, keys.Request("main", "r1"), []byte(`{"kind":"switchover"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A new state moves the primary.
+	putState(t, st, keys.ClusterState("main"), sandboxState(h.c, 2, 1, 2))
+	waitFor(t, "epoch 2 applied", func() bool { return h.srv.Epochs()["main"] == 2 })
+	if id := newSessionServerID(t, h, "rw"); id != 2 {
+		t.Fatalf("rw on server_id %d after epoch 2, want 2", id)
+	}
+	waitFor(t, "registration with epoch 2", func() bool {
+		reg, ok := readRegistration(t, st, keys.Proxy("test-proxy"))
+		return ok && reg.Epochs["main"] == 2
+	})
+	// A document that does not decode keeps the last good routing.
+	kv, err := st.Get(ctx, keys.ClusterState("main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Update(ctx, keys.ClusterState("main"), []byte("{not json"), kv.Version); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if e := h.srv.Epochs()["main"]; e != 2 {
+		t.Fatalf("epoch %d after a bad document", e)
+	}
+	if id := newSessionServerID(t, h, "rw"); id != 2 {
+		t.Fatalf("rw on server_id %d after a bad document", id)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Follow returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow did not return after cancel")
+	}
+	done <- nil
+	if _, ok := readRegistration(t, st, keys.Proxy("test-proxy")); ok {
+		t.Fatal("registration still present after Follow ended")
+	}
+}
+
+// A lost lease (process cut off longer than the TTL) is registered again.
+func TestFollowReRegistersAfterLeaseLoss(t *testing.T) {
+	cfg := &config.Config{
+		Clusters:  []config.Cluster{{Name: "c", Nodes: []config.Node{{Name: "n1", Address: "127.0.0.1:1"}}}},
+		Listeners: []config.Listener{{Name: "rw", Address: "127.0.0.1:0", Cluster: "c", Role: "primary"}},
+	}
+	cfg.ApplyDefaults()
+	srv, err := New(Options{Config: cfg, ID: "p1", Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	st := topo.NewMemory()
+	mem := st.(*topo.Memory)
+	keys := topo.Keys{Prefix: "/sy"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = Follow(ctx, st, keys, srv); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "registration", func() bool { _, ok := readRegistration(t, st, keys.Proxy("p1")); return ok })
+	mem.ExpireLeases()
+	putState(t, st, keys.ClusterState("c"), topo.ClusterState{Cluster: "c", Primary: "n1", Epoch: 7,
+		Nodes: []topo.NodeState{{Name: "n1", Address: "127.0.0.1:1"}}})
+	waitFor(t, "re-registration with epoch 7", func() bool {
+		reg, ok := readRegistration(t, st, keys.Proxy("p1"))
+		return ok && reg.Epochs["c"] == 7
+	})
+}
