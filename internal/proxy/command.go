@@ -203,18 +203,25 @@ func (s *session) release() error {
 		return fail(closeClientGone, err)
 	}
 	if left > 0 {
-		return fail(closeBackendLost, fmt.Errorf("backend sent %d bytes beyond the end of the response", left))
+		return fail(closeBackendLost, fmt.Errorf("%w: %d bytes", errResponseOverrun, left))
 	}
 	return nil
 }
+
+// errResponseOverrun: the backend sent more than the response the proxy
+// parsed. The client already has a complete response, so it gets no extra
+// ERR packet; the session is closed because the proxy lost track.
+var errResponseOverrun = errors.New("backend sent data beyond the end of the response")
 
 // failCommand ends the session after a failed command. When the backend
 // failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
 // client itself is intact).
 func (s *session) failCommand(err error) string {
 	reason := clientReason(err)
-	switch reason {
-	case closeBackendLost:
+	switch {
+	case errors.Is(err, errResponseOverrun):
+		s.log.Warn("closing session: backend protocol out of step", "err", err)
+	case reason == closeBackendLost:
 		node, addr := "", ""
 		if s.be != nil {
 			node, addr = s.be.t.node, s.be.t.addr
@@ -222,7 +229,7 @@ func (s *session) failCommand(err error) string {
 		s.writeError(s.seq+1, errUnknown(fmt.Sprintf(
 			"switchyard: lost the connection to backend %s (%s) during the command; the session is closed, reconnect", node, addr)))
 		s.log.Warn("backend connection lost", "node", node, "addr", addr, "err", err)
-	case closeClientGone:
+	case reason == closeClientGone:
 		s.log.Debug("client went away during a command", "err", err)
 	default:
 		s.log.Info("closing client connection", "reason", reason, "err", err)
