@@ -122,6 +122,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig) (*b
 	}
 	okp, be, merr := s.dialAndLogin(t, snap, rc)
 	if merr != nil {
+		s.srv.backendTrouble()
 		counter.open.Add(-1)
 		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
 		s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message)

@@ -46,13 +46,20 @@ func Follow(ctx context.Context, st topo.Store, keys topo.Keys, s *Server) error
 	if st == nil || s == nil {
 		return errors.New("proxy: Follow needs a store and a server")
 	}
+	s.reach.init()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		s.register(ctx, st, keys)
 	}()
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		s.checkBackends(ctx)
+	}()
 	s.watchClusters(ctx, st, keys)
 	<-done
+	<-checked
 	return nil
 }
 
@@ -154,6 +161,9 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			continue
 		}
 		backoff = followBackoffMin
+		if s.WritesFenced() != "" && s.resync(ctx, st, keys) == nil {
+			s.unfenceWrites()
+		}
 		s.log.Info("proxy registered", "key", key, "epochs", epochs)
 		if s.keepRegistration(ctx, lease, started, epochs) {
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -164,6 +174,7 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			return
 		}
 		s.log.Warn("proxy registration lease lost; registering again", "key", key)
+		s.fenceWrites("registration lease lost")
 	}
 }
 
@@ -176,6 +187,8 @@ func (s *Server) keepRegistration(ctx context.Context, lease topo.Lease, started
 			return true
 		case <-lease.Done():
 			return false
+		case <-s.reach.changed:
+			s.updateReach(ctx, lease, started)
 		case <-s.epochChanged:
 			now := s.Epochs()
 			if maps.Equal(now, epochs) {
@@ -213,6 +226,7 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		Epochs:    epochs,
 		StartedAt: started,
 		UpdatedAt: s.now(),
+		Backends:  s.backendReport(),
 	}
 	s.mu.Lock()
 	for _, l := range s.listeners {

@@ -35,6 +35,7 @@ type routeSnapshot struct {
 	primary  *target   // nil when no primary is known
 	replicas []*target // serving replicas, in state order
 	rr       atomic.Uint64
+	fenced   string // why primary listeners refuse writes (lease lost, lease.go); "" normally
 }
 
 // clusterRoute holds the current snapshot and what the proxy learnt about a
@@ -103,6 +104,9 @@ func (snap *routeSnapshot) pick(role string, fallback bool) (*target, *mysql.MyE
 		}
 		return nil, errNoRoute(fmt.Sprintf("switchyard: no healthy replica in cluster %s (none is replicating from the current primary within the lag limit) and fallback to the primary is off", snap.state.Cluster))
 	default:
+		if snap.fenced != "" {
+			return nil, errWritesFenced(snap.fenced)
+		}
 		if snap.primary == nil {
 			return nil, errNoRoute(fmt.Sprintf("switchyard: no primary known for cluster %s; writes are refused until the controller names one", snap.state.Cluster))
 		}
@@ -159,6 +163,7 @@ func (s *Server) SetClusterState(st topo.ClusterState) {
 	cr := s.route(st.Cluster)
 	rc := s.rc.Load()
 	snap := buildSnapshot(st, func(node string) string { return rc.nodeAddr(st.Cluster, node) })
+	s.applyFence(snap)
 	for {
 		old := cr.snap.Load()
 		if old != nil && st.Epoch < old.state.Epoch {

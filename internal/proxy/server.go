@@ -70,6 +70,9 @@ type Server struct {
 	nextConnID   atomic.Uint32
 	epochChanged chan struct{}
 
+	reach reachState // backend reachability as this proxy sees it (reachability.go)
+	fence writeFence // set while the registration lease is lost (lease.go)
+
 	readers sync.Pool // *bufio.Reader of backendReadBuf bytes
 	writers sync.Pool // *bufio.Writer of clientWriteBuf bytes
 }

@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// writeFence is set while the proxy's registration lease is lost. The
+// controller treats a proxy whose lease expired as one that no longer
+// routes writes (it stops waiting for that proxy's acknowledgement of a new
+// epoch before promoting a new primary), so the proxy must make that true:
+// from the moment it knows its lease is gone until it is registered again
+// and has re-read every cluster state, primary listeners refuse writes
+// while replica listeners keep serving reads from the last known topology.
+type writeFence struct {
+	reason atomic.Pointer[string]
+}
+
+// errWritesFenced is what a client of a primary listener gets while the
+// proxy's lease is lost: MySQL error 1290 (ER_OPTION_PREVENTS_STATEMENT,
+// what a read-only server answers), SQLSTATE HY000, with a message saying
+// why.
+func errWritesFenced(reason string) *mysql.MyError {
+	return &mysql.MyError{Code: mysql.ER_OPTION_PREVENTS_STATEMENT, State: mysql.DEFAULT_MYSQL_STATE,
+		Message: "switchyard: this proxy lost its registration in the topology store (" + reason +
+			"); writes are refused until it is registered again and has re-read the topology (reads on replica listeners continue)"}
+}
+
+// WritesFenced returns why primary listeners refuse writes, or "" when
+// they do not.
+func (s *Server) WritesFenced() string {
+	if r := s.fence.reason.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+// fenceWrites stops routing on primary listeners: every cluster's snapshot
+// is rebuilt without a primary, so new sessions are refused and existing
+// ones are moved off (idle) or closed (in a transaction) at their next
+// command.
+func (s *Server) fenceWrites(reason string) {
+	if s.fence.reason.Swap(&reason) == nil {
+		s.log.Error("registration lease lost: refusing writes on primary listeners until registered again", "reason", reason)
+	}
+	s.reapplySnapshots()
+}
+
+// unfenceWrites lifts the fence (after a new registration and a fresh read
+// of every cluster state).
+func (s *Server) unfenceWrites() {
+	if s.fence.reason.Swap(nil) != nil {
+		s.log.Info("registered again with a fresh topology: writes routed again")
+		s.reapplySnapshots()
+	}
+}
+
+// applyFence strips the primary from a snapshot being installed while the
+// fence is up.
+func (s *Server) applyFence(snap *routeSnapshot) {
+	if r := s.WritesFenced(); r != "" {
+		snap.primary = nil
+		snap.fenced = r
+	}
+}
+
+// reapplySnapshots rebuilds every cluster's snapshot from its state so the
+// fence (or its removal) takes effect.
+func (s *Server) reapplySnapshots() {
+	s.mu.Lock()
+	var states []topo.ClusterState
+	for _, cr := range s.clusters {
+		if snap := cr.snap.Load(); snap != nil {
+			states = append(states, snap.state)
+		}
+	}
+	s.mu.Unlock()
+	for _, st := range states {
+		s.SetClusterState(st)
+	}
+}
+
+// resync reads every cluster state from the store and applies it, so a
+// proxy that was cut off does not route by what it knew before (the
+// controller may have published a new primary meanwhile). It retries until
+// it succeeds or ctx ends.
+func (s *Server) resync(ctx context.Context, st topo.Store, keys topo.Keys) error {
+	prefix := keys.ClustersPrefix()
+	backoff := followBackoffMin
+	for {
+		kvs, err := st.List(ctx, prefix)
+		if err == nil {
+			for _, kv := range kvs {
+				s.applyStateKV(prefix, kv)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("proxy: re-read cluster states: %w", ctx.Err())
+		}
+		s.log.Warn("re-reading cluster states failed; retrying", "err", err, "retry_in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
