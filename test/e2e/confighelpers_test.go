@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,14 +86,9 @@ func startFleet(t *testing.T, nodes, nManaged, nProxies int) *fleet {
 		cfg.Listeners = append(cfg.Listeners, config.Listener{Name: fmt.Sprintf("tenant%d", i), Cluster: sandbox.ClusterName, Role: config.RoleReplica})
 	}
 	fl := &fleet{t: t, sb: sb, store: store, keys: topo.Keys{Prefix: cfg.Etcd.Prefix}, endpoints: endpoints, dir: t.TempDir()}
-	addrs := make([]map[string]string, nProxies)
-	for i := range addrs {
-		addrs[i] = map[string]string{}
-		for _, l := range cfg.Listeners {
-			addrs[i][l.Name] = sandboxtest.FreeAddr(t)
-		}
-	}
-	fl.cfg = withAddrs(cfg, addrs[0])
+	// The stored config names addresses of its own; every proxy binds its
+	// own set and serves the shared config on it (see OnApply below).
+	fl.cfg = withAddrs(cfg, listenerAddrs(t, cfg))
 	if err := fl.cfg.Validate(); err != nil {
 		t.Fatalf("fleet config does not validate: %v", err)
 	}
@@ -128,13 +125,22 @@ func startFleet(t *testing.T, nodes, nManaged, nProxies int) *fleet {
 
 	for i := range nProxies {
 		id := fmt.Sprintf("proxy-%d", i)
-		p := &fleetProxy{follower: follower{id: id, reg: prometheus.NewRegistry()}, addrs: addrs[i]}
-		p.srv, err = proxy.New(proxy.Options{Config: withAddrs(fl.cfg, p.addrs), ID: id, Log: log.With("role", "proxy", "proxy", id), Registry: p.reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.srv.Start(); err != nil {
-			t.Fatal(err)
+		p := &fleetProxy{follower: follower{id: id, reg: prometheus.NewRegistry()}}
+		// A free port may be taken by another process between picking and
+		// binding it: pick again.
+		for attempt := 0; ; attempt++ {
+			p.addrs = listenerAddrs(t, fl.cfg)
+			p.srv, err = proxy.New(proxy.Options{Config: withAddrs(fl.cfg, p.addrs), ID: id, Log: log.With("role", "proxy", "proxy", id), Registry: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err = p.srv.Start(); err == nil {
+				break
+			}
+			p.srv.Close()
+			if !errors.Is(err, syscall.EADDRINUSE) || attempt == 4 {
+				t.Fatal(err)
+			}
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); proxy.Follow(ctx, store, fl.keys, p.srv) }()
@@ -182,6 +188,28 @@ func startFleet(t *testing.T, nodes, nManaged, nProxies int) *fleet {
 		return true
 	})
 	return fl
+}
+
+// listenerAddrs picks a distinct free loopback address for every listener
+// of c: all are bound at once, then released.
+func listenerAddrs(t *testing.T, c *config.Config) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, l := range c.Listeners {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out[l.Name] = ln.Addr().String()
+	}
+	return out
 }
 
 // withAddrs returns a copy of c whose listeners use addrs (by name).
