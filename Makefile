@@ -4,7 +4,7 @@ BIN      := bin/switchyard
 SANDBOX  ?= .sandbox
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 
-.PHONY: all build deps test test-short lint demo down bench fuzz clean
+.PHONY: all build deps test test-short lint demo down bench fuzz clean docs
 
 all: build
 
@@ -48,3 +48,7 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# Regenerates the README's configuration reference from the schema's doc comments.
+docs:
+	./scripts/configref.sh
