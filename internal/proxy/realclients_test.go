@@ -107,8 +107,11 @@ func TestSysbenchReadWritePreparedStatements(t *testing.T) {
 	if out, err := prep.CombinedOutput(); err != nil {
 		t.Fatalf("sysbench prepare on the primary: %v\n%s", err, out)
 	}
+	// Uniform keys: sysbench's default "special" distribution sends most
+	// statements to 1% of the rows, which makes InnoDB deadlocks between the
+	// 8 threads frequent with or without a proxy.
 	runArgs := append(common(h.srv.ListenerAddr("rw")), "--threads=8", "--time=10", "--db-ps-mode=auto",
-		"--mysql-ignore-errors=none", "--report-interval=0", "run")
+		"--mysql-ignore-errors=none", "--rand-type=uniform", "--report-interval=0", "run")
 	var out []byte
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -116,10 +119,9 @@ func TestSysbenchReadWritePreparedStatements(t *testing.T) {
 		if err == nil {
 			break
 		}
-		// InnoDB may pick a sysbench transaction as a deadlock victim (error
-		// 1213): the server's own answer to this workload, seen at the same
-		// rate against the primary directly (about one per 20,000
-		// transactions here). Anything else fails the test at once.
+		// InnoDB may still pick a sysbench transaction as a deadlock victim
+		// (error 1213): the server's own answer to this workload, seen
+		// against the primary directly too. Anything else fails at once.
 		m := reErrno.FindSubmatch(out)
 		if m == nil || string(m[1]) != "1213" || attempt == 3 {
 			t.Fatalf("sysbench run through the proxy (attempt %d): %v\n%s", attempt, err, out)
