@@ -278,6 +278,21 @@ func TestConfigS8EmptyRoutingPush(t *testing.T) {
 	}
 	out, _ = fl.cli("config", "history")
 	t.Logf("config history at the end:\n%s", out)
+
+	// show prints the current revision with passwords redacted; --rev and
+	// --json give an older one as a document.
+	out, code = fl.cli("config", "show")
+	if code != 0 || !strings.Contains(out, "# revision 4 (") || !strings.Contains(out, "name: node3") || !strings.Contains(out, configstore.Redacted) || strings.Contains(out, fl.sb.AppPassword) {
+		t.Errorf("config show: exit %d\n%s", code, out)
+	}
+	out, code = fl.cli("config", "show", "--rev", "3", "--json")
+	var shown configstore.Revision
+	if code != 0 || json.Unmarshal([]byte(out), &shown) != nil || shown.Rev != 3 || shown.RollbackOf != 1 || strings.Contains(shown.YAML, "node3") {
+		t.Errorf("config show --rev 3 --json: exit %d\n%s", code, out)
+	}
+	if out, code = fl.cli("config", "show", "--rev", "2"); code == 0 || !strings.Contains(out, "revision 2 is not in the history") {
+		t.Errorf("config show --rev 2 (never applied): exit %d\n%s", code, out)
+	}
 }
 
 // openThrough opens a go-sql-driver pool through a listener address.
