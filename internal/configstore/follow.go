@@ -30,7 +30,7 @@ type FollowOptions struct {
 	// `consumer` label of the metrics and a log attribute. Required.
 	Name string
 	// ID identifies this consumer process in its report
-	// (topo.Keys.ConfigConsumer(ID)) and in status. Default: Name.
+	// (topo.Keys.ConfigConsumer(Name, ID)) and in status. Default: Name.
 	ID string
 	// OnApply hands a revision that passed every check to the consumer
 	// (e.g. proxy.Server.SetConfig). It is called from one goroutine, one
@@ -58,7 +58,7 @@ type FollowOptions struct {
 	// Default: ReadLive on the store; if that fails the check runs with no
 	// live state (the empty and route-fraction rules still apply).
 	Live func(ctx context.Context) (config.Live, error)
-	// Report writes a Status document under topo.Keys.ConfigConsumer(ID),
+	// Report writes a Status document under topo.Keys.ConfigConsumer(Name, ID),
 	// bound to a lease of ReportTTL, so `switchyard status` shows the
 	// revision every consumer applied and its alarm.
 	Report bool
@@ -393,7 +393,7 @@ func (f *Follower) notify(st Status) {
 
 // report keeps the consumer's Status registered under its lease.
 func (f *Follower) report(ctx context.Context) {
-	key := f.keys.ConfigConsumer(f.o.ID)
+	key := f.keys.ConfigConsumer(f.o.Name, f.o.ID)
 	backoff := backoffMin
 	for ctx.Err() == nil {
 		val, _ := json.Marshal(f.Status())

@@ -325,3 +325,27 @@ func TestFollowOptions(t *testing.T) {
 		defer func() { cancel(); <-f.Done() }()
 	}
 }
+
+// TestReportsOfOneProcess: a process running both roles (switchyard up)
+// reports each under its own key.
+func TestReportsOfOneProcess(t *testing.T) {
+	st := topo.NewMemory()
+	mustApply(t, st, Change{Config: baseConfig(t, 0)})
+	c, cancel := context.WithCancel(context.Background())
+	var fs []*Follower
+	for _, name := range []string{"proxy", "controller"} {
+		f, err := Follow(c, st, keys, FollowOptions{Name: name, ID: "host-42", Report: true, OnApply: func(*config.Config, int64) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	eventually(t, "two reports", func() bool {
+		s, err := ReadSummary(ctx(t), st, keys)
+		return err == nil && len(s.Consumers) == 2 && s.Converged() && s.Consumers[0].Name == "controller"
+	})
+	cancel()
+	for _, f := range fs {
+		<-f.Done()
+	}
+}

@@ -24,7 +24,7 @@ type Summary struct {
 	// CurrentError says why the current key's value is invalid.
 	CurrentError string `json:"current_error,omitempty"`
 	// Consumers are the reports of every running proxy and controller that
-	// follows the config, by id.
+	// follows the config, by id then role.
 	Consumers []Status `json:"consumers"`
 }
 
@@ -56,7 +56,13 @@ func ReadSummary(ctx context.Context, st topo.Store, keys topo.Keys) (*Summary, 
 			s.Consumers = append(s.Consumers, c)
 		}
 	}
-	sort.Slice(s.Consumers, func(i, j int) bool { return s.Consumers[i].ID < s.Consumers[j].ID })
+	sort.Slice(s.Consumers, func(i, j int) bool {
+		a, b := s.Consumers[i], s.Consumers[j]
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return a.Name < b.Name
+	})
 	return s, nil
 }
 

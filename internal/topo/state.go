@@ -12,7 +12,7 @@ import (
 //
 //	<prefix>/config/current                  current config revision (JSON, configstore.Revision)
 //	<prefix>/config/history/<rev>            past revisions, rev zero-padded to 12 digits
-//	<prefix>/config/consumers/<id>           revision a proxy/controller applied (JSON), leased
+//	<prefix>/config/consumers/<role>/<id>    revision a proxy/controller applied (JSON), leased
 //	<prefix>/clusters/<cluster>/state        ClusterState (JSON)
 //	<prefix>/clusters/<cluster>/requests/<id> Request (JSON), operator → leader
 //	<prefix>/proxies/<id>                    ProxyRegistration (JSON), leased
@@ -38,8 +38,9 @@ func (k Keys) ConfigRevision(rev int64) string { return fmt.Sprintf("%s%012d", k
 // slash).
 func (k Keys) ConfigConsumers() string { return path.Join(k.Prefix, "config", "consumers") + "/" }
 
-// ConfigConsumer is the key of one consumer's report.
-func (k Keys) ConfigConsumer(id string) string { return k.ConfigConsumers() + id }
+// ConfigConsumer is the key of one consumer's report: role is "proxy" or
+// "controller", id the process's id (one process may run both roles).
+func (k Keys) ConfigConsumer(role, id string) string { return k.ConfigConsumers() + role + "/" + id }
 
 // ClusterState is the key of a cluster's state.
 func (k Keys) ClusterState(cluster string) string {
