@@ -62,7 +62,7 @@ sleep 0.5
 PRIMARY_PORT=${SWITCHYARD_PRIMARY##*:}
 RW_PORT=${SWITCHYARD_RW##*:}
 common=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user="$SWITCHYARD_APP_USER" --mysql-password="$SWITCHYARD_APP_PASSWORD"
-        --mysql-db=sbtest --tables=4 --table-size=10000)
+        --mysql-db=sbtest --tables=4 --table-size=10000 --rand-type=uniform)
 sysbench oltp_read_write "${common[@]}" --mysql-port="$PRIMARY_PORT" prepare >/dev/null
 
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }

@@ -35,7 +35,7 @@ $SY status --config "$CFG"
 
 RW_HOST=${SWITCHYARD_RW%:*}; RW_PORT=${SWITCHYARD_RW##*:}
 SB_ARGS=(--db-driver=mysql --mysql-host="$RW_HOST" --mysql-port="$RW_PORT" --mysql-user="$SWITCHYARD_APP_USER"
-         --mysql-password="$SWITCHYARD_APP_PASSWORD" --mysql-db=sbtest --tables=2 --table-size=10000)
+         --mysql-password="$SWITCHYARD_APP_PASSWORD" --mysql-db=sbtest --tables=4 --table-size=10000 --rand-type=uniform)
 
 say "sysbench oltp_read_write through the rw listener ($SWITCHYARD_RW), 10 s, 4 threads, prepared statements"
 sysbench oltp_read_write "${SB_ARGS[@]}" cleanup >/dev/null 2>&1 || true
