@@ -68,6 +68,9 @@ type Controller struct {
 
 	probersMu sync.Mutex
 	probers   map[string]*nodeProber // by cluster + "/" + node
+
+	// stepHook, when set (tests only), runs before each failover step.
+	stepHook func(ctx context.Context, step string)
 }
 
 // New checks the options and returns a controller. It fails when a required

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -35,6 +36,8 @@ type term struct {
 
 	queue  chan string // request keys to look at
 	queued sync.Map    // request key → struct{}
+
+	fo *termFailover // failure detection, policy and events (observe.go, policy.go)
 }
 
 // clusterRun is the leader's view of one cluster.
@@ -53,21 +56,25 @@ type clusterRun struct {
 }
 
 func newTerm(c *Controller, leader topo.Leader) *term {
-	return &term{
+	t := &term{
 		c:        c,
 		leader:   leader,
 		log:      c.log,
 		clusters: map[string]*clusterRun{},
 		queue:    make(chan string, 64),
 	}
+	t.fo = newTermFailover(t)
+	return t
 }
 
 func (t *term) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); t.watchRequests(ctx) }()
 	go func() { defer wg.Done(); t.serveRequests(ctx) }()
+	go func() { defer wg.Done(); t.watchProxies(ctx) }()
 	defer wg.Wait()
+	defer t.fo.wg.Wait()
 
 	interval := t.c.config().Probe.Interval.D()
 	ticker := time.NewTicker(interval)
@@ -82,6 +89,7 @@ func (t *term) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-t.fo.kick: // a sign of trouble: probe again at once
 		}
 	}
 }
@@ -166,6 +174,7 @@ func (t *term) round(ctx context.Context) {
 			continue
 		}
 		t.publishRound(ctx, cfg, r.cl, r.cr, r.probes)
+		t.afterRound(ctx, cfg, r.cl, r.cr, r.probes)
 	}
 }
 
@@ -200,6 +209,9 @@ func (t *term) probeNodes(ctx context.Context, cfg *config.Config, cl *config.Cl
 			}
 			res := pr.ProbeResult(ctx)
 			res.Probe.At = t.c.now()
+			if res.Kind != probe.KindOK {
+				res.Probe.ErrorKind = string(res.Kind)
+			}
 			t.c.metrics.probes.WithLabelValues(cl.Name, n.Name, string(res.Kind)).Inc()
 			t.c.metrics.probeLatency.WithLabelValues(cl.Name).Observe(res.Probe.LatencyMS / 1000)
 			if res.Probe.Reachable && pr.grantsChecked.CompareAndSwap(false, true) {
@@ -223,6 +235,7 @@ func (t *term) checkGrants(ctx context.Context, cluster, node string, pr *nodePr
 	case len(missing) > 0:
 		t.log.Warn("monitor account lacks privileges a switchover needs; grant them on every node",
 			"cluster", cluster, "node", node, "user", pr.user, "missing", strings.Join(missing, ", "))
+		t.grantsMissing(ctx, cluster, node, pr.user, missing)
 	default:
 		t.log.Info("monitor account has every privilege needed", "cluster", cluster, "node", node)
 	}
@@ -233,9 +246,13 @@ func (t *term) checkGrants(ctx context.Context, cluster, node string, pr *nodePr
 func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, probes map[string]topo.Probe) {
 	cr.mu.Lock()
 	abandoned := cr.state != nil && cr.state.Phase == topo.PhaseSwitching && !cr.switching
+	abandonedFailover := cr.state != nil && cr.state.Phase == topo.PhaseFailover && !cr.switching
 	cr.mu.Unlock()
 	if abandoned {
 		t.resolveAbandoned(ctx, cfg, cl, cr, probes)
+	}
+	if abandonedFailover {
+		t.resolveAbandonedFailover(ctx, cfg, cl, cr, probes)
 	}
 
 	cr.mu.Lock()

@@ -21,6 +21,8 @@ type metrics struct {
 	leader       prometheus.Gauge
 	switchovers  *prometheus.CounterVec
 	publishes    *prometheus.CounterVec
+	failovers    *prometheus.CounterVec
+	events       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,11 +48,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_controller_state_writes_total",
 			Help: "Cluster state writes to the topology store by cluster and result (ok, conflict, error).",
 		}, []string{"cluster", "result"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_failovers_total",
+			Help: "Emergency failovers by cluster, result (done, refused, failed, timed_out, aborted) and mode (auto, manual).",
+		}, []string{"cluster", "result", "mode"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_events_total",
+			Help: "Events written to the cluster event log by cluster and kind (decision, no_action, recovery, alarm, operator).",
+		}, []string{"cluster", "kind"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes} {
+	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -34,23 +34,28 @@ const finishedRetention = 24 * time.Hour
 // ended first — the request then stays in the store and the leader may still
 // execute it.
 func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, cluster, target string) (topo.Request, error) {
+	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: target})
+}
+
+// Submit hands an operator request (req.Kind and its fields; ID, State and
+// times are filled in) to the controller leader and waits for it to finish,
+// exactly as RequestSwitchover describes.
+func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request) (topo.Request, error) {
+	kind, cluster := req.Kind, req.Cluster
 	if cluster == "" {
-		return topo.Request{}, errors.New("switchover: a cluster name is required")
+		return topo.Request{}, fmt.Errorf("%s: a cluster name is required", kind)
 	}
 	if _, err := st.Leader(ctx, keys.Election()); err != nil {
 		if errors.Is(err, topo.ErrNotFound) {
-			return topo.Request{}, fmt.Errorf("switchover of %s: %w: start `switchyard up` or `switchyard controller`", cluster, ErrNoLeader)
+			return topo.Request{}, fmt.Errorf("%s of %s: %w: start `switchyard up` or `switchyard controller`", kind, cluster, ErrNoLeader)
 		}
-		return topo.Request{}, fmt.Errorf("switchover of %s: find the controller leader: %w", cluster, err)
+		return topo.Request{}, fmt.Errorf("%s of %s: find the controller leader: %w", kind, cluster, err)
 	}
 	now := time.Now().UTC()
-	req := topo.Request{
-		ID: newRequestID(now), Kind: topo.RequestSwitchover, Cluster: cluster, Target: target,
-		State: topo.RequestPending, CreatedAt: now, UpdatedAt: now,
-	}
+	req.ID, req.State, req.CreatedAt, req.UpdatedAt = newRequestID(now), topo.RequestPending, now, now
 	data, err := json.Marshal(req)
 	if err != nil {
-		return req, fmt.Errorf("switchover: encode request: %w", err)
+		return req, fmt.Errorf("%s: encode request: %w", kind, err)
 	}
 	key := keys.Request(cluster, req.ID)
 	wctx, cancel := context.WithCancel(ctx)
@@ -58,10 +63,10 @@ func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, clust
 	// Watch first so no update is missed; the request is created below.
 	initial, events, err := st.Watch(wctx, key)
 	if err != nil {
-		return req, fmt.Errorf("switchover: watch %s: %w", key, err)
+		return req, fmt.Errorf("%s: watch %s: %w", kind, key, err)
 	}
 	if _, err := st.Create(ctx, key, data); err != nil {
-		return req, fmt.Errorf("switchover: create request %s: %w", key, err)
+		return req, fmt.Errorf("%s: create request %s: %w", kind, key, err)
 	}
 	for _, kv := range initial {
 		if kv.Key == key {
@@ -76,16 +81,16 @@ func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, clust
 		}
 		select {
 		case <-ctx.Done():
-			return req, fmt.Errorf("switchover: request %s still %s: %w", req.ID, req.State, ctx.Err())
+			return req, fmt.Errorf("%s: request %s still %s: %w", kind, req.ID, req.State, ctx.Err())
 		case ev, ok := <-events:
 			if !ok {
-				return req, fmt.Errorf("switchover: watch of request %s ended: %w", req.ID, context.Cause(wctx))
+				return req, fmt.Errorf("%s: watch of request %s ended: %w", kind, req.ID, context.Cause(wctx))
 			}
 			if ev.Err != nil {
 				// Re-read instead of re-watching: the request is small.
 				kv, err := st.Get(ctx, key)
 				if err != nil {
-					return req, fmt.Errorf("switchover: watch of request %s failed (%v) and re-read failed: %w", req.ID, ev.Err, err)
+					return req, fmt.Errorf("%s: watch of request %s failed (%v) and re-read failed: %w", kind, req.ID, ev.Err, err)
 				}
 				if r, ok := decodeRequest(kv.Value); ok {
 					req = r
@@ -95,7 +100,7 @@ func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, clust
 				}
 				initial, events, err = st.Watch(wctx, key)
 				if err != nil {
-					return req, fmt.Errorf("switchover: re-watch request %s: %w", req.ID, err)
+					return req, fmt.Errorf("%s: re-watch request %s: %w", kind, req.ID, err)
 				}
 				for _, kv := range initial {
 					if r, ok := decodeRequest(kv.Value); ok && kv.Key == key {
@@ -105,7 +110,7 @@ func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, clust
 				continue
 			}
 			if ev.Type == topo.EventDelete && ev.KV.Key == key {
-				return req, fmt.Errorf("switchover: request %s was deleted", req.ID)
+				return req, fmt.Errorf("%s: request %s was deleted", kind, req.ID)
 			}
 			if ev.KV.Key == key {
 				if r, ok := decodeRequest(ev.KV.Value); ok {
@@ -248,14 +253,16 @@ func (t *term) serveRequest(ctx context.Context, key string) {
 	}
 	cluster, _, _ := t.requestKey(key)
 	switch {
-	case req.Kind != topo.RequestSwitchover:
-		req.Message = fmt.Sprintf("unknown request kind %q (known: %s)", req.Kind, topo.RequestSwitchover)
+	case !knownRequestKind(req.Kind):
+		req.Message = fmt.Sprintf("unknown request kind %q (known: %s)", req.Kind, strings.Join(requestKinds, ", "))
 		t.finishRequest(ctx, key, &req, kv.Version, topo.RequestFailed)
 	case req.Cluster != cluster || t.c.config().Cluster(cluster) == nil:
 		req.Message = fmt.Sprintf("unknown cluster %q: not in the controller's config", cluster)
 		t.finishRequest(ctx, key, &req, kv.Version, topo.RequestFailed)
-	default:
+	case req.Kind == topo.RequestSwitchover:
 		t.runSwitchover(ctx, key, req, kv.Version)
+	default:
+		t.serveOperator(ctx, key, req, kv.Version)
 	}
 }
 

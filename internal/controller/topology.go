@@ -76,6 +76,7 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 		if in.Prev.Phase != "" {
 			st.Phase = in.Prev.Phase
 		}
+		carryPolicy(&st, in.Prev)
 	}
 	probe := func(name string) topo.Probe {
 		if p, ok := in.Probes[name]; ok {
@@ -96,7 +97,7 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 			Message: fmt.Sprintf("published primary %s is no longer in the config; discovering again", st.Primary)})
 		st.Primary, st.Phase, st.Target = "", topo.PhaseStable, ""
 	}
-	if st.Primary == "" {
+	if st.Primary == "" && st.Phase == topo.PhaseStable {
 		if name, why := discoverPrimary(cl, probe, writable); name != "" {
 			st.Primary = name
 			st.Epoch++
@@ -159,6 +160,9 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 			ns.Reason = "writable but not the primary"
 		default:
 			ns.Reason = "not replicating"
+		}
+		if why, ok := st.Quarantined[n.Name]; ok && n.Name != st.Primary {
+			ns.Serving, ns.Reason = false, "quarantined: "+why
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}

@@ -102,3 +102,55 @@ func VerifyWritable(ctx context.Context, address string, cred Credentials, timeo
 	}
 	return "", nil
 }
+
+// BinlogState returns MariaDB's @@gtid_binlog_state: the last GTID of every
+// (domain, server_id) pair in the node's binlog. Unlike a position it shows
+// whether a particular server's transaction ever reached this node, which is
+// how a returning old primary's unreplicated transactions are told apart
+// from ones the node has. MySQL has no equivalent (use gtid_executed).
+func (p *Prober) BinlogState(ctx context.Context) (string, error) {
+	if p.d.name() == FlavorMySQL {
+		return "", fmt.Errorf("%s: gtid_binlog_state is MariaDB only", p.address)
+	}
+	db, err := p.admin()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := p.adminDeadline(ctx, 0)
+	defer cancel()
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state").Scan(&v); err != nil {
+		return "", p.wrap("read @@gtid_binlog_state", err)
+	}
+	return v, nil
+}
+
+// SemiSyncReplica reports whether rpl_semi_sync_slave_enabled is ON (MariaDB
+// 10.3+, where semi-sync is built in); false on MySQL or when the variable
+// is unknown.
+func (p *Prober) SemiSyncReplica(ctx context.Context) bool {
+	if p.d.name() == FlavorMySQL {
+		return false
+	}
+	db, err := p.admin()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := p.adminDeadline(ctx, 0)
+	defer cancel()
+	var v int64
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.rpl_semi_sync_slave_enabled").Scan(&v); err != nil {
+		return false
+	}
+	return v != 0
+}
+
+// EnableSemiSyncPrimary turns on rpl_semi_sync_master_enabled, so a
+// promoted node that was a semi-sync replica keeps acknowledged writes
+// lossless as the new primary (MariaDB KB "Semisynchronous Replication").
+func (p *Prober) EnableSemiSyncPrimary(ctx context.Context) error {
+	if p.d.name() == FlavorMySQL {
+		return fmt.Errorf("%s: enabling semi-sync is not implemented for MySQL", p.address)
+	}
+	return p.exec(ctx, "enable semi-sync on the new primary", "SET GLOBAL rpl_semi_sync_master_enabled = ON")
+}

@@ -1,0 +1,293 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
+	"github.com/switchyard-db/switchyard/internal/topo"
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
+)
+
+func autoConfig(c *sandbox.Cluster) *config.Config {
+	cfg := testConfig(c)
+	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	return cfg
+}
+
+// events reads the cluster's event log.
+func events(t *testing.T, st topo.Store) []topo.Event {
+	t.Helper()
+	evs, err := ListEvents(context.Background(), st, testKeys, sandbox.ClusterName, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// waitEvent waits until an event whose message contains substr exists.
+func waitEvent(t *testing.T, st topo.Store, timeout time.Duration, substr string) topo.Event {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, ev := range events(t, st) {
+			if strings.Contains(ev.Message, substr) {
+				return ev
+			}
+		}
+		if time.Now().After(deadline) {
+			var msgs []string
+			for _, ev := range events(t, st) {
+				msgs = append(msgs, ev.Kind+": "+ev.Message)
+			}
+			t.Fatalf("no event containing %q within %s; events:\n  %s", substr, timeout, strings.Join(msgs, "\n  "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func nodeIndex(name string) int {
+	return map[string]int{"node1": 0, "node2": 1, "node3": 2}[name]
+}
+
+// TestAutoFailoverAndRejoin: in auto mode a killed primary is failed over
+// once confirmed; the block is recorded; the restarted old primary (which
+// the sandbox starts writable) is fenced and rejoined as a replica.
+func TestAutoFailoverAndRejoin(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, autoConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	mustExec(t, rootDB(t, c, 0), "CREATE TABLE sbtest.fo_t (id INT PRIMARY KEY)")
+	mustExec(t, rootDB(t, c, 0), "INSERT INTO sbtest.fo_t VALUES (1)")
+	// Asynchronous replication: wait until both replicas have the row, or
+	// the kill may lose it (semi-sync scenarios are in test/e2e).
+	for i := 1; i < 3; i++ {
+		deadline := time.Now().Add(10 * time.Second)
+		for queryInt(t, rootDB(t, c, i), "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA='sbtest' AND TABLE_NAME='fo_t'") == 0 ||
+			queryInt(t, rootDB(t, c, i), "SELECT COUNT(*) FROM sbtest.fo_t") != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not receive the row", c.Nodes[i].Name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	killed := time.Now()
+	if err := c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	s := waitState(t, st, 20*time.Second, "failover", func(s topo.ClusterState) bool {
+		return s.Primary != "" && s.Primary != "node1" && s.Phase == topo.PhaseStable
+	})
+	took := time.Since(killed)
+	t.Logf("kill -9 of node1 → %s published primary after %s (probe interval %s)", s.Primary, took.Round(time.Millisecond), testInterval)
+	if s.Epoch != 2 || s.FailoverBlock == nil || s.LastFailover == nil || !s.LastFailover.Auto || s.LastFailover.From != "node1" {
+		t.Fatalf("after failover: epoch %d block %+v last %+v; want epoch 2, a block and an auto failover record", s.Epoch, s.FailoverBlock, s.LastFailover)
+	}
+	waitEvent(t, st, 5*time.Second, "failing over: DeadPrimary confirmed")
+	waitEvent(t, st, 5*time.Second, "auto failover done")
+	np := nodeIndex(s.Primary)
+	if ro := queryInt(t, rootDB(t, c, np), "SELECT @@read_only"); ro != 0 {
+		t.Fatalf("new primary read_only=%d", ro)
+	}
+	if n := queryInt(t, rootDB(t, c, np), "SELECT COUNT(*) FROM sbtest.fo_t"); n != 1 {
+		t.Fatalf("new primary has %d rows of fo_t, want 1", n)
+	}
+	other := 3 - np // the remaining replica (indexes 1 and 2)
+	waitReplicating(t, c, other, np)
+
+	// The old primary returns writable (its defaults file says so): it is
+	// fenced at once and rejoined as a replica of the new primary.
+	if err := c.StartNode(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, st, 10*time.Second, "fenced node1")
+	waitEvent(t, st, 10*time.Second, "rejoined node1")
+	waitReplicating(t, c, 0, np)
+	waitState(t, st, 10*time.Second, "node1 serving", func(s topo.ClusterState) bool {
+		return s.Node("node1").Serving
+	})
+}
+
+// waitReplicating waits until node i replicates from node from, read-only.
+func waitReplicating(t *testing.T, c *sandbox.Cluster, i, from int) {
+	t.Helper()
+	db := rootDB(t, c, i)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var port, io, sqlRun string
+		rows, err := db.Query("SHOW ALL SLAVES STATUS")
+		if err == nil {
+			cols, _ := rows.Columns()
+			vals := make([]any, len(cols))
+			strs := make([][]byte, len(cols))
+			for j := range vals {
+				vals[j] = &strs[j]
+			}
+			if rows.Next() && rows.Scan(vals...) == nil {
+				for j, col := range cols {
+					switch col {
+					case "Master_Port":
+						port = string(strs[j])
+					case "Slave_IO_Running":
+						io = string(strs[j])
+					case "Slave_SQL_Running":
+						sqlRun = string(strs[j])
+					}
+				}
+			}
+			rows.Close()
+		}
+		ro := queryInt(t, db, "SELECT @@read_only")
+		if port == itoa(int64(c.Nodes[from].Port)) && io == "Yes" && sqlRun == "Yes" && ro == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not replicate from %s: port %q IO %q SQL %q read_only %d", c.Nodes[i].Name, c.Nodes[from].Name, port, io, sqlRun, ro)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestManualModeReportsAndPlans: in the default manual mode a dead primary
+// is reported, never failed over alone; --plan shows the candidate without
+// acting; an operator's failover then runs.
+func TestManualModeReportsAndPlans(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	if err := c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, st, 10*time.Second, "DeadPrimary analysis", func(s topo.ClusterState) bool {
+		for _, a := range s.Analysis {
+			if a.Code == "DeadPrimary" {
+				return true
+			}
+		}
+		return false
+	})
+	waitEvent(t, st, 5*time.Second, "not failing over: failover.mode is manual")
+	time.Sleep(5 * testInterval)
+	if s, _ := readState(t, st, sandbox.ClusterName); s.Primary != "node1" || s.Epoch != 1 {
+		t.Fatalf("manual mode failed over by itself: primary %s epoch %d", s.Primary, s.Epoch)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{PlanOnly: true, By: "test"})
+	if err != nil {
+		t.Fatalf("plan: %v (%s)", err, req.Message)
+	}
+	if req.Plan == nil || req.Plan.Candidate == "" || len(req.Plan.Candidates) != 2 || req.Plan.Fence != "proxies" {
+		t.Fatalf("plan = %+v; want a candidate among 2 and fencing by proxies", req.Plan)
+	}
+	t.Logf("plan:\n%s", req.Message)
+	if s, _ := readState(t, st, sandbox.ClusterName); s.Primary != "node1" || s.Epoch != 1 {
+		t.Fatalf("--plan acted: primary %s epoch %d", s.Primary, s.Epoch)
+	}
+
+	req, err = RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{By: "test"})
+	if err != nil {
+		t.Fatalf("failover: %v\nsteps:\n  %s", err, strings.Join(req.Steps, "\n  "))
+	}
+	t.Logf("failover: %s\n  %s", req.Message, strings.Join(req.Steps, "\n  "))
+	s, _ := readState(t, st, sandbox.ClusterName)
+	if s.Primary != req.Target || s.Epoch != 2 || s.FailoverBlock == nil || s.LastFailover == nil || s.LastFailover.Auto {
+		t.Fatalf("after manual failover: %+v", s)
+	}
+}
+
+// runControllerCancel is runController that also returns the cancel of its
+// Run context, usable from inside the controller (it does not wait).
+func runControllerCancel(t *testing.T, c *Controller) (cancel func(), done <-chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := make(chan error, 1)
+	go func() { d <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-d:
+		case <-time.After(15 * time.Second):
+			t.Errorf("controller %s did not stop", c.id)
+		}
+	})
+	return cancel, d
+}
+
+// TestLeaderLostMidFailover: two controllers; the leader loses leadership
+// in the middle of an automatic failover (before promotion, and after
+// promotion before publishing); the other controller resolves it and the
+// cluster ends with exactly one writable, published primary.
+func TestLeaderLostMidFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		atStep string // the leader is stopped when this step starts
+	}{
+		{"before promotion", "apply relay log on "},
+		{"after promotion", "verify "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+			endpoints := topotest.StartEtcd(t)
+			st1 := topotest.Connect(t, endpoints)
+			cfg := autoConfig(c)
+			ctl1, err := New(Options{Config: cfg, Store: st1, Keys: testKeys, ID: "ctl-1", Log: testLogger(t).With("ctl", "ctl-1")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var once sync.Once
+			var cancel1 func()
+			stoppedAt := make(chan string, 1)
+			ctl1.stepHook = func(ctx context.Context, step string) {
+				if strings.HasPrefix(step, tc.atStep) {
+					once.Do(func() {
+						stoppedAt <- step
+						cancel1() // leadership ends; the step then runs with a cancelled context
+						<-ctx.Done()
+					})
+				}
+			}
+			cancel1, _ = runControllerCancel(t, ctl1)
+			waitState(t, st1, 15*time.Second, "discovery", discovered)
+			// The second controller shares the etcd but has its own client.
+			st2 := topotest.Connect(t, endpoints)
+			runController(t, cfg, st2, "ctl-2")
+
+			if err := c.KillNode(0); err != nil {
+				t.Fatal(err)
+			}
+			var step string
+			select {
+			case step = <-stoppedAt:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the leader never reached the step")
+			}
+			t.Logf("leader ctl-1 stopped at step %q", step)
+			s := waitState(t, st2, 30*time.Second, "a primary published by ctl-2", func(s topo.ClusterState) bool {
+				return s.Leader == "ctl-2" && s.Primary != "" && s.Primary != "node1" && s.Phase == topo.PhaseStable
+			})
+			t.Logf("resolved by ctl-2: primary %s epoch %d", s.Primary, s.Epoch)
+			writable := 0
+			for i := 1; i < 3; i++ {
+				if queryInt(t, rootDB(t, c, i), "SELECT @@read_only") == 0 {
+					writable++
+					if c.Nodes[i].Name != s.Primary {
+						t.Fatalf("%s is writable but %s is published primary", c.Nodes[i].Name, s.Primary)
+					}
+				}
+			}
+			if writable != 1 {
+				t.Fatalf("%d writable nodes, want exactly 1", writable)
+			}
+			waitEvent(t, st2, 5*time.Second, "a previous leader left a failover")
+		})
+	}
+}

@@ -1,0 +1,214 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/analysis"
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// Analysis thresholds that are not configurable.
+const (
+	// overloadThreadsRunning: more running threads on the primary is a sign
+	// of overload (reported, never acted on).
+	overloadThreadsRunning = 100
+	// ioSilenceDefault bounds a replica's IO-thread silence when it has no
+	// heartbeat period (the slave_net_timeout scale; the sandbox sets 10 s).
+	ioSilenceDefault = 10 * time.Second
+)
+
+// termFailover is the failure-detection state of one term of leadership:
+// what the controller remembers between probe rounds (IO-thread progress,
+// last lag, last complete probes, consecutive DeadPrimary rounds), the
+// proxies' reachability reports, the event log and the channel that starts
+// an extra probe round.
+type termFailover struct {
+	kick   chan struct{}
+	events *eventLog
+	wg     sync.WaitGroup // failovers started by the policy
+
+	mu       sync.Mutex
+	proxies  map[string]topo.ProxyRegistration // by proxy id (live registrations)
+	clusters map[string]*clusterMemory
+}
+
+// clusterMemory is what the leader remembers about one cluster between
+// rounds.
+type clusterMemory struct {
+	ioSig        map[string]string     // node → IO progress signature
+	ioAt         map[string]time.Time  // node → when the signature last changed
+	lastLag      map[string]int64      // node → last non-NULL lag
+	lastComplete map[string]topo.Probe // node → last complete probe
+	deadRounds   int                   // consecutive rounds with DeadPrimary
+	trouble      bool                  // the last round saw trouble on the primary
+	repairAt     map[string]time.Time  // node → last repair attempt
+	analysis     []topo.AnalysisEntry  // last published codes
+}
+
+func newTermFailover(t *term) *termFailover {
+	return &termFailover{
+		kick:     make(chan struct{}, 1),
+		events:   newEventLog(t),
+		proxies:  map[string]topo.ProxyRegistration{},
+		clusters: map[string]*clusterMemory{},
+	}
+}
+
+// extraRound asks the probe loop for another round at once.
+func (f *termFailover) extraRound() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (f *termFailover) memory(cluster string) *clusterMemory {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, ok := f.clusters[cluster]
+	if !ok {
+		m = &clusterMemory{ioSig: map[string]string{}, ioAt: map[string]time.Time{}, lastLag: map[string]int64{},
+			lastComplete: map[string]topo.Probe{}, repairAt: map[string]time.Time{}}
+		f.clusters[cluster] = m
+	}
+	return m
+}
+
+// observe records what a round's probes say about progress and lag.
+func (m *clusterMemory) observe(probes map[string]topo.Probe, now time.Time) {
+	for name, p := range probes {
+		if !complete(p) {
+			continue
+		}
+		m.lastComplete[name] = p
+		if !p.Replicating {
+			delete(m.ioSig, name)
+			continue
+		}
+		if p.LagSeconds != nil {
+			m.lastLag[name] = *p.LagSeconds
+		}
+		sig := strings.Join([]string{p.SourceHost, itoa(int64(p.SourcePort)), itoa(p.HeartbeatsReceived),
+			p.SourceLogFile, itoa(p.ReadSourceLogPos), p.GTIDIO}, "|")
+		if m.ioSig[name] != sig {
+			m.ioSig[name] = sig
+			m.ioAt[name] = now
+		}
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// proxyReports returns the live proxies' reports about cluster's nodes.
+func (f *termFailover) proxyReports(cluster string) []analysis.Proxy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]analysis.Proxy, 0, len(f.proxies))
+	for id, reg := range f.proxies {
+		p := analysis.Proxy{ID: id, Reach: map[string]topo.BackendReach{}}
+		for _, b := range reg.Backends {
+			if b.Cluster == cluster {
+				p.Reach[b.Node] = b
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// watchProxies keeps f.proxies current and starts an extra probe round when
+// a proxy reports a node it could reach before as unreachable.
+func (t *term) watchProxies(ctx context.Context) {
+	f := t.fo
+	prefix := t.c.keys.Proxies()
+	for ctx.Err() == nil {
+		initial, events, err := t.c.store.Watch(ctx, prefix)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.log.Warn("cannot watch proxy registrations; retrying", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		f.mu.Lock()
+		f.proxies = map[string]topo.ProxyRegistration{}
+		f.mu.Unlock()
+		for _, kv := range initial {
+			f.putProxy(prefix, kv)
+		}
+		for ev := range events {
+			if ev.Err != nil {
+				break
+			}
+			switch ev.Type {
+			case topo.EventPut:
+				if f.putProxy(prefix, ev.KV) {
+					f.extraRound()
+				}
+			case topo.EventDelete:
+				f.mu.Lock()
+				delete(f.proxies, strings.TrimPrefix(ev.KV.Key, prefix))
+				f.mu.Unlock()
+			}
+		}
+	}
+}
+
+// putProxy stores a registration; it reports whether a node became
+// unreachable for that proxy (a sign of trouble).
+func (f *termFailover) putProxy(prefix string, kv topo.KV) bool {
+	var reg topo.ProxyRegistration
+	if json.Unmarshal(kv.Value, &reg) != nil {
+		return false
+	}
+	id := strings.TrimPrefix(kv.Key, prefix)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, had := f.proxies[id]
+	f.proxies[id] = reg
+	was := map[string]bool{}
+	for _, b := range old.Backends {
+		was[b.Cluster+"/"+b.Node] = b.Reachable
+	}
+	for _, b := range reg.Backends {
+		if !b.Reachable && (!had || was[b.Cluster+"/"+b.Node]) {
+			return true
+		}
+	}
+	return false
+}
+
+// analysisSnapshot builds analysis input from the published state, the
+// round's probes, the memory and the proxies' reports.
+func (t *term) analysisSnapshot(cfg *config.Config, cl *config.Cluster, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory, now time.Time) analysis.Snapshot {
+	s := analysis.Snapshot{
+		Cluster: cl.Name, Flavor: cl.Flavor, Primary: st.Primary, Phase: st.Phase, Now: now,
+		Proxies: t.fo.proxyReports(cl.Name),
+		Limits: analysis.Limits{
+			MaxLag:            cl.ReadRouting.MaxLag.D(),
+			SlowProbe:         cfg.Probe.Timeout.D() / 2,
+			MaxThreadsRunning: overloadThreadsRunning,
+			IOSilence:         ioSilenceDefault,
+			MinIOSilence:      2 * cfg.Probe.Interval.D(),
+		},
+	}
+	for _, n := range cl.Nodes {
+		p, ok := probes[n.Name]
+		if !ok {
+			p = topo.Probe{Error: "not probed yet"}
+		}
+		an := analysis.Node{Name: n.Name, Address: n.Address, Promotion: n.Promotion, Probe: p,
+			IOProgressAt: m.ioAt[n.Name], Quarantined: st.Quarantined[n.Name]}
+		if l, ok := m.lastLag[n.Name]; ok {
+			an.LastLag = &l
+		}
+		s.Nodes = append(s.Nodes, an)
+	}
+	return s
+}

@@ -1,0 +1,304 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// requestKinds are the operator requests the leader serves.
+var requestKinds = []string{topo.RequestSwitchover, topo.RequestFailover, topo.RequestMaintenance, topo.RequestAck}
+
+func knownRequestKind(k string) bool { return slices.Contains(requestKinds, k) }
+
+func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// FailoverOptions are the operator's choices for RequestFailover.
+type FailoverOptions struct {
+	// Target is the node to promote ("" lets the controller choose the most
+	// advanced eligible replica).
+	Target string
+	// PlanOnly returns the plan (candidate, rejections, estimated loss)
+	// without acting.
+	PlanOnly bool
+	// Force lets a candidate through the staleness checks (behind another
+	// replica, lag over failover.max_lag); Reason is then required and
+	// recorded.
+	Force  bool
+	Reason string
+	// By names the operator (user@host) for the events.
+	By string
+}
+
+// RequestFailover asks the controller leader for an emergency failover of
+// cluster (or only its plan) and waits for the result, like
+// RequestSwitchover. The returned request carries the plan (Plan), the
+// steps and a message; the error wraps ErrRequestFailed when the failover
+// was refused or failed.
+func RequestFailover(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, o FailoverOptions) (topo.Request, error) {
+	if o.Force && strings.TrimSpace(o.Reason) == "" {
+		return topo.Request{}, errors.New("failover: --force-stale needs a --reason (it is recorded in the events)")
+	}
+	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestFailover, Cluster: cluster, Target: o.Target,
+		PlanOnly: o.PlanOnly, Force: o.Force, Reason: o.Reason, By: o.By})
+}
+
+// RequestMaintenance turns maintenance mode of cluster on or off through
+// the leader. Turning it on needs a reason.
+func RequestMaintenance(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, on bool, reason, by string) (topo.Request, error) {
+	action := "off"
+	if on {
+		action = "on"
+		if strings.TrimSpace(reason) == "" {
+			return topo.Request{}, errors.New("maintenance on: a --reason is required (it is shown in status and the events)")
+		}
+	}
+	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestMaintenance, Cluster: cluster, Action: action, Reason: reason, By: by})
+}
+
+// RequestAck acknowledges the last failover of cluster through the
+// leader: the block on automatic failover is lifted, automatic failover is
+// enabled again if a failed recovery disabled it, and the recovery alarms
+// are cleared.
+func RequestAck(ctx context.Context, st topo.Store, keys topo.Keys, cluster, reason, by string) (topo.Request, error) {
+	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestAck, Cluster: cluster, Reason: reason, By: by})
+}
+
+// serveOperator executes a failover, maintenance or ack request.
+func (t *term) serveOperator(ctx context.Context, key string, req topo.Request, version topo.Version) {
+	req.State, req.Steps = topo.RequestRunning, nil
+	if err := t.saveRequest(ctx, key, &req, &version); err != nil {
+		t.log.Warn("cannot take the operator request", "request", req.ID, "err", err)
+		return
+	}
+	var ok bool
+	switch req.Kind {
+	case topo.RequestFailover:
+		ok = t.serveFailover(ctx, key, &req, &version)
+	case topo.RequestMaintenance:
+		ok = t.serveMaintenance(ctx, &req)
+	case topo.RequestAck:
+		ok = t.serveAck(ctx, &req)
+	}
+	if ctx.Err() != nil {
+		return // the next leader fails the request
+	}
+	state := topo.RequestDone
+	if !ok {
+		state = topo.RequestFailed
+	}
+	t.finishRequest(ctx, key, &req, version, state)
+}
+
+func (t *term) serveFailover(ctx context.Context, key string, req *topo.Request, version *topo.Version) bool {
+	if !req.PlanOnly {
+		_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "failover", Node: req.Target,
+			Message: fmt.Sprintf("operator %s requested a failover (target %s, force %v): %s", orDash(req.By), orDash(req.Target), req.Force, orDash(req.Reason))})
+	}
+	o := failoverOptions{cluster: req.Cluster, target: req.Target, force: req.Force, reason: req.Reason, by: req.By, planOnly: req.PlanOnly,
+		progress: func(ctx context.Context, line string) {
+			req.Steps = append(req.Steps, line)
+			if err := t.saveRequest(ctx, key, req, version); err != nil && ctx.Err() == nil {
+				t.log.Warn("cannot save failover progress", "request", req.ID, "err", err)
+			}
+		}}
+	result, plan, _, msg := t.runFailover(ctx, o)
+	if plan.Cluster != "" {
+		req.Plan = &plan
+	}
+	req.Message = msg
+	switch result {
+	case foDone:
+		if plan.Candidate != "" {
+			req.Target = plan.Candidate
+		}
+		cr, err := t.cluster(ctx, req.Cluster)
+		if err == nil {
+			cr.mu.Lock()
+			if cr.state != nil {
+				req.ToEpoch = cr.state.Epoch
+				req.FromEpoch = cr.state.Epoch - 1
+			}
+			cr.mu.Unlock()
+		}
+		return true
+	case foPlanned:
+		return true
+	}
+	return false
+}
+
+func (t *term) serveMaintenance(ctx context.Context, req *topo.Request) bool {
+	cr, err := t.cluster(ctx, req.Cluster)
+	if err != nil {
+		req.Message = err.Error()
+		return false
+	}
+	now := t.c.now()
+	on := req.Action == "on"
+	if !on && req.Action != "off" {
+		req.Message = fmt.Sprintf("maintenance action %q is not on or off", req.Action)
+		return false
+	}
+	st, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		if on {
+			st.Maintenance = &topo.Maintenance{Reason: req.Reason, Since: now, By: req.By}
+		} else {
+			st.Maintenance = nil
+		}
+		return nil
+	})
+	if err != nil {
+		req.Message = "maintenance not recorded: " + err.Error()
+		return false
+	}
+	msg := fmt.Sprintf("maintenance mode off for cluster %s: automatic failover (failover.mode %s) applies again", req.Cluster, t.modeOf(req.Cluster))
+	if on {
+		msg = fmt.Sprintf("maintenance mode on for cluster %s by %s: %s; automatic failover is blocked, repair, routing and manual switchover/failover continue",
+			req.Cluster, orDash(req.By), req.Reason)
+	}
+	req.Message = msg
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "maintenance_" + req.Action, Message: msg, Epoch: st.Epoch})
+	return true
+}
+
+func (t *term) modeOf(cluster string) string {
+	if cl := t.c.config().Cluster(cluster); cl != nil {
+		return cl.Failover.Mode
+	}
+	return config.FailoverManual
+}
+
+func (t *term) serveAck(ctx context.Context, req *topo.Request) bool {
+	cr, err := t.cluster(ctx, req.Cluster)
+	if err != nil {
+		req.Message = err.Error()
+		return false
+	}
+	var lifted []string
+	st, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		lifted = lifted[:0]
+		if st.FailoverBlock != nil {
+			lifted = append(lifted, "block until "+st.FailoverBlock.Until.UTC().Format(time.RFC3339)+" ("+st.FailoverBlock.Reason+")")
+			st.FailoverBlock = nil
+		}
+		if st.AutoDisabled != "" {
+			lifted = append(lifted, "automatic failover re-enabled (was disabled: "+st.AutoDisabled+")")
+			st.AutoDisabled = ""
+		}
+		st.Alarms = clearAlarms(st.Alarms, topo.AlarmRecoveryFailed)
+		return nil
+	})
+	if err != nil {
+		req.Message = "ack not recorded: " + err.Error()
+		return false
+	}
+	msg := fmt.Sprintf("acknowledged by %s: nothing to lift", orDash(req.By))
+	if len(lifted) > 0 {
+		msg = fmt.Sprintf("acknowledged by %s: %s", orDash(req.By), strings.Join(lifted, "; "))
+	}
+	if req.Reason != "" {
+		msg += " (" + req.Reason + ")"
+	}
+	req.Message = msg
+	t.fo.events.forget(req.Cluster + "|failover|")
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "ack", Message: msg, Epoch: st.Epoch})
+	return true
+}
+
+// resolveAbandonedFailover finishes or undoes a failover a previous leader
+// left in phase failover. Publishing the new primary happens only after the
+// proxies' acknowledgements and the relay-log catch-up, so a target that is
+// no longer replicating was past those steps: its promotion is completed
+// (made writable if needed), verified and published. A target still
+// replicating was not promoted: the old primary is published again with
+// the epoch unchanged, the replicas' IO threads restarted, and the policy
+// decides again from the next rounds.
+func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, probes map[string]topo.Probe) {
+	cr.mu.Lock()
+	if cr.switching || cr.state == nil || cr.state.Phase != topo.PhaseFailover {
+		cr.mu.Unlock()
+		return
+	}
+	cr.switching = true
+	st := *cr.state
+	cr.mu.Unlock()
+	defer func() {
+		cr.mu.Lock()
+		cr.switching = false
+		cr.mu.Unlock()
+	}()
+	old, target, epoch := st.OldPrimary, st.Target, st.Epoch
+	log := t.log.With("cluster", cl.Name, "old_primary", old, "target", target, "epoch", epoch)
+	tp := probes[target]
+	ev := func(msg string) {
+		_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Code: "failover_resumed", Node: target, Message: msg, Epoch: epoch})
+	}
+	if target != "" && complete(tp) && !tp.Replicating {
+		n := cl.Node(target)
+		detail := ""
+		var err error
+		if n == nil {
+			err = fmt.Errorf("%s is no longer in the config", target)
+		} else if tp.ReadOnly {
+			var pr *nodeProber
+			if pr, err = t.c.prober(cfg, cl, n); err == nil {
+				err = pr.SetReadOnly(ctx, false)
+			}
+		}
+		if err == nil {
+			detail, err = verifyAppWritable(ctx, cfg, cl, target, epoch)
+		}
+		if err != nil {
+			log.Error("cannot finish the abandoned failover", "err", err)
+			ev(fmt.Sprintf("a previous leader left a failover to %s after promotion; finishing it failed: %v", target, err))
+			return
+		}
+		f := &failoverRun{t: t, cfg: cfg, cl: cl, cr: cr, old: old, toEpoch: epoch, start: t.c.now(),
+			plan: topo.FailoverPlan{Candidate: target}}
+		_, err = t.update(ctx, cr, func(s *topo.ClusterState) error {
+			if s.Phase != topo.PhaseFailover || s.Epoch != epoch || s.Target != target {
+				return errors.New("state changed meanwhile")
+			}
+			f.publishInto(s, t.c.now())
+			return nil
+		})
+		if err != nil {
+			log.Error("cannot publish the promoted target", "err", err)
+			return
+		}
+		ev(fmt.Sprintf("a previous leader left a failover to %s after promotion: finished (%s) and published as primary of epoch %d", target, detail, epoch))
+		return
+	}
+	// Not promoted: restart IO threads stopped for the failover and publish
+	// the old primary again.
+	for _, n := range cl.Nodes {
+		p := probes[n.Name]
+		if n.Name == old || !complete(p) || !p.Replicating || p.IORunning != "No" || !p.SQLRunning {
+			continue
+		}
+		if pr, err := t.c.prober(cfg, cl, &n); err == nil {
+			_ = pr.StartReplicaIO(ctx)
+		}
+	}
+	_, err := t.update(ctx, cr, func(s *topo.ClusterState) error {
+		if s.Phase != topo.PhaseFailover || s.Epoch != epoch {
+			return errors.New("state changed meanwhile")
+		}
+		s.Primary, s.Phase, s.Target, s.OldPrimary = old, topo.PhaseStable, "", ""
+		return nil
+	})
+	if err != nil {
+		log.Error("cannot restore the state of an abandoned failover", "err", err)
+		return
+	}
+	ev(fmt.Sprintf("a previous leader left a failover to %s before promotion: %s published again (epoch %d); failure detection decides again",
+		orDash(target), old, epoch))
+}

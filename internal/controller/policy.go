@@ -1,0 +1,265 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/analysis"
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// maxAlarms bounds ClusterState.Alarms (oldest dropped).
+const maxAlarms = 20
+
+// carryPolicy copies what the probe loop never decides — maintenance,
+// blocks, alarms, quarantine, the failover record and the last analysis —
+// from the previous state into a rebuilt one.
+func carryPolicy(st, prev *topo.ClusterState) {
+	st.OldPrimary = prev.OldPrimary
+	st.Maintenance = prev.Maintenance
+	st.FailoverBlock = prev.FailoverBlock
+	st.AutoDisabled = prev.AutoDisabled
+	st.Alarms = prev.Alarms
+	st.Analysis = prev.Analysis
+	st.Quarantined = prev.Quarantined
+	st.LastFailover = prev.LastFailover
+}
+
+// afterRound runs analysis on a round's probes and applies the policy:
+// publish the analysis codes, start an extra round at the first sign of
+// trouble, decide about failover (and say why not), and repair replicas.
+func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, probes map[string]topo.Probe) {
+	if ctx.Err() != nil {
+		return
+	}
+	now := t.c.now()
+	m := t.fo.memory(cl.Name)
+	m.observe(probes, now)
+	cr.mu.Lock()
+	busy := cr.switching
+	var st topo.ClusterState
+	ok := cr.state != nil
+	if ok {
+		st = *cr.state
+	}
+	cr.mu.Unlock()
+	if !ok {
+		return
+	}
+	res := analysis.Analyze(t.analysisSnapshot(cfg, cl, &st, probes, m, now))
+	t.publishAnalysis(ctx, cr, m, res)
+	if busy {
+		return // a switchover or failover of this cluster is running; it decides
+	}
+	if res.Trouble && !m.trouble {
+		t.fo.extraRound()
+	}
+	m.trouble = res.Trouble
+	t.decideFailover(ctx, cl, cr, &st, res, m)
+	t.repair(ctx, cfg, cl, cr, &st, probes, m)
+}
+
+// publishAnalysis writes the analysis codes into the state when the set of
+// codes (and nodes) changed.
+func (t *term) publishAnalysis(ctx context.Context, cr *clusterRun, m *clusterMemory, res analysis.Result) {
+	entries := make([]topo.AnalysisEntry, 0, len(res.Findings))
+	for _, f := range res.Findings {
+		entries = append(entries, topo.AnalysisEntry{Code: string(f.Code), Node: f.Node, Detail: f.Detail})
+	}
+	same := slices.EqualFunc(entries, m.analysis, func(a, b topo.AnalysisEntry) bool { return a.Code == b.Code && a.Node == b.Node })
+	if same {
+		return
+	}
+	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		st.Analysis = entries
+		return nil
+	})
+	if err == nil {
+		m.analysis = entries
+	}
+}
+
+// decideFailover applies the failover policy to a round's analysis. Every
+// decision and non-decision is an event.
+func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, res analysis.Result, m *clusterMemory) {
+	ev := func(kind string, f *analysis.Finding, msg string) topo.Event {
+		e := topo.Event{Cluster: cl.Name, Kind: kind, Message: msg, Epoch: st.Epoch}
+		if f != nil {
+			e.Code, e.Node = string(f.Code), f.Node
+		}
+		return e
+	}
+	dedup := cl.Name + "|failover|"
+	dead := res.Get(analysis.DeadPrimary)
+	if dead == nil {
+		if m.deadRounds > 0 {
+			t.fo.events.emitOnce(ctx, dedup+"cleared", 0, ev(topo.EventNoAction, nil, fmt.Sprintf(
+				"not failing over: DeadPrimary seen in %d round(s) no longer holds (%s)", m.deadRounds, codes(res))))
+			t.fo.events.forget(dedup)
+		}
+		m.deadRounds = 0
+		for _, c := range []analysis.Code{analysis.UnreachablePrimary, analysis.PrimaryOverloaded} {
+			if f := res.Get(c); f != nil {
+				t.fo.events.emitOnce(ctx, dedup+string(c), eventRelog, ev(topo.EventNoAction, f,
+					fmt.Sprintf("not failing over: %s, not dead: %s", c, f.Detail)))
+			}
+		}
+		return
+	}
+	m.deadRounds++
+	f := cl.Failover
+	var why string
+	switch {
+	case f.Mode != config.FailoverAuto:
+		why = fmt.Sprintf("failover.mode is %s: run `switchyard failover --cluster %s` (add --plan to see what it would do)", f.Mode, cl.Name)
+	case st.Maintenance != nil:
+		why = fmt.Sprintf("maintenance mode is on since %s (%s): automatic failover is blocked; a manual `switchyard failover` still works",
+			st.Maintenance.Since.Format(time.RFC3339), st.Maintenance.Reason)
+	case st.AutoDisabled != "":
+		why = fmt.Sprintf("automatic failover is disabled after a failed recovery (%s): fix it, then `switchyard ack --cluster %s`", st.AutoDisabled, cl.Name)
+	case st.FailoverBlock != nil && t.c.now().Before(st.FailoverBlock.Until):
+		why = fmt.Sprintf("automatic failover is blocked until %s after %s (failover.block_period); `switchyard ack --cluster %s` lifts the block",
+			st.FailoverBlock.Until.Format(time.RFC3339), st.FailoverBlock.Reason, cl.Name)
+	case st.Phase != topo.PhaseStable:
+		why = fmt.Sprintf("phase is %s", st.Phase)
+	case m.deadRounds < f.ConfirmRounds:
+		t.fo.events.emitOnce(ctx, dedup+"confirm", 0, ev(topo.EventNoAction, dead, fmt.Sprintf(
+			"confirming: DeadPrimary in %d of %d consecutive rounds (%s); probing again now", m.deadRounds, f.ConfirmRounds, dead.Detail)))
+		t.fo.extraRound()
+		return
+	}
+	if why != "" {
+		t.fo.events.emitOnce(ctx, dedup+"no", eventRelog, ev(topo.EventNoAction, dead, "not failing over: "+why+"; "+dead.Detail))
+		return
+	}
+	t.fo.events.emitOnce(ctx, dedup+"go", 0, ev(topo.EventDecision, dead, fmt.Sprintf(
+		"failing over: DeadPrimary confirmed in %d consecutive rounds: %s", m.deadRounds, dead.Detail)))
+	t.fo.events.forget(dedup)
+	m.deadRounds = 0
+	t.fo.wg.Add(1)
+	go func() {
+		defer t.fo.wg.Done()
+		t.runFailover(ctx, failoverOptions{cluster: cl.Name, auto: true})
+	}()
+}
+
+func codes(res analysis.Result) string {
+	if len(res.Findings) == 0 {
+		return "no findings"
+	}
+	var s []string
+	for _, f := range res.Findings {
+		s = append(s, string(f.Code))
+	}
+	return strings.Join(s, ", ")
+}
+
+// raiseAlarm adds (or refreshes) an alarm in the cluster's state and writes
+// an alarm event.
+func (t *term) raiseAlarm(ctx context.Context, cr *clusterRun, a topo.Alarm) {
+	a.Since = t.c.now()
+	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		st.Alarms = addAlarm(st.Alarms, a)
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		t.log.Error("cannot record alarm in the cluster state", "cluster", cr.name, "alarm", a.Code, "err", err)
+	}
+	t.fo.events.emitOnce(ctx, cr.name+"|alarm|"+a.Code+"|"+a.Node, eventRelog, topo.Event{
+		Cluster: cr.name, Kind: topo.EventAlarm, Code: a.Code, Node: a.Node, Message: a.Message, Epoch: epochOf(cr)})
+}
+
+// addAlarm replaces an alarm with the same code and node, or appends one,
+// keeping at most maxAlarms.
+func addAlarm(list []topo.Alarm, a topo.Alarm) []topo.Alarm {
+	out := make([]topo.Alarm, 0, len(list)+1)
+	for _, x := range list {
+		if x.Code == a.Code && x.Node == a.Node {
+			a.Since = x.Since
+			continue
+		}
+		out = append(out, x)
+	}
+	out = append(out, a)
+	if len(out) > maxAlarms {
+		out = out[len(out)-maxAlarms:]
+	}
+	return out
+}
+
+// clearAlarms removes the alarms whose code is in codes (all when empty).
+func clearAlarms(list []topo.Alarm, codes ...string) []topo.Alarm {
+	var out []topo.Alarm
+	for _, a := range list {
+		if len(codes) > 0 && !slices.Contains(codes, a.Code) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func epochOf(cr *clusterRun) int64 {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.state == nil {
+		return 0
+	}
+	return cr.state.Epoch
+}
+
+// grantsMissing raises the missing-privileges alarm for a node (checked at
+// start-up of each term and whenever a prober is recreated).
+func (t *term) grantsMissing(ctx context.Context, cluster, node, user string, missing []string) {
+	cr, err := t.cluster(ctx, cluster)
+	if err != nil {
+		return
+	}
+	t.raiseAlarm(ctx, cr, topo.Alarm{Code: topo.AlarmMissingPrivileges, Node: node, Message: fmt.Sprintf(
+		"monitor account %s lacks %s on %s: switchover and failover would fail there; GRANT them ON *.* (on MariaDB 10.11 SUPER no longer implies them)",
+		user, strings.Join(missing, ", "), node)})
+}
+
+// setQuarantine records (why != "") or lifts (why == "") a node's
+// quarantine.
+func (t *term) setQuarantine(ctx context.Context, cr *clusterRun, node, why string) error {
+	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		q := maps.Clone(st.Quarantined)
+		if q == nil {
+			q = map[string]string{}
+		}
+		if why == "" {
+			delete(q, node)
+			st.Alarms = removeNodeAlarm(st.Alarms, topo.AlarmQuarantined, node)
+			st.Alarms = removeNodeAlarm(st.Alarms, topo.AlarmAheadOfPrimary, node)
+		} else {
+			q[node] = why
+		}
+		if len(q) == 0 {
+			q = nil
+		}
+		st.Quarantined = q
+		for i := range st.Nodes {
+			if st.Nodes[i].Name == node && why != "" {
+				st.Nodes[i].Serving, st.Nodes[i].Reason = false, "quarantined: "+why
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func removeNodeAlarm(list []topo.Alarm, code, node string) []topo.Alarm {
+	var out []topo.Alarm
+	for _, a := range list {
+		if a.Code == code && a.Node == node {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}

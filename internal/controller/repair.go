@@ -1,0 +1,254 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/analysis"
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/probe"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// repairBackoff is the least time between two repair attempts on one node.
+const repairBackoff = 5 * time.Second
+
+// repair keeps the topology consistent with the published primary, in
+// every mode and in maintenance (maintenance blocks automatic failover
+// only):
+//   - a node other than the primary that is writable and not replicating (a
+//     returning old primary, which the sandbox and many init scripts start
+//     writable) is fenced at once: read_only=ON, client sessions killed —
+//     Switchyard never leaves a second writable node;
+//   - a read-only node with no replication (a fenced old primary) rejoins as
+//     a replica of the primary when failover.rejoin_old_primary is on and
+//     the primary's binlog holds everything it has; otherwise, with
+//     transactions the primary lacks, it is quarantined (never routed,
+//     never promoted) and an alarm raised;
+//   - a replica replicating from another node than the primary is repointed
+//     to the primary (or quarantined, as above);
+//   - a quarantined node that replicates cleanly from the primary and holds
+//     nothing the primary lacks is released.
+//
+// A replica whose threads an operator stopped is left alone (it is
+// reported and not served).
+func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
+	if st.Phase != topo.PhaseStable || st.Primary == "" {
+		return
+	}
+	pp, ok := probes[st.Primary]
+	primaryNode := cl.Node(st.Primary)
+	primaryUp := ok && complete(pp) && !pp.ReadOnly && !pp.Replicating && primaryNode != nil
+	now := t.c.now()
+	for _, n := range cl.Nodes {
+		if n.Name == st.Primary {
+			continue
+		}
+		p, ok := probes[n.Name]
+		if !ok || !complete(p) {
+			continue
+		}
+		if now.Sub(m.repairAt[n.Name]) < repairBackoff {
+			continue
+		}
+		stray := !p.Replicating && !p.ReadOnly
+		wrongSource := p.Replicating && primaryNode != nil && !analysis.SameAddress(p.SourceHost, p.SourcePort, primaryNode.Address)
+		idle := !p.Replicating && p.ReadOnly
+		quarantined := st.Quarantined[n.Name] != ""
+		// A failed attempt is retried after repairBackoff; after a success
+		// the next step (a fenced node rejoining) may follow at once.
+		switch {
+		case stray:
+			// Fencing never needs the primary to be up.
+			m.repairAt[n.Name] = now
+			if t.fenceStray(ctx, cfg, cl, cr, st, n) {
+				delete(m.repairAt, n.Name)
+			}
+		case quarantined:
+			if primaryUp && p.Replicating && !wrongSource && p.IORunning == "Yes" && p.SQLRunning {
+				m.repairAt[n.Name] = now
+				t.maybeRelease(ctx, cfg, cl, cr, st, n, p)
+			}
+		case (idle || wrongSource) && primaryUp:
+			m.repairAt[n.Name] = now
+			t.rejoin(ctx, cfg, cl, cr, st, n, p, idle)
+		}
+	}
+}
+
+func (t *term) repairEvent(ctx context.Context, st *topo.ClusterState, kind, code, node, msg string) {
+	t.fo.events.emitOnce(ctx, st.Cluster+"|repair|"+node+"|"+code, eventRelog, topo.Event{
+		Cluster: st.Cluster, Kind: kind, Code: code, Node: node, Message: msg, Epoch: st.Epoch})
+}
+
+// fenceStray makes a writable non-primary node read-only and kills its
+// client sessions; it reports success.
+func (t *term) fenceStray(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, n config.Node) bool {
+	code := string(analysis.TwoWritablePrimaries)
+	pr, err := t.c.prober(cfg, cl, &n)
+	if err == nil {
+		err = fence(ctx, pr, cfg.Credentials.Replication.User)
+	}
+	if err != nil {
+		t.raiseAlarm(ctx, cr, topo.Alarm{Code: "fence_failed", Node: n.Name, Message: fmt.Sprintf(
+			"%s is writable besides primary %s and could not be fenced (%v): set read_only=ON on it by hand", n.Name, st.Primary, err)})
+		return false
+	}
+	t.repairEvent(ctx, st, topo.EventDecision, code, n.Name, fmt.Sprintf(
+		"fenced %s: it was writable besides primary %s (a returning old primary?); read_only=ON, client sessions killed; Switchyard never makes it writable again",
+		n.Name, st.Primary))
+	return true
+}
+
+// fence sets read_only=ON on a node (retrying once after killing client
+// sessions if a lock blocks it), verifies it and kills client sessions.
+func fence(ctx context.Context, pr *nodeProber, replUser string) error {
+	fctx, cancel := context.WithTimeout(ctx, fenceLockWait)
+	err := pr.SetReadOnly(fctx, true)
+	cancel()
+	if k := probe.Classify(err); k == probe.KindLockWait || k == probe.KindTimeout {
+		if _, kerr := pr.KillClientSessions(ctx, replUser); kerr != nil {
+			return fmt.Errorf("%w; then killing client sessions failed: %w", err, kerr)
+		}
+		err = pr.SetReadOnly(ctx, true)
+	}
+	if err != nil {
+		return err
+	}
+	ro, err := pr.ReadOnly(ctx)
+	if err != nil {
+		return err
+	}
+	if !ro {
+		return fmt.Errorf("read_only is still OFF after SET GLOBAL read_only=ON")
+	}
+	_, err = pr.KillClientSessions(ctx, replUser)
+	return err
+}
+
+// contained checks with the primary's @@gtid_binlog_state whether node n
+// (probed as p) holds only transactions the primary has. missing names what
+// it holds beyond the primary.
+func (t *term) contained(ctx context.Context, cfg *config.Config, cl *config.Cluster, primary string, p topo.Probe) (bool, string, error) {
+	if cl.Flavor == probe.FlavorMySQL {
+		pp, err := t.c.prober(cfg, cl, cl.Node(primary))
+		if err != nil {
+			return false, "", err
+		}
+		fresh := pp.Probe(ctx)
+		if !complete(fresh) {
+			return false, "", fmt.Errorf("probe primary %s: %s", primary, fresh.Error)
+		}
+		e := analysis.ErrantGTIDs(cl.Flavor, p, fresh)
+		return e == "", e, nil
+	}
+	pr, err := t.c.prober(cfg, cl, cl.Node(primary))
+	if err != nil {
+		return false, "", err
+	}
+	state, err := pr.BinlogState(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	return analysis.ContainedInBinlogState(p.GTIDCurrent, state)
+}
+
+// rejoin points node n at the primary (slave_pos; a node that was not
+// replicating first takes its position from its own binlog), after checking
+// that the primary has everything n has; otherwise it quarantines n.
+func (t *term) rejoin(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, n config.Node, p topo.Probe, idle bool) {
+	code := string(analysis.ReplicaWrongSource)
+	if idle {
+		code = string(analysis.ReplicaNotReplicating)
+		if !cl.Failover.Rejoin() {
+			t.repairEvent(ctx, st, topo.EventNoAction, code, n.Name, fmt.Sprintf(
+				"not rejoining %s as a replica of %s: failover.rejoin_old_primary is false; it stays read-only and is not served", n.Name, st.Primary))
+			return
+		}
+	}
+	ok, missing, err := t.contained(ctx, cfg, cl, st.Primary, p)
+	if err != nil {
+		t.repairEvent(ctx, st, topo.EventNoAction, code, n.Name, fmt.Sprintf("not repointing %s yet: cannot compare its GTIDs with primary %s: %v", n.Name, st.Primary, err))
+		return
+	}
+	if !ok {
+		why := fmt.Sprintf("holds transactions primary %s lacks (%s)", st.Primary, missing)
+		if err := t.setQuarantine(ctx, cr, n.Name, "errant GTIDs: "+why); err != nil && ctx.Err() == nil {
+			t.log.Error("cannot record quarantine", "node", n.Name, "err", err)
+		}
+		t.raiseAlarm(ctx, cr, topo.Alarm{Code: topo.AlarmQuarantined, Node: n.Name, Message: fmt.Sprintf(
+			"%s quarantined: it %s; it is never routed to or promoted and was not reset: rebuild it from %s (or remove the errant transactions) and it is released once it replicates cleanly",
+			n.Name, why, st.Primary)})
+		return
+	}
+	pr, err := t.c.prober(cfg, cl, &n)
+	if err != nil {
+		return
+	}
+	detail, err := pointAt(ctx, cfg, pr, cl.Node(st.Primary), !p.Replicating)
+	if err != nil {
+		t.repairEvent(ctx, st, topo.EventRecovery, code, n.Name, fmt.Sprintf("repointing %s to primary %s failed: %v (retrying)", n.Name, st.Primary, err))
+		return
+	}
+	verb := "repointed"
+	if idle {
+		verb = "rejoined"
+	}
+	t.repairEvent(ctx, st, topo.EventDecision, code, n.Name, fmt.Sprintf("%s %s as a replica of primary %s: %s", verb, n.Name, st.Primary, detail))
+}
+
+// pointAt makes the node behind pr a read-only replica of target
+// (MASTER_USE_GTID=slave_pos); fromBinlog first sets gtid_slave_pos from the
+// node's own binlog (a former primary).
+func pointAt(ctx context.Context, cfg *config.Config, pr *nodeProber, target *config.Node, fromBinlog bool) (string, error) {
+	host, portStr, err := net.SplitHostPort(target.Address)
+	if err != nil {
+		return "", fmt.Errorf("address of %s: %w", target.Name, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", fmt.Errorf("address of %s: port %q: %w", target.Name, portStr, err)
+	}
+	pw, err := cfg.Credentials.Replication.Resolve()
+	if err != nil {
+		return "", fmt.Errorf("credentials.replication: %w", err)
+	}
+	if err := pr.SetReadOnly(ctx, true); err != nil {
+		return "", err
+	}
+	if err := pr.StopReplica(ctx); err != nil {
+		return "", err
+	}
+	how := "slave_pos"
+	if fromBinlog {
+		if err := pr.SetReplicaPosFromBinlog(ctx); err != nil {
+			return "", err
+		}
+		how = "slave_pos from its binlog"
+	}
+	if err := pr.ChangeSource(ctx, host, port, cfg.Credentials.Replication.User, pw, probe.GTIDSlavePos); err != nil {
+		return "", err
+	}
+	if err := pr.StartReplica(ctx); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("replicates from %s (%s), read_only=ON", target.Address, how), nil
+}
+
+// maybeRelease lifts a node's quarantine once it replicates cleanly from
+// the primary and holds nothing the primary lacks (an operator rebuilt
+// it).
+func (t *term) maybeRelease(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, n config.Node, p topo.Probe) {
+	ok, _, err := t.contained(ctx, cfg, cl, st.Primary, p)
+	if err != nil || !ok {
+		return
+	}
+	if err := t.setQuarantine(ctx, cr, n.Name, ""); err != nil {
+		return
+	}
+	t.repairEvent(ctx, st, topo.EventDecision, "released", n.Name, fmt.Sprintf(
+		"released %s from quarantine: it replicates from primary %s and holds nothing the primary lacks", n.Name, st.Primary))
+}
