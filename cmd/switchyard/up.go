@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/admin"
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/proxy"
 	"github.com/switchyard-db/switchyard/internal/status"
@@ -158,15 +157,21 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	defer st.Close()
 	keys := topo.Keys{Prefix: prefix}
 
+	// The config becomes (or already is) a revision in the store, through the
+	// same validation and destructive-change guard as `config apply`.
+	var rev int64
 	if cfg != nil && cfgPath != "" {
-		if err := publishConfig(ctx, st, keys, cfg, log); err != nil {
-			return err
-		}
-	} else {
-		cfg, err = configFromStore(ctx, st, keys)
+		res, err := configstore.Bootstrap(ctx, st, keys, cfg, configstore.Author())
 		if err != nil {
-			return err
+			return fmt.Errorf("refusing to start: %w", err)
 		}
+		rev = res.Revision.Rev
+	} else {
+		r, c, _, err := configstore.Current(ctx, st, keys)
+		if err != nil {
+			return fmt.Errorf("read config from etcd: %w", err)
+		}
+		cfg, rev = c, r.Rev
 	}
 
 	if rf.pidFile != "" {
@@ -187,6 +192,19 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			return err
 		}
 		go func() { errc <- ctrl.Run(ctx) }()
+		if _, err := configstore.Follow(ctx, st, keys, configstore.FollowOptions{
+			Name: "controller", ID: id, Log: log.With("role", "controller"), Registry: reg,
+			Initial: cfg, InitialRev: rev, Report: true,
+			OnApply: func(c *config.Config, _ int64) error {
+				if _, err := c.Credentials.Monitor.Resolve(); err != nil {
+					return fmt.Errorf("credentials.monitor: %w", err)
+				}
+				ctrl.SetConfig(c)
+				return nil
+			},
+		}); err != nil {
+			return err
+		}
 	}
 	var srv *proxy.Server
 	if runProxy {
@@ -199,6 +217,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		}
 		defer srv.Close()
 		go func() { errc <- proxy.Follow(ctx, st, keys, srv) }()
+		if _, err := configstore.Follow(ctx, st, keys, configstore.FollowOptions{
+			Name: "proxy", ID: id, Log: log.With("role", "proxy"), Registry: reg,
+			Initial: cfg, InitialRev: rev, Report: true,
+			OnApply: func(c *config.Config, _ int64) error { return srv.SetConfig(c) },
+		}); err != nil {
+			return err
+		}
 		for _, l := range cfg.Listeners {
 			log.Info("listener ready", "listener", l.Name, "address", srv.ListenerAddr(l.Name), "cluster", l.Cluster, "role", l.Role)
 		}
@@ -224,62 +249,31 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		log.Info("admin endpoint ready", "address", a.Addr())
 	}
 
-	log.Info("switchyard running", "proxy", runProxy, "controller", runController, "etcd", endpoints)
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-		return nil
-	case err := <-errc:
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		return nil
+	hup := make(chan os.Signal, 1)
+	if cfgPath != "" {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 	}
-}
-
-// publishConfig writes the running config into the store when it differs
-// from what the store holds.
-func publishConfig(ctx context.Context, st topo.Store, keys topo.Keys, cfg *config.Config, log *slog.Logger) error {
-	data, err := cfg.Marshal()
-	if err != nil {
-		return fmt.Errorf("encode config: %w", err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	kv, err := st.Get(cctx, keys.Config())
-	switch {
-	case errors.Is(err, topo.ErrNotFound):
-		_, err = st.Create(cctx, keys.Config(), data)
-	case err == nil:
-		if bytes.Equal(kv.Value, data) {
+	log.Info("switchyard running", "proxy", runProxy, "controller", runController, "etcd", endpoints, "config_rev", rev)
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
 			return nil
+		case err := <-errc:
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+			return nil
+		case <-hup:
+			// A bad or destructive file changes nothing; the followers apply a
+			// good one like any other revision.
+			res, err := configstore.ReloadFile(ctx, st, keys, cfgPath, configstore.Author())
+			if err != nil {
+				log.Error("config reload refused; the running config is unchanged", "file", cfgPath, "err", err)
+				continue
+			}
+			log.Info("config reloaded", "file", cfgPath, "rev", res.Revision.Rev)
 		}
-		_, err = st.Update(cctx, keys.Config(), data, kv.Version)
 	}
-	if err != nil {
-		return fmt.Errorf("publish config to etcd: %w", err)
-	}
-	log.Info("config published to etcd", "key", keys.Config())
-	return nil
-}
-
-// configFromStore reads and validates the config kept in the store.
-func configFromStore(ctx context.Context, st topo.Store, keys topo.Keys) (*config.Config, error) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	kv, err := st.Get(cctx, keys.Config())
-	if err != nil {
-		if errors.Is(err, topo.ErrNotFound) {
-			return nil, fmt.Errorf("no config in etcd at %s: pass --config FILE or run `switchyard up --config FILE` once", keys.Config())
-		}
-		return nil, fmt.Errorf("read config from etcd: %w", err)
-	}
-	cfg, err := config.Parse(kv.Value)
-	if err != nil {
-		return nil, fmt.Errorf("config in etcd at %s (revision %d): %w", keys.Config(), kv.Version, err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("config in etcd at %s (revision %d): %w", keys.Config(), kv.Version, err)
-	}
-	return cfg, nil
 }

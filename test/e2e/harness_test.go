@@ -114,7 +114,15 @@ func startStack(t *testing.T, nodes int) *stack {
 		}
 	})
 	s.waitFor("initial discovery", 15*time.Second, func(st topo.ClusterState) bool {
-		return st.Primary == "node1" && srv.Epochs()["main"] == st.Epoch
+		if st.Primary != "node1" || srv.Epochs()["main"] != st.Epoch {
+			return false
+		}
+		for _, n := range st.Nodes {
+			if n.Name != "node1" && !n.Serving {
+				return false
+			}
+		}
+		return true
 	})
 	return s
 }
