@@ -22,6 +22,9 @@ type Report struct {
 	Controllers []string                 `json:"controllers"`
 	Clusters    []topo.ClusterState      `json:"clusters"`
 	Proxies     []topo.ProxyRegistration `json:"proxies"`
+	// Events are the newest events of each cluster (at most RecentEvents),
+	// oldest first, by cluster name.
+	Events map[string][]topo.Event `json:"events,omitempty"`
 	// Config is the current config revision and the revision every proxy
 	// and controller applied, with their alarms.
 	Config *configstore.Summary `json:"config,omitempty"`
@@ -61,6 +64,16 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 			return nil, fmt.Errorf("status: %s: %w", kv.Key, err)
 		}
 		r.Clusters = append(r.Clusters, cs)
+		evs, err := recentEvents(ctx, st, keys, cs.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) > 0 {
+			if r.Events == nil {
+				r.Events = map[string][]topo.Event{}
+			}
+			r.Events[cs.Cluster] = evs
+		}
 	}
 	pkvs, err := st.List(ctx, keys.Proxies())
 	if err != nil {
@@ -155,6 +168,7 @@ func WriteTable(w io.Writer, r *Report) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		writePolicy(w, r, cs)
 	}
 	if len(r.Proxies) > 0 {
 		fmt.Fprintln(w, "\nPROXIES")

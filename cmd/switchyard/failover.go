@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/switchyard-db/switchyard/internal/analysis"
+	"github.com/switchyard-db/switchyard/internal/controller"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+func newFailoverCmd(g *globalFlags) *cobra.Command {
+	var (
+		cluster, to, reason string
+		plan, force, asJSON bool
+		timeout             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "failover --cluster C [--to NODE] [--plan] [--force-stale --reason TEXT]",
+		Short: "Emergency failover: promote a replica when the primary is lost",
+		Long: `failover asks the controller leader to replace the primary of a cluster now,
+whatever failover.mode says (manual mode means exactly this: a human decides).
+
+The leader probes every node afresh and plans: candidates are ordered by GTID
+position (what each replica holds once its relay log is applied), then by
+promotion rule; must_not, quarantined, unreachable and errant-GTID nodes,
+replicas whose SQL thread is stopped, replicas whose last lag exceeds
+failover.max_lag and replicas behind another reachable replica are rejected.
+Then: a reachable old primary is fenced (read_only=ON, client sessions
+killed), otherwise the leader waits until every proxy applied the new epoch
+or lost its lease; replication IO threads are stopped, the candidate applies
+its whole relay log, is promoted and must accept a write by the application
+user; the other replicas are repointed; the new primary is published and
+automatic failover is blocked for failover.block_period (see "ack").
+
+--plan prints what would happen (candidate, why the others were rejected,
+estimated data loss as missing GTIDs) without acting. --force-stale lets a
+candidate that is behind or lagging through; it needs --reason, which is
+recorded in the events.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cluster == "" {
+				return fmt.Errorf("--cluster is required")
+			}
+			if force && reason == "" {
+				return fmt.Errorf("--force-stale needs --reason (recorded in the events)")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			st, keys, err := g.openStore(ctx, quietLogger())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			req, err := controller.RequestFailover(ctx, st, keys, cluster, controller.FailoverOptions{
+				Target: to, PlanOnly: plan, Force: force, Reason: reason, By: operatorName(),
+			})
+			out := cmd.OutOrStdout()
+			if asJSON {
+				_ = writeJSON(out, req)
+			} else {
+				printFailover(out, req)
+			}
+			if err != nil {
+				if req.Message != "" && !asJSON {
+					return exitError{code: 1, msg: fmt.Sprintf("failover %s: %s", req.State, req.Message)}
+				}
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cluster, "cluster", "", "cluster name (required)")
+	f.StringVar(&to, "to", "", "node to promote (default: the most advanced eligible replica)")
+	f.BoolVar(&plan, "plan", false, "print the plan (candidate, rejections, estimated loss) without acting")
+	f.BoolVar(&force, "force-stale", false, "accept a candidate that is behind another replica or lagging (needs --reason)")
+	f.StringVar(&reason, "reason", "", "why (required with --force-stale; recorded in the events)")
+	f.DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the controller to finish")
+	f.BoolVar(&asJSON, "json", false, "print the request record (plan, steps, message) as JSON")
+	return cmd
+}
+
+func printFailover(w io.Writer, req topo.Request) {
+	if req.Plan != nil && req.Plan.Cluster != "" {
+		fmt.Fprint(w, analysis.FormatPlan(*req.Plan))
+	}
+	if req.PlanOnly {
+		fmt.Fprintln(w, "(plan only: nothing was changed)")
+		return
+	}
+	for _, s := range req.Steps {
+		fmt.Fprintln(w, "  "+s)
+	}
+	if req.State == topo.RequestDone {
+		fmt.Fprintf(w, "failover done: %s\n", req.Message)
+	}
+}
+
+// operatorName is "user@host" for the events.
+func operatorName() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		name += "@" + h
+	}
+	return name
+}
