@@ -318,7 +318,59 @@ type SwitchoverConfig struct {
 	// writable again.
 	// Type: duration. Default: 10s.
 	CatchupTimeout Duration `yaml:"catchup_timeout"`
+	// DrainTimeout bounds how long a switchover lets transactions already
+	// open on the old primary finish once every proxy holds new statements;
+	// what happens to those still open then is DrainMode. Must be less than
+	// MaxHold (held statements wait through the drain).
+	// Type: duration. Default: 5s.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+	// DrainMode is what a switchover does with transactions still open at
+	// DrainTimeout: "abort" cancels the switchover and resumes on the old
+	// primary (it was never fenced); "fail" ends those transactions (the
+	// client gets an error saying the switchover rolled its transaction
+	// back; the session itself continues on the new primary) and goes on.
+	// Type: string (abort|fail). Default: "abort".
+	DrainMode string `yaml:"drain_mode"`
+	// MaxHold bounds how long a proxy holds one statement during a
+	// switchover. Past it the statement is not run and the client gets MySQL
+	// error 1105 saying a switchover is in progress. At most MaxDuration.
+	// Type: duration. Default: 10s.
+	MaxHold Duration `yaml:"max_hold"`
+	// MaxHeld caps the statements one proxy holds at once during a
+	// switchover; a statement beyond it gets the switchover-in-progress error
+	// at once instead of being held.
+	// Type: integer. Default: 10000.
+	MaxHeld int `yaml:"max_held"`
+	// MaxDuration bounds a switchover from the moment proxies start holding
+	// statements to the publication of the new primary: the controller rolls
+	// back past it, and a proxy stops holding (held statements get the
+	// error) if the switchover is still not finished then. Must be at least
+	// MaxHold and more than DrainTimeout plus CatchupTimeout.
+	// Type: duration. Default: 20s.
+	MaxDuration Duration `yaml:"max_duration"`
+	// WarmThreshold is the buffer-pool warmth at which a candidate counts as
+	// warm: its InnoDB data pages as a fraction of the primary's
+	// (0 < x <= 1). `switchover --warm` replays the proxies' hot read set
+	// until it is reached; `--require-warm` refuses a colder candidate.
+	// Type: number. Default: 0.8.
+	WarmThreshold float64 `yaml:"warm_threshold"`
+	// WarmTimeout bounds the replay of `switchover --warm`; the switchover
+	// goes on (reporting the warmth reached) unless --require-warm is set.
+	// Type: duration. Default: 30s.
+	WarmTimeout Duration `yaml:"warm_timeout"`
+	// WarmConcurrency is how many connections replay the hot read set
+	// against the candidate at once (1..64).
+	// Type: integer. Default: 4.
+	WarmConcurrency int `yaml:"warm_concurrency"`
 }
+
+// Drain modes (switchover.drain_mode).
+const (
+	// DrainAbort cancels a switchover whose drain did not finish.
+	DrainAbort = "abort"
+	// DrainFail ends the transactions still open at the drain bound.
+	DrainFail = "fail"
+)
 
 // VersioningConfig is the `config:` section: the revision history kept in
 // the topology store and the destructive-change guard.
@@ -488,6 +540,31 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Switchover.CatchupTimeout == 0 {
 		c.Switchover.CatchupTimeout = Duration(10 * time.Second)
+	}
+	sw := &c.Switchover
+	if sw.DrainTimeout == 0 {
+		sw.DrainTimeout = Duration(5 * time.Second)
+	}
+	if sw.DrainMode == "" {
+		sw.DrainMode = DrainAbort
+	}
+	if sw.MaxHold == 0 {
+		sw.MaxHold = Duration(10 * time.Second)
+	}
+	if sw.MaxHeld == 0 {
+		sw.MaxHeld = 10000
+	}
+	if sw.MaxDuration == 0 {
+		sw.MaxDuration = Duration(20 * time.Second)
+	}
+	if sw.WarmThreshold == 0 {
+		sw.WarmThreshold = 0.8
+	}
+	if sw.WarmTimeout == 0 {
+		sw.WarmTimeout = Duration(30 * time.Second)
+	}
+	if sw.WarmConcurrency == 0 {
+		sw.WarmConcurrency = 4
 	}
 	if c.Versioning.HistoryLimit == 0 {
 		c.Versioning.HistoryLimit = DefaultHistoryLimit

@@ -413,6 +413,41 @@ func (c *Config) validateTimings(v *validator) {
 		v.add("proxy.max_connections_per_backend", "%d must be at least 1", c.Proxy.MaxConnectionsPerBackend)
 	}
 	positive("switchover.catchup_timeout", c.Switchover.CatchupTimeout)
+	c.validateSwitchover(v, positive)
+}
+
+// validateSwitchover checks the switchover limits against each other, the
+// way Vitess checks its buffer flags: a statement must be able to wait
+// through a whole drain, and the switchover as a whole must be able to
+// drain and catch up within its own bound.
+func (c *Config) validateSwitchover(v *validator, positive func(string, Duration) bool) {
+	sw := c.Switchover
+	drain := positive("switchover.drain_timeout", sw.DrainTimeout)
+	hold := positive("switchover.max_hold", sw.MaxHold)
+	dur := positive("switchover.max_duration", sw.MaxDuration)
+	if sw.DrainMode != DrainAbort && sw.DrainMode != DrainFail {
+		v.add("switchover.drain_mode", "%q must be %q or %q", sw.DrainMode, DrainAbort, DrainFail)
+	}
+	if sw.MaxHeld < 1 {
+		v.add("switchover.max_held", "%d must be at least 1", sw.MaxHeld)
+	}
+	if drain && hold && sw.DrainTimeout >= sw.MaxHold {
+		v.add("switchover.drain_timeout", "%s must be less than switchover.max_hold (%s): statements held at the start of a switchover must outlast the drain", sw.DrainTimeout, sw.MaxHold)
+	}
+	if hold && dur && sw.MaxHold > sw.MaxDuration {
+		v.add("switchover.max_hold", "%s must be at most switchover.max_duration (%s): no statement can be held longer than the switchover may last", sw.MaxHold, sw.MaxDuration)
+	}
+	if drain && dur && c.Switchover.CatchupTimeout > 0 && sw.DrainTimeout+sw.CatchupTimeout >= sw.MaxDuration {
+		v.add("switchover.max_duration", "%s must be more than switchover.drain_timeout + switchover.catchup_timeout (%s + %s): a switchover that drains and catches up fully would be cut off",
+			sw.MaxDuration, sw.DrainTimeout, sw.CatchupTimeout)
+	}
+	if !(sw.WarmThreshold > 0 && sw.WarmThreshold <= 1) {
+		v.add("switchover.warm_threshold", "%v must be more than 0 and at most 1 (a fraction of the primary's buffer-pool data pages)", sw.WarmThreshold)
+	}
+	positive("switchover.warm_timeout", sw.WarmTimeout)
+	if sw.WarmConcurrency < 1 || sw.WarmConcurrency > 64 {
+		v.add("switchover.warm_concurrency", "%d must be between 1 and 64", sw.WarmConcurrency)
+	}
 }
 
 // listenUse is an address this process binds.
