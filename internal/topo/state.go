@@ -19,6 +19,9 @@ import (
 //	<prefix>/controllers/<id>                ControllerRegistration (JSON), leased
 //	<prefix>/election/controller             controller leader election
 //	<prefix>/events/<cluster>/<id>           Event (JSON), written by the leader, bounded
+//	<prefix>/clusters/<cluster>/switchover   SwitchoverProgress (JSON), written by the leader
+//	<prefix>/clusters/<cluster>/drained      DrainedNodes (JSON), written by operators
+//	<prefix>/hotreads/<id>                   HotReadSet (JSON), leased, written by each proxy
 type Keys struct{ Prefix string }
 
 // Config is the key of the current config revision document (see package
@@ -236,9 +239,16 @@ type ProxyRegistration struct {
 	// rewritten when a node's reachability changes. Failure detection
 	// counts it: a primary is dead only if a quorum of proxies cannot
 	// reach it either.
-	Backends  []BackendReach `json:"backends,omitempty"`
-	StartedAt time.Time      `json:"started_at"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	Backends []BackendReach `json:"backends,omitempty"`
+	// Switchovers acknowledges, per cluster, the coordinated switchover in
+	// progress (see SwitchoverProgress); absent when none is.
+	Switchovers map[string]SwitchoverAck `json:"switchovers,omitempty"`
+	// BackendSessions counts the proxy's client sessions per node, so a
+	// drain can tell when no session uses a node any more. Rewritten at most
+	// every second while counts change.
+	BackendSessions []BackendSessions `json:"backend_sessions,omitempty"`
+	StartedAt       time.Time         `json:"started_at"`
+	UpdatedAt       time.Time         `json:"updated_at"`
 }
 
 // Request kinds.
@@ -295,6 +305,17 @@ type Request struct {
 	// Plan is the failover plan the leader computed (PlanOnly, and every
 	// failover request).
 	Plan *FailoverPlan `json:"plan,omitempty"`
+
+	// Warm asks a switchover to replay the proxies' hot read set on the
+	// candidate before promotion, until switchover.warm_threshold or
+	// switchover.warm_timeout.
+	Warm bool `json:"warm,omitempty"`
+	// RequireWarm refuses a switchover whose candidate is colder than
+	// switchover.warm_threshold (after warming, with Warm).
+	RequireWarm bool `json:"require_warm,omitempty"`
+	// Warmth is the candidate's buffer-pool warmth the switchover measured
+	// (after warming, with Warm).
+	Warmth *Warmth `json:"warmth,omitempty"`
 }
 
 // GetJSON reads key and decodes its JSON value into v.
