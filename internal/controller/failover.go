@@ -70,6 +70,8 @@ type failoverRun struct {
 	published          bool // phase failover published
 	stoppedIO          []string
 	promoting          bool // candidate's replication about to be reset
+	semiSync           bool // the candidate was a semi-sync replica
+	repointed          []string
 	probes             map[string]topo.Probe
 }
 
@@ -117,6 +119,18 @@ func (f *failoverRun) finish(ctx context.Context, result, msg string) {
 	t := f.t
 	ev := topo.Event{Cluster: f.cl.Name, Kind: topo.EventRecovery, Code: "failover_" + result, Node: f.plan.Candidate,
 		Message: fmt.Sprintf("%s failover %s: %s", modeLabel(f.o.auto), result, msg), Epoch: f.toEpoch}
+	var rejected []string
+	for _, c := range f.plan.Candidates {
+		if !c.Eligible {
+			rejected = append(rejected, c.Node+" rejected: "+c.Rejected)
+		}
+	}
+	if len(rejected) > 0 && result == foDone {
+		ev.Message += "; " + strings.Join(rejected, "; ")
+	}
+	if len(f.steps) > 0 {
+		ev.Message += "; steps: " + strings.Join(f.steps, " | ")
+	}
 	if result == foAborted {
 		f.log.Warn("failover aborted", "message", msg)
 		return
@@ -247,8 +261,12 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if err := f.step(ctx, "verify "+cand+" writable", f.verify); err != nil {
 		return f.rollback(ctx, "verify: "+err.Error())
 	}
-	// 11. Repoint the other replicas (failures are reported; repair retries).
+	// 11. Repoint the other replicas (failures are reported; repair retries),
+	// then keep semi-sync lossless on the new primary.
 	_ = f.step(ctx, "repoint replicas", f.repointAll)
+	if f.semiSync {
+		_ = f.step(ctx, "semi-sync on "+cand, f.enableSemiSync)
+	}
 	// 12. Publish the new primary.
 	if err := f.step(ctx, "publish primary "+cand, f.publishPrimary); err != nil {
 		return foFailed, fmt.Sprintf("%s was promoted and verified but the new state could not be published (%v); the next leader publishes it", cand, err)
@@ -538,18 +556,16 @@ func (f *failoverRun) promote(ctx context.Context) (string, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	semi := pr.SemiSyncReplica(sctx)
+	// Semi-sync is turned on after the replicas are repointed: with no
+	// semi-sync replica attached every commit would wait
+	// rpl_semi_sync_master_timeout.
+	f.semiSync = pr.SemiSyncReplica(sctx)
 	f.promoting = true
 	if err := pr.StopReplica(sctx); err != nil {
 		return "", err
 	}
 	if err := pr.ResetReplicaAll(sctx); err != nil {
 		return "", err
-	}
-	if semi {
-		if err := pr.EnableSemiSyncPrimary(sctx); err != nil {
-			return "", err
-		}
 	}
 	if err := pr.SetReadOnly(sctx, false); err != nil {
 		return "", err
@@ -561,11 +577,30 @@ func (f *failoverRun) promote(ctx context.Context) (string, error) {
 	if ro {
 		return "", errors.New("read_only is still ON after SET GLOBAL read_only=OFF (check READ_ONLY ADMIN)")
 	}
-	detail := "replication reset, read_only=OFF"
-	if semi {
-		detail += ", semi-sync primary on"
+	return "replication reset, read_only=OFF", nil
+}
+
+// enableSemiSync makes the new primary a semi-sync primary (it was a
+// semi-sync replica, so the cluster runs semi-sync) once at least one
+// repointed replica is a semi-sync replica.
+func (f *failoverRun) enableSemiSync(ctx context.Context) (string, error) {
+	var semiReplicas []string
+	for _, name := range f.repointed {
+		if pr, err := f.prober(name); err == nil && pr.SemiSyncReplica(ctx) {
+			semiReplicas = append(semiReplicas, name)
+		}
 	}
-	return detail, nil
+	if len(semiReplicas) == 0 {
+		return "", errors.New("no repointed replica is a semi-sync replica: the new primary stays asynchronous (acknowledged writes are not protected until one is)")
+	}
+	pr, err := f.prober(f.plan.Candidate)
+	if err != nil {
+		return "", err
+	}
+	if err := pr.EnableSemiSyncPrimary(ctx); err != nil {
+		return "", err
+	}
+	return "rpl_semi_sync_master_enabled=ON, semi-sync replicas " + strings.Join(semiReplicas, ", "), nil
 }
 
 // verify proves the new primary writable by the application account.
@@ -631,6 +666,7 @@ func (f *failoverRun) repointAll(ctx context.Context) (string, error) {
 				failed = append(failed, fmt.Sprintf("%s: %v", n.Name, err))
 			} else {
 				done = append(done, n.Name)
+				f.repointed = append(f.repointed, n.Name)
 			}
 		}(n)
 	}

@@ -86,7 +86,16 @@ func (s *Server) checkBackends(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.reach.kick:
+			// Sessions failing in a storm kick continuously: at most one
+			// extra check per minCheckInterval.
 			t.Stop()
+			if !sleepCtx(ctx, minCheckInterval) {
+				return
+			}
+			select {
+			case <-s.reach.kick:
+			default:
+			}
 		}
 	}
 }
