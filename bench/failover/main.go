@@ -1,0 +1,376 @@
+// Command failover measures crash failover end to end: a 3-node MariaDB
+// sandbox (semi-sync AFTER_SYNC by default), an embedded etcd, one
+// controller in failover.mode auto and one proxy, all on this machine;
+// writers insert ledger rows with unique ids through the proxy's rw
+// listener; the primary gets SIGKILL; the figure is the time from the kill
+// to the first write acknowledged through the rw listener afterwards, and
+// the number of acknowledged writes missing from the new primary. Every
+// trial uses a fresh sandbox. It prints each trial and the median, p90 and
+// max.
+//
+// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true]
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/controller"
+	"github.com/switchyard-db/switchyard/internal/loadgen"
+	"github.com/switchyard-db/switchyard/internal/proxy"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+type options struct {
+	trials   int
+	interval time.Duration
+	semiSync bool
+	writers  int
+	verbose  bool
+}
+
+type trial struct {
+	recovery   time.Duration // kill → first acknowledged write
+	failoverMS int64         // controller's decision → published primary
+	acked      int
+	lost       int
+	errors     int64
+	newPrimary string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.trials, "trials", 10, "number of kill -9 trials (fresh sandbox each)")
+	flag.DurationVar(&o.interval, "interval", time.Second, "probe.interval (the default is 1s)")
+	flag.BoolVar(&o.semiSync, "semisync", true, "semi-synchronous replication (AFTER_SYNC)")
+	flag.IntVar(&o.writers, "writers", 4, "concurrent writers through the rw listener")
+	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
+	flag.Parse()
+	// Clients see the kill as broken connections; the driver's own log of
+	// them is noise here (the figures count them).
+	_ = mysql.SetLogger(&mysql.NopLogger{})
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/failover:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if err := sandbox.CheckBinaries(); err != nil {
+		return err
+	}
+	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, %d writers, failover.mode auto (confirm_rounds 2)\n",
+		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, o.writers)
+	var res []trial
+	for i := 1; i <= o.trials; i++ {
+		tr, err := runTrial(o)
+		if err != nil {
+			return fmt.Errorf("trial %d: %w", i, err)
+		}
+		res = append(res, tr)
+		fmt.Printf("trial %2d: kill → first write %6.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d\n",
+			i, ms(tr.recovery), tr.failoverMS, tr.newPrimary, tr.acked, tr.lost, tr.errors)
+	}
+	var rec []time.Duration
+	lost, acked := 0, 0
+	for _, r := range res {
+		rec = append(rec, r.recovery)
+		lost += r.lost
+		acked += r.acked
+	}
+	sort.Slice(rec, func(i, j int) bool { return rec[i] < rec[j] })
+	fmt.Printf("kill → first write through rw: median %.0f ms, p90 %.0f ms, max %.0f ms over %d trials; acknowledged writes lost: %d of %d\n",
+		ms(percentile(rec, 50)), ms(percentile(rec, 90)), ms(rec[len(rec)-1]), len(rec), lost, acked)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	k := (p*len(sorted) + 99) / 100
+	if k < 1 {
+		k = 1
+	}
+	return sorted[k-1]
+}
+
+func probeTimeout(interval time.Duration) time.Duration {
+	return min(500*time.Millisecond, interval*4/5)
+}
+
+func runTrial(o options) (tr trial, err error) {
+	dir, err := os.MkdirTemp("", "sy-bench-failover")
+	if err != nil {
+		return tr, err
+	}
+	defer os.RemoveAll(dir)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.verbose {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	addrs, err := freeAddrs(6)
+	if err != nil {
+		return tr, err
+	}
+	sb, err := sandbox.Up(ctx, sandbox.Options{Dir: filepath.Join(dir, "sb"), Nodes: 3, SemiSync: o.semiSync, StopWithParent: true,
+		TemplateDir: filepath.Join(os.TempDir(), "switchyard-sandbox-template-"+strconv.Itoa(os.Getuid())),
+		ListenerRW:  addrs[0], ListenerRO: addrs[1], AdminAddress: addrs[2], EtcdClientAddress: addrs[3], EtcdPeerAddress: addrs[4]})
+	if err != nil {
+		return tr, fmt.Errorf("sandbox: %w", err)
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		if derr := sandbox.Down(dctx, sb.Dir, true); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	etcd, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: filepath.Join(dir, "etcd"), ClientAddress: addrs[3], PeerAddress: addrs[4], UnsafeNoFsync: true})
+	if err != nil {
+		return tr, fmt.Errorf("etcd: %w", err)
+	}
+	defer etcd.Close()
+
+	cfg := sb.Config()
+	cfg.Etcd.Endpoints = etcd.Endpoints()
+	cfg.Probe.Interval = config.Duration(o.interval)
+	cfg.Probe.Timeout = config.Duration(probeTimeout(o.interval))
+	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	cfg.Admin.Address = "off"
+	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
+	if err := cfg.Validate(); err != nil {
+		return tr, err
+	}
+	keys := topo.Keys{Prefix: cfg.Etcd.Prefix}
+	newStore := func() (topo.Store, error) {
+		return topo.NewEtcd(topo.EtcdOptions{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Log: log})
+	}
+	cst, err := newStore()
+	if err != nil {
+		return tr, err
+	}
+	defer cst.Close()
+	pst, err := newStore()
+	if err != nil {
+		return tr, err
+	}
+	defer pst.Close()
+	ctl, err := controller.New(controller.Options{Config: cfg, Store: cst, Keys: keys, ID: "bench-ctl", Log: log})
+	if err != nil {
+		return tr, err
+	}
+	srv, err := proxy.New(proxy.Options{Config: cfg, ID: "bench-proxy", Log: log})
+	if err != nil {
+		return tr, err
+	}
+	if err := srv.Start(); err != nil {
+		return tr, err
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = ctl.Run(rctx) }()
+	go func() { defer wg.Done(); _ = proxy.Follow(rctx, pst, keys, srv) }()
+	defer func() {
+		rcancel()
+		srv.Close()
+		wg.Wait()
+	}()
+	var st topo.ClusterState
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		_, gerr := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st)
+		return gerr == nil && st.Primary == "node1" && srv.Epochs()["main"] == st.Epoch && st.Node("node2").Serving && st.Node("node3").Serving
+	}); err != nil {
+		return tr, fmt.Errorf("discovery: %w", err)
+	}
+	rw := fmt.Sprintf("%s:%s@tcp(%s)/sbtest?timeout=1s&readTimeout=5s&writeTimeout=5s", sb.AppUser, sb.AppPassword, srv.ListenerAddr("rw"))
+	if err := loadgen.Setup(ctx, rw, ""); err != nil {
+		return tr, err
+	}
+	w := newWriters(rw, o.writers)
+	wctx, wcancel := context.WithCancel(ctx)
+	w.start(wctx)
+	time.Sleep(2 * time.Second)
+
+	killAt := time.Now()
+	if err := sb.KillNode(0); err != nil {
+		wcancel()
+		w.wait()
+		return tr, err
+	}
+	// Only a write started once the old primary is gone counts (a write in
+	// flight at the kill may be acknowledged by it just after).
+	first, ok := w.firstAfter(ctx, time.Now(), 60*time.Second)
+	if !ok {
+		wcancel()
+		w.wait()
+		return tr, errors.New("no write succeeded within 60s of the kill")
+	}
+	tr.recovery = first.Sub(killAt)
+	time.Sleep(time.Second)
+	wcancel()
+	w.wait()
+	if _, err := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st); err != nil {
+		return tr, err
+	}
+	tr.newPrimary = st.Primary
+	if st.LastFailover != nil {
+		tr.failoverMS = st.LastFailover.DurationMS
+	}
+	idx := map[string]int{"node1": 0, "node2": 1, "node3": 2}[st.Primary]
+	rootDSN := sb.RootDSN(idx)
+	missing, err := loadgen.Check(ctx, withDB(rootDSN, "sbtest"), "", w.acked())
+	if err != nil {
+		return tr, err
+	}
+	tr.acked, tr.lost, tr.errors = len(w.acked()), len(missing), w.errors()
+	return tr, nil
+}
+
+func withDB(dsn, db string) string {
+	// RootDSN has the form user:pw@unix(path)/?params.
+	for i := 0; i < len(dsn); i++ {
+		if dsn[i] == '/' && i > 0 && dsn[i-1] == ')' {
+			return dsn[:i+1] + db + dsn[i+1:]
+		}
+	}
+	return dsn
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not reached within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func freeAddrs(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// writers insert ledger rows with unique ids through the rw listener and
+// remember when each acknowledged one returned.
+type writers struct {
+	dsn string
+	n   int
+	wg  sync.WaitGroup
+
+	mu   sync.Mutex
+	ids  []int64
+	sent []time.Time // when each acknowledged write was sent
+	at   []time.Time // when it was acknowledged
+	errs int64
+}
+
+func newWriters(dsn string, n int) *writers { return &writers{dsn: dsn, n: n} }
+
+func (w *writers) start(ctx context.Context) {
+	for i := 0; i < w.n; i++ {
+		w.wg.Add(1)
+		go func(i int) {
+			defer w.wg.Done()
+			db, err := sql.Open("mysql", w.dsn)
+			if err != nil {
+				return
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			for seq := int64(1); ctx.Err() == nil; seq++ {
+				id := int64(i+1)*1_000_000_000 + seq
+				sent := time.Now()
+				_, err := db.ExecContext(ctx, "INSERT INTO ledger (id, server_id) VALUES (?, @@server_id)", id)
+				now := time.Now()
+				w.mu.Lock()
+				if err == nil {
+					w.ids = append(w.ids, id)
+					w.sent = append(w.sent, sent)
+					w.at = append(w.at, now)
+				} else if ctx.Err() == nil {
+					w.errs++
+				}
+				w.mu.Unlock()
+				if err != nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+			}
+		}(i)
+	}
+}
+
+func (w *writers) wait() { w.wg.Wait() }
+
+// firstAfter waits until a write sent after t was acknowledged and returns
+// its acknowledgement time.
+func (w *writers) firstAfter(ctx context.Context, t time.Time, timeout time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		w.mu.Lock()
+		for i, sent := range w.sent {
+			if sent.After(t) {
+				a := w.at[i]
+				w.mu.Unlock()
+				return a, true
+			}
+		}
+		w.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Time{}, false
+}
+
+func (w *writers) acked() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]int64(nil), w.ids...)
+}
+
+func (w *writers) errors() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errs
+}
