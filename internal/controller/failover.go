@@ -379,6 +379,12 @@ func (f *failoverRun) stopIO(ctx context.Context) (string, error) {
 			if err == nil {
 				sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 				err = pr.StopReplicaIO(sctx)
+				// A replica left a semi-sync primary (a demoted old
+				// primary) stalls its own applier; the candidate gets
+				// semi-sync back once it has replicas.
+				if err == nil {
+					err = pr.DisableSemiSyncPrimary(sctx)
+				}
 				cancel()
 			}
 			mu.Lock()

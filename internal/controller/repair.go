@@ -219,6 +219,9 @@ func pointAt(ctx context.Context, cfg *config.Config, pr *nodeProber, target *co
 	if err := pr.SetReadOnly(ctx, true); err != nil {
 		return "", err
 	}
+	if err := pr.DisableSemiSyncPrimary(ctx); err != nil {
+		return "", err
+	}
 	if err := pr.StopReplica(ctx); err != nil {
 		return "", err
 	}

@@ -154,3 +154,15 @@ func (p *Prober) EnableSemiSyncPrimary(ctx context.Context) error {
 	}
 	return p.exec(ctx, "enable semi-sync on the new primary", "SET GLOBAL rpl_semi_sync_master_enabled = ON")
 }
+
+// DisableSemiSyncPrimary turns off rpl_semi_sync_master_enabled on a node
+// that is (or is becoming) a replica: a replica left with it on makes its
+// own replication applier wait for acknowledgements from replicas it does
+// not have (rpl_semi_sync_master_timeout per stall), and turning it off
+// releases commits already waiting. A no-op on MySQL.
+func (p *Prober) DisableSemiSyncPrimary(ctx context.Context) error {
+	if p.d.name() == FlavorMySQL {
+		return nil
+	}
+	return p.exec(ctx, "disable semi-sync primary on a replica", "SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+}
