@@ -79,14 +79,15 @@ func (e *eventLog) emit(ctx context.Context, ev topo.Event) error {
 	return nil
 }
 
-// emitOnce writes ev unless an event with the same dedup key and message
-// was written within every (a non-decision repeated each probe round would
-// flood the log); it reports whether it wrote.
+// emitOnce writes ev unless an event with the same dedup key was written
+// within every (a non-decision repeated each probe round, with details such
+// as probe latencies changing, would flood the log); it reports whether it
+// wrote. The key names the condition; use a new key for a new reason.
 func (e *eventLog) emitOnce(ctx context.Context, dedup string, every time.Duration, ev topo.Event) bool {
 	now := e.t.c.now()
 	e.mu.Lock()
 	m, ok := e.last[dedup]
-	if ok && m.msg == ev.Message && now.Sub(m.at) < every {
+	if ok && now.Sub(m.at) < every {
 		e.mu.Unlock()
 		return false
 	}

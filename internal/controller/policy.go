@@ -105,7 +105,7 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 		m.deadRounds = 0
 		for _, c := range []analysis.Code{analysis.UnreachablePrimary, analysis.PrimaryOverloaded} {
 			if f := res.Get(c); f != nil {
-				t.fo.events.emitOnce(ctx, dedup+string(c), eventRelog, ev(topo.EventNoAction, f,
+				t.fo.events.emitOnce(ctx, dedup+string(c)+"|"+firstWords(f.Detail, 3), eventRelog, ev(topo.EventNoAction, f,
 					fmt.Sprintf("not failing over: %s, not dead: %s", c, f.Detail)))
 			}
 		}
@@ -113,19 +113,24 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 	}
 	m.deadRounds++
 	f := cl.Failover
-	var why string
+	var why, class string
 	switch {
 	case f.Mode != config.FailoverAuto:
+		class = "manual"
 		why = fmt.Sprintf("failover.mode is %s: run `switchyard failover --cluster %s` (add --plan to see what it would do)", f.Mode, cl.Name)
 	case st.Maintenance != nil:
+		class = "maintenance"
 		why = fmt.Sprintf("maintenance mode is on since %s (%s): automatic failover is blocked; a manual `switchyard failover` still works",
 			st.Maintenance.Since.Format(time.RFC3339), st.Maintenance.Reason)
 	case st.AutoDisabled != "":
+		class = "disabled"
 		why = fmt.Sprintf("automatic failover is disabled after a failed recovery (%s): fix it, then `switchyard ack --cluster %s`", st.AutoDisabled, cl.Name)
 	case st.FailoverBlock != nil && t.c.now().Before(st.FailoverBlock.Until):
+		class = "blocked"
 		why = fmt.Sprintf("automatic failover is blocked until %s after %s (failover.block_period); `switchyard ack --cluster %s` lifts the block",
 			st.FailoverBlock.Until.Format(time.RFC3339), st.FailoverBlock.Reason, cl.Name)
 	case st.Phase != topo.PhaseStable:
+		class = "phase"
 		why = fmt.Sprintf("phase is %s", st.Phase)
 	case m.deadRounds < f.ConfirmRounds:
 		t.fo.events.emitOnce(ctx, dedup+"confirm", 0, ev(topo.EventNoAction, dead, fmt.Sprintf(
@@ -134,7 +139,7 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 		return
 	}
 	if why != "" {
-		t.fo.events.emitOnce(ctx, dedup+"no", eventRelog, ev(topo.EventNoAction, dead, "not failing over: "+why+"; "+dead.Detail))
+		t.fo.events.emitOnce(ctx, dedup+"no|"+class, eventRelog, ev(topo.EventNoAction, dead, "not failing over: "+why+"; "+dead.Detail))
 		return
 	}
 	t.fo.events.emitOnce(ctx, dedup+"go", 0, ev(topo.EventDecision, dead, fmt.Sprintf(
@@ -146,6 +151,17 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 		defer t.fo.wg.Done()
 		t.runFailover(ctx, failoverOptions{cluster: cl.Name, auto: true})
 	}()
+}
+
+// firstWords returns the first n words of s: the kind of a detail without
+// its changing figures ("probe took 131ms" and "probe took 196ms" are one
+// condition).
+func firstWords(s string, n int) string {
+	f := strings.Fields(s)
+	if len(f) > n {
+		f = f[:n]
+	}
+	return strings.Join(f, " ")
 }
 
 func codes(res analysis.Result) string {
