@@ -26,9 +26,10 @@ import (
 
 // roleFlags are the flags of up, proxy and controller.
 type roleFlags struct {
-	id      string
-	pidFile string
-	admin   string
+	id        string
+	pidFile   string
+	admin     string
+	applyFile bool
 }
 
 func (r *roleFlags) register(cmd *cobra.Command, role string) {
@@ -53,6 +54,7 @@ Stop it with SIGINT or SIGTERM.`,
 		},
 	}
 	rf.register(cmd, "process")
+	cmd.Flags().BoolVar(&rf.applyFile, "apply-config-file", false, "apply the config file as a new revision even when etcd already holds a config (through the destructive-change guard); by default a config already in etcd wins and a differing file is only reported")
 	return cmd
 }
 
@@ -161,11 +163,22 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	// same validation and destructive-change guard as `config apply`.
 	var rev int64
 	if cfg != nil && cfgPath != "" {
-		res, err := configstore.Bootstrap(ctx, st, keys, cfg, configstore.Author())
+		bootstrap := configstore.Bootstrap
+		if rf.applyFile {
+			bootstrap = configstore.BootstrapFromFile
+		}
+		res, err := bootstrap(ctx, st, keys, cfg, configstore.Author())
 		if err != nil {
 			return fmt.Errorf("refusing to start: %w", err)
 		}
 		rev = res.Revision.Rev
+		if res.Running != nil {
+			cfg = res.Running
+		}
+		if res.FileDiffers {
+			log.Warn("config file differs from the revision in etcd; running the revision in etcd (apply the file with `switchyard config apply FILE --reason TEXT`, SIGHUP, or start with --apply-config-file)",
+				"file", cfgPath, "rev", rev, "diff", res.Diff.String())
+		}
 	} else {
 		r, c, _, err := configstore.Current(ctx, st, keys)
 		if err != nil {

@@ -74,6 +74,12 @@ type Result struct {
 	// Warnings are problems after the revision was written (history
 	// bookkeeping); the revision is applied regardless.
 	Warnings []string
+	// FileDiffers is set by Bootstrap when the store's current revision was
+	// kept although the config file differs from it (Diff says how).
+	FileDiffers bool
+	// Running is, when Bootstrap kept the store's current revision, that
+	// revision's config: the one to run. Nil otherwise.
+	Running *config.Config
 }
 
 // RefusedError is a change the destructive-change guard refused: nothing
@@ -299,16 +305,29 @@ func Rollback(ctx context.Context, st topo.Store, keys topo.Keys, to int64, ch C
 	return Apply(ctx, st, keys, ch)
 }
 
-// Bootstrap publishes the config `switchyard up --config FILE` starts with:
-// it creates revision 1 when the store has no config, does nothing when the
-// current revision has the same content, and otherwise applies cfg as a new
-// revision (Source SourceBootstrap) through the guard. A destructive file is
-// refused with a *RefusedError whose message carries the diff and the
-// override (`switchyard config apply FILE --reason TEXT
-// --allow-destructive`, then start again): up must not start then. The file
-// wins over a newer revision applied with the CLI if they differ, as long as
-// the guard allows it.
+// Bootstrap publishes the config `switchyard up --config FILE` starts with.
+// When the store holds no valid config it creates the first revision from
+// cfg (Source SourceBootstrap). When the store already holds a valid
+// revision, that revision wins — like ProxySQL, which reads its config file
+// only at the first start — and nothing is written: the result is the
+// current revision with Unchanged set, and FileDiffers plus Diff (current →
+// file) say whether the file would change anything, so `up` can warn that a
+// restart did not undo a `config apply`. Use ApplyFile semantics (Apply with
+// SourceBootstrap) to make the file win; a destructive file is then refused
+// with a *RefusedError carrying the diff and the override.
 func Bootstrap(ctx context.Context, st topo.Store, keys topo.Keys, cfg *config.Config, author string) (*Result, error) {
+	if rev, cur, _, err := Current(ctx, st, keys); err == nil && rev != nil && cur != nil {
+		d := config.ComputeDiff(cur, cfg)
+		return &Result{Revision: rev, Previous: rev, Unchanged: true, FileDiffers: !d.Empty(), Diff: d, Running: cur}, nil
+	}
+	return BootstrapFromFile(ctx, st, keys, cfg, author)
+}
+
+// BootstrapFromFile applies cfg as a new revision (Source SourceBootstrap)
+// through the guard even when the store holds a newer one: `switchyard up
+// --apply-config-file`. It writes nothing when the current revision has the
+// same content.
+func BootstrapFromFile(ctx context.Context, st topo.Store, keys topo.Keys, cfg *config.Config, author string) (*Result, error) {
 	return Apply(ctx, st, keys, Change{
 		Config:       cfg,
 		Reason:       "config file loaded by switchyard up at start",

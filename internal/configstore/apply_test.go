@@ -405,3 +405,34 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+// TestBootstrapKeepsNewerRevision: restarting `up` with an older file does not
+// undo a revision applied with the CLI; the file's difference is reported, and
+// BootstrapFromFile makes the file win.
+func TestBootstrapKeepsNewerRevision(t *testing.T) {
+	st := topo.NewMemory()
+	c := ctx(t)
+	file := baseConfig(t, 0)
+	if _, err := Bootstrap(c, st, keys, file, "boot@host"); err != nil {
+		t.Fatal(err)
+	}
+	next := clone(t, file)
+	next.Clusters[0].ReadRouting.MaxLag = config.Duration(3 * time.Second)
+	mustApply(t, st, Change{Config: next, Reason: "tighten lag"})
+
+	res, err := Bootstrap(c, st, keys, clone(t, file), "boot@host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Revision.Rev != 2 || !res.Unchanged || !res.FileDiffers || res.Running == nil ||
+		res.Running.Cluster("main").ReadRouting.MaxLag.D() != 3*time.Second {
+		t.Fatalf("restart with the older file: rev %d unchanged %v differs %v running %+v", res.Revision.Rev, res.Unchanged, res.FileDiffers, res.Running)
+	}
+	if len(res.Diff.Policies) == 0 {
+		t.Fatalf("diff does not show the lag change: %+v", res.Diff)
+	}
+	res, err = BootstrapFromFile(c, st, keys, clone(t, file), "boot@host")
+	if err != nil || res.Revision.Rev != 3 || res.Unchanged {
+		t.Fatalf("BootstrapFromFile: %+v, %v", res, err)
+	}
+}
