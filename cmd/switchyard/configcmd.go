@@ -101,8 +101,15 @@ func newConfigDiffCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
+			refused := exitError{code: 2}
 			if asJSON {
-				return writeJSON(w, changeReport("preview", res, nil))
+				if err := writeJSON(w, changeReport("preview", res, nil)); err != nil {
+					return err
+				}
+				if len(res.Violations) > 0 {
+					return refused
+				}
+				return nil
 			}
 			fmt.Fprintf(w, "%s against %s:\n", args[0], describeRev(res.Previous))
 			if res.Unchanged {
@@ -119,9 +126,10 @@ func newConfigDiffCmd(g *globalFlags) *cobra.Command {
 				fmt.Fprintln(w, "  "+v.String())
 			}
 			fmt.Fprintln(w, "to apply it anyway: switchyard config apply "+args[0]+" --reason TEXT --allow-destructive")
-			return nil
+			return refused
 		},
 	}
+	cmd.Long = "diff shows what applying FILE would change against the current revision in etcd.\nExit status: 0 when apply would accept it, 2 when the destructive-change guard would refuse it, 1 on other errors."
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff and the guard's verdict as JSON")
 	return cmd
 }

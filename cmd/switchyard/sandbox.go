@@ -139,12 +139,22 @@ Needs the Debian package mariadb-server.`,
 		Short: "Print shell exports for the sandbox (config path, listener addresses, application user)",
 		Long: `env prints lines for eval in a shell:
   SWITCHYARD_CONFIG, SWITCHYARD_RW, SWITCHYARD_RO, SWITCHYARD_ADMIN,
-  SWITCHYARD_PRIMARY (node1's address), SWITCHYARD_APP_USER, SWITCHYARD_APP_PASSWORD.`,
+  SWITCHYARD_PRIMARY (the node that is writable and not replicating now),
+  SWITCHYARD_APP_USER, SWITCHYARD_APP_PASSWORD.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := sandbox.Load(dir)
 			if err != nil {
 				return err
+			}
+			// The primary is whichever node is writable and not replicating
+			// now (a switchover moves it); node1 when none is.
+			primary := c.Nodes[0].Address
+			for _, ns := range c.Status(cmd.Context()) {
+				if ns.Reachable && !ns.ReadOnly && ns.ReplicatingFrom == "" {
+					primary = ns.Address
+					break
+				}
 			}
 			w := cmd.OutOrStdout()
 			for _, kv := range [][2]string{
@@ -152,7 +162,7 @@ Needs the Debian package mariadb-server.`,
 				{"SWITCHYARD_RW", c.ListenerRW},
 				{"SWITCHYARD_RO", c.ListenerRO},
 				{"SWITCHYARD_ADMIN", c.AdminAddress},
-				{"SWITCHYARD_PRIMARY", c.Nodes[0].Address},
+				{"SWITCHYARD_PRIMARY", primary},
 				{"SWITCHYARD_APP_USER", c.AppUser},
 				{"SWITCHYARD_APP_PASSWORD", c.AppPassword},
 			} {
