@@ -253,6 +253,18 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			Status: func(ctx context.Context) (any, error) {
 				return status.Collect(ctx, st, keys, time.Now())
 			},
+			Ready: func() error {
+				if srv == nil {
+					return nil
+				}
+				epochs := srv.Epochs()
+				for _, cl := range cfg.Clusters {
+					if epochs[cl.Name] == 0 {
+						return fmt.Errorf("no routing state for cluster %q yet (is a controller running?)", cl.Name)
+					}
+				}
+				return nil
+			},
 			Log: log,
 		})
 		if err != nil {

@@ -26,6 +26,10 @@ type Options struct {
 	// Healthy reports liveness problems for /healthz; nil error = healthy.
 	// May be nil (always healthy).
 	Healthy func() error
+	// Ready reports readiness for /readyz (503 with the reason when not
+	// ready, e.g. no routing state for a cluster yet). May be nil (/readyz
+	// then answers like /healthz).
+	Ready func() error
 	Log     *slog.Logger
 }
 
@@ -51,6 +55,19 @@ func Start(o Options) (*Server, error) {
 			}
 		}
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		check := o.Ready
+		if check == nil {
+			check = o.Healthy
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
 	})
 	if o.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))

@@ -1,4 +1,4 @@
 // Package admin serves Switchyard's HTTP admin endpoint: /healthz for
-// liveness, /metrics for Prometheus, and /api/status with the cluster states
+// liveness, /readyz for readiness, /metrics for Prometheus, and /api/status with the cluster states
 // the topology store holds. It reads state; it never changes topology.
 package admin
