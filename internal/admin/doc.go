@@ -1,4 +1,5 @@
 // Package admin serves Switchyard's HTTP admin endpoint: /healthz for
-// liveness, /readyz for readiness, /metrics for Prometheus, and /api/status with the cluster states
-// the topology store holds. It reads state; it never changes topology.
+// liveness, /readyz for readiness, /metrics for Prometheus, and /api/status
+// with what the topology store holds. It reads state; it never changes
+// topology.
 package admin
