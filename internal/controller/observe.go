@@ -49,6 +49,7 @@ type clusterMemory struct {
 	trouble      bool                  // the last round saw trouble on the primary
 	repairAt     map[string]time.Time  // node → last repair attempt
 	analysis     []topo.AnalysisEntry  // last published codes
+	analysisAt   time.Time             // when they were published
 }
 
 func newTermFailover(t *term) *termFailover {

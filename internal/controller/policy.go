@@ -71,8 +71,11 @@ func (t *term) publishAnalysis(ctx context.Context, cr *clusterRun, m *clusterMe
 	for _, f := range res.Findings {
 		entries = append(entries, topo.AnalysisEntry{Code: string(f.Code), Node: f.Node, Detail: f.Detail})
 	}
+	// Rewritten when the codes change, and with the periodic refresh so
+	// that details (silences, latencies) shown by status stay current.
 	same := slices.EqualFunc(entries, m.analysis, func(a, b topo.AnalysisEntry) bool { return a.Code == b.Code && a.Node == b.Node })
-	if same {
+	now := t.c.now()
+	if same && (len(entries) == 0 || now.Sub(m.analysisAt) < time.Duration(refreshRounds)*t.c.config().Probe.Interval.D()) {
 		return
 	}
 	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
@@ -80,7 +83,7 @@ func (t *term) publishAnalysis(ctx context.Context, cr *clusterRun, m *clusterMe
 		return nil
 	})
 	if err == nil {
-		m.analysis = entries
+		m.analysis, m.analysisAt = entries, now
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/analysis"
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/gtid"
 	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -153,7 +154,16 @@ func (t *term) contained(ctx context.Context, cfg *config.Config, cl *config.Clu
 	if err != nil {
 		return false, "", err
 	}
-	return analysis.ContainedInBinlogState(p.GTIDCurrent, state)
+	// The node's binlog counts too: a returning old primary may hold
+	// transactions written to its binlog that never committed elsewhere
+	// (semi-sync waits cut by a partition).
+	pos := p.GTIDCurrent
+	if cur, err := gtid.ParseMariaDB(p.GTIDCurrent); err == nil {
+		if bin, err := gtid.ParseMariaDB(p.GTIDBinlog); err == nil {
+			pos = analysis.Merge(cur, bin).String()
+		}
+	}
+	return analysis.ContainedInBinlogState(pos, state)
 }
 
 // rejoin points node n at the primary (slave_pos; a node that was not

@@ -123,7 +123,7 @@ func newNetLab(t *testing.T, sb *sandbox.Cluster) *netLab {
 	for i := 1; i < len(sb.Nodes); i++ {
 		db := l.rootDB(i)
 		for _, q := range []string{"STOP SLAVE",
-			fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d", l.nodeIP(0), sb.Nodes[0].Port),
+			fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_HEARTBEAT_PERIOD=1", l.nodeIP(0), sb.Nodes[0].Port),
 			"START SLAVE"} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s on %s: %v", q, sb.Nodes[i].Name, err)

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+func hasCode(st topo.ClusterState, code, node string) bool {
+	for _, a := range st.Analysis {
+		if a.Code == code && (node == "" || a.Node == node) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestS5Partitions (SCENARIOS.md S5) runs every node in its own network
+// namespace (see netLab; the controller, both proxies, etcd and the test
+// share the host address). Semi-sync on, auto mode, ledger workload.
+//
+// Case 1: the primary is cut off from the host (controller and proxies)
+// but not from its replicas: its replicas keep receiving, so it is
+// UnreachablePrimary, never DeadPrimary: 0 failovers.
+//
+// Case 2: the primary is cut off from everything: exactly one failover;
+// every proxy applies the new epoch; no write routed by a proxy reaches the
+// old primary after it; at every probe at most one node the host can reach
+// is writable by the application user. When the partition heals, the old
+// primary (still writable, it never knew) is fenced at once and rejoined
+// or, holding transactions the new primary lacks, quarantined.
+func TestS5Partitions(t *testing.T) {
+	s := startFO(t, foOpts{SemiSync: true, NetNS: true, Proxies: 2})
+	w := s.startWorkload(4)
+	watch := s.watchWritable()
+	time.Sleep(time.Second)
+
+	// Case 1.
+	s.lab.cutFromHost(0)
+	cutAt := time.Now()
+	st, _ := s.waitState("UnreachablePrimary", 10*time.Second, func(st topo.ClusterState) bool {
+		return hasCode(st, "UnreachablePrimary", "node1")
+	})
+	time.Sleep(6 * time.Second) // twice the IO silence bound, ~24 probe rounds
+	st = s.state()
+	if st.Primary != "node1" || st.Epoch != 1 || s.failovers() != 0 {
+		t.Fatalf("case 1 failed over: primary %s epoch %d\n%s", st.Primary, st.Epoch, s.eventText())
+	}
+	ev := s.waitEvent("not failing over: UnreachablePrimary", time.Second)
+	t.Logf("case 1: node1 cut off from the controller and the proxies for %s: 0 failovers; %s", time.Since(cutAt).Round(time.Millisecond), ev.Message)
+	s.lab.heal(0)
+	s.waitState("node1 reachable again", 10*time.Second, func(st topo.ClusterState) bool {
+		return st.Node("node1").Probe.Reachable && !hasCode(st, "UnreachablePrimary", "")
+	})
+
+	// Case 2.
+	isolatedAt := time.Now()
+	s.lab.isolate(0)
+	st, took := s.waitState("failover", 30*time.Second, func(st topo.ClusterState) bool {
+		return st.Primary != "" && st.Primary != "node1" && st.Phase == topo.PhaseStable
+	})
+	t.Logf("case 2: node1 isolated → %s published primary of epoch %d %s later", st.Primary, st.Epoch, took.Round(time.Millisecond))
+	newPrimary, epoch := st.Primary, st.Epoch
+	publishedAt := st.LastFailover.At
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range s.proxies {
+		for p.Epochs()["main"] != epoch {
+			if time.Now().After(deadline) {
+				t.Fatalf("proxy %s still on epoch %d", p.ID(), p.Epochs()["main"])
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(2 * time.Second) // writes on the new primary
+	samples, most, over := watch.stop()
+	t.Logf("writable-node watch until the heal: %d probes, at most %d node(s) writable by the application user at once", samples, most)
+	if most > 1 {
+		t.Errorf("two nodes writable at once: %v", over)
+	}
+
+	// Heal: the old primary comes back writable; it is fenced, then rejoined
+	// or quarantined, never made writable.
+	after := s.watchWritable()
+	healAt := time.Now()
+	s.lab.heal(0)
+	fenced := s.waitEvent("fenced node1", 10*time.Second)
+	fenceTook := fenced.At.Sub(healAt)
+	t.Logf("after the heal: node1 (writable, it never knew it was replaced) fenced %s later (%.1f probe intervals)",
+		fenceTook.Round(time.Millisecond), float64(fenceTook)/float64(foInterval))
+	if fenceTook > 20*foInterval {
+		t.Errorf("fencing the returning old primary took %s, want within a few probe intervals", fenceTook)
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	var outcome string
+	for outcome == "" && time.Now().Before(deadline) {
+		for _, ev := range s.events() {
+			if strings.Contains(ev.Message, "rejoined node1") || strings.Contains(ev.Message, "node1 quarantined") {
+				outcome = ev.Message
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if outcome == "" {
+		t.Fatalf("node1 neither rejoined nor quarantined after the heal\n%s", s.eventText())
+	}
+	t.Logf("old primary: %s", outcome)
+	samples, most, over = after.stop()
+	t.Logf("writable-node watch from the heal until then: %d probes, %d with two nodes writable by the application user %v (the returning node is writable until fenced; no proxy routes to it)",
+		samples, len(over), over)
+	if ro := s.rootInt(0, "SELECT @@read_only"); ro != 1 {
+		t.Fatalf("old primary read_only=%d after the heal", ro)
+	}
+	// No write routed after the new epoch landed on the old primary.
+	n := s.rootInt(0, "SELECT COUNT(*) FROM sbtest.ledger WHERE server_id = 1 AND UNIX_TIMESTAMP(at) > "+
+		strconv.FormatFloat(float64(publishedAt.UnixMicro())/1e6, 'f', 6, 64))
+	t.Logf("ledger rows written on node1 after epoch %d was published: %d", epoch, n)
+	if n != 0 {
+		t.Errorf("%d writes reached the old primary after the new epoch", n)
+	}
+	r := w.stop(nodeIdx(newPrimary))
+	if r.WritesByServer[int64(nodeIdx(newPrimary)+1)] == 0 {
+		t.Errorf("no write landed on the new primary %s: %v", newPrimary, r.WritesByServer)
+	}
+	if f := s.failovers(); f != 1 {
+		t.Errorf("%d failovers, want exactly 1", f)
+	}
+	_ = isolatedAt
+	t.Logf("events:\n%s", s.eventText())
+}
+
+// rootInt runs a one-integer query as root on node i.
+func (s *foStack) rootInt(i int, q string) int64 {
+	s.t.Helper()
+	db := s.root(i)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var v int64
+	if err := db.QueryRowContext(ctx, q).Scan(&v); err != nil {
+		s.t.Fatalf("%s on %s: %v", q, s.sb.Nodes[i].Name, err)
+	}
+	return v
+}
