@@ -148,7 +148,7 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			s.log.Error("cannot encode proxy registration", "err", err)
 			return
 		}
-		lease, err := st.Register(ctx, key, val, RegistrationTTL)
+		lease, err := registerBounded(ctx, st, key, val)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

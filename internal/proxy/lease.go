@@ -86,6 +86,16 @@ func (s *Server) reapplySnapshots() {
 	}
 }
 
+// registerBounded registers with a deadline: during a partition a request
+// to etcd can hang on a connection that drops packets, and a proxy whose
+// lease was lost must keep trying so that it routes writes again once the
+// store is back.
+func registerBounded(ctx context.Context, st topo.Store, key string, val []byte) (topo.Lease, error) {
+	rctx, cancel := context.WithTimeout(ctx, RegistrationTTL)
+	defer cancel()
+	return st.Register(rctx, key, val, RegistrationTTL)
+}
+
 // resync reads every cluster state from the store and applies it, so a
 // proxy that was cut off does not route by what it knew before (the
 // controller may have published a new primary meanwhile). It retries until
@@ -94,7 +104,9 @@ func (s *Server) resync(ctx context.Context, st topo.Store, keys topo.Keys) erro
 	prefix := keys.ClustersPrefix()
 	backoff := followBackoffMin
 	for {
-		kvs, err := st.List(ctx, prefix)
+		lctx, cancel := context.WithTimeout(ctx, RegistrationTTL)
+		kvs, err := st.List(lctx, prefix)
+		cancel()
 		if err == nil {
 			for _, kv := range kvs {
 				s.applyStateKV(prefix, kv)

@@ -38,6 +38,9 @@ type foOpts struct {
 	NetNS bool
 	// Mutate edits the config before start.
 	Mutate func(*config.Config)
+	// ProxyEtcd, when set, gives proxy i the etcd endpoints to use (e.g.
+	// through a relay that can be cut).
+	ProxyEtcd func(i int, endpoints []string) []string
 }
 
 // foStack is a sandbox with etcd, one controller and N proxies in-process,
@@ -115,7 +118,11 @@ func startFO(t *testing.T, o foOpts) *foStack {
 		}
 		s.proxies = append(s.proxies, srv)
 		s.pcfgs = append(s.pcfgs, &pcfg)
-		pst := topotest.Connect(t, s.endpoints)
+		eps := s.endpoints
+		if o.ProxyEtcd != nil {
+			eps = o.ProxyEtcd(i, eps)
+		}
+		pst := topotest.Connect(t, eps)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = proxy.Follow(ctx, pst, s.keys, srv) }()
 	}

@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"database/sql"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/proxy"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// cutRelay forwards TCP to a target until cut: then nothing moves in either
+// direction (a partition: no refusal, no reset; TCP windows fill up) until
+// restored, when the stalled bytes flow again as retransmissions would.
+type cutRelay struct {
+	ln     net.Listener
+	target string
+	cut    atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newCutRelay(t *testing.T, target string) *cutRelay {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &cutRelay{ln: ln, target: target}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		r.mu.Lock()
+		for _, c := range r.conns {
+			c.Close()
+		}
+		r.mu.Unlock()
+	})
+	return r
+}
+
+func (r *cutRelay) serve(c net.Conn) {
+	u, err := net.Dial("tcp", r.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	r.mu.Lock()
+	r.conns = append(r.conns, c, u)
+	r.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			for r.cut.Load() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			n, err := src.Read(buf)
+			for n > 0 && r.cut.Load() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+	}
+	go pipe(u, c)
+	pipe(c, u)
+}
+
+// TestProxyLeaseLossStopsWrites: a proxy cut off from etcd loses its
+// registration lease after proxy.RegistrationTTL; from then on its primary
+// listener refuses writes with error 1290 while its replica listener keeps
+// serving reads; the controller does not wait for it when the primary then
+// dies; once etcd is reachable again the proxy registers, re-reads the
+// topology and routes writes to the new primary.
+func TestProxyLeaseLossStopsWrites(t *testing.T) {
+	var relay *cutRelay
+	s := startFO(t, foOpts{Proxies: 2, ProxyEtcd: func(i int, eps []string) []string {
+		if i != 1 {
+			return eps
+		}
+		u, err := url.Parse(eps[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		relay = newCutRelay(t, u.Host)
+		return []string{"http://" + relay.ln.Addr().String()}
+	}})
+	p2 := s.proxies[1]
+	// An idle pooled session on proxy-2's primary listener.
+	rw := openOne(t, s.dsn(1, "primary"))
+	var sid int
+	if err := rw.QueryRow("SELECT @@server_id").Scan(&sid); err != nil || sid != 1 {
+		t.Fatalf("proxy-2 rw before the cut: server_id %d, %v", sid, err)
+	}
+
+	cutAt := time.Now()
+	relay.cut.Store(true)
+	deadline := time.Now().Add(proxy.RegistrationTTL + 10*time.Second)
+	for p2.WritesFenced() == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy-2 still routes writes %s after losing etcd", time.Since(cutAt))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("proxy-2 cut off from etcd: writes refused after %s (registration TTL %s)", time.Since(cutAt).Round(time.Millisecond), proxy.RegistrationTTL)
+	err := rw.QueryRow("SELECT @@server_id").Scan(&sid)
+	if code := mysqlErrNo(err); code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(err.Error(), "lost its registration") {
+		t.Fatalf("existing rw session on a fenced proxy: %v, want error 1290 saying why", err)
+	}
+	fresh := openOne(t, s.dsn(1, "primary"))
+	if err := fresh.Ping(); mysqlErrNo(err) != mysql.ER_OPTION_PREVENTS_STATEMENT {
+		t.Fatalf("new rw session on a fenced proxy: %v, want error 1290", err)
+	}
+	ro := openOne(t, s.dsn(1, "replica"))
+	if err := ro.QueryRow("SELECT @@server_id").Scan(&sid); err != nil || sid == 1 {
+		t.Fatalf("ro on a fenced proxy: server_id %d, %v; want a replica", sid, err)
+	}
+	t.Logf("fenced proxy-2: rw refused with 1290, ro still served by server_id %d", sid)
+
+	// The primary dies: the controller does not wait for proxy-2 (its lease
+	// is gone), only for proxy-1.
+	killAt := time.Now()
+	if err := s.sb.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.waitState("failover", 20*time.Second, func(st topo.ClusterState) bool {
+		return st.Primary != "" && st.Primary != "node1" && st.Phase == topo.PhaseStable
+	})
+	t.Logf("kill -9 node1 with proxy-2 fenced → %s published %s later", st.Primary, time.Since(killAt).Round(time.Millisecond))
+	if p2.WritesFenced() == "" {
+		t.Fatal("proxy-2 unfenced while still cut off")
+	}
+
+	// Restore: proxy-2 registers again, re-reads the topology, routes
+	// writes to the new primary.
+	relay.cut.Store(false)
+	deadline = time.Now().Add(30 * time.Second)
+	for p2.WritesFenced() != "" || p2.Epochs()["main"] != st.Epoch {
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy-2 not back after etcd returned: fenced %q, epoch %d", p2.WritesFenced(), p2.Epochs()["main"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	back := openOne(t, s.dsn(1, "primary"))
+	if err := back.QueryRow("SELECT @@server_id").Scan(&sid); err != nil || sid != nodeIdx(st.Primary)+1 {
+		t.Fatalf("proxy-2 rw after etcd returned: server_id %d, %v; want %s", sid, err, st.Primary)
+	}
+	t.Logf("etcd reachable again: proxy-2 registered, on epoch %d, writes go to %s", st.Epoch, st.Primary)
+}
+
+func openOne(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
