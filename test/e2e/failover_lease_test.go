@@ -180,4 +180,3 @@ func openOne(t *testing.T, dsn string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
-

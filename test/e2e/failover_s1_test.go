@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -105,9 +106,53 @@ type connHold struct {
 	i     int
 	root  *sql.Conn
 	rootD *sql.DB
+	mu    sync.Mutex
 	conns []*sql.Conn
 	dbs   []*sql.DB
 	extra *sql.DB
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// fill opens application sessions on the node until it answers 1040.
+func (h *connHold) fill(ctx context.Context) error {
+	for n := 0; n < 200; n++ {
+		db, err := sql.Open("mysql", h.s.appDirect(h.i, 2*time.Second))
+		if err != nil {
+			return err
+		}
+		c, err := db.Conn(ctx)
+		if err != nil {
+			db.Close()
+			if mysqlErrNo(err) != 1040 {
+				return fmt.Errorf("filling connections: %w", err)
+			}
+			return nil
+		}
+		h.mu.Lock()
+		h.conns, h.dbs = append(h.conns, c), append(h.dbs, db)
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// killMonitor kills the monitor account's sessions; it returns how many.
+func (h *connHold) killMonitor(ctx context.Context) int {
+	rows, err := h.root.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ?", h.s.sb.MonitorUser)
+	if err != nil {
+		return 0
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		_ = rows.Scan(&id)
+		ids = append(ids, id)
+	}
+	rows.Close()
+	for _, id := range ids {
+		_, _ = h.root.ExecContext(ctx, "KILL CONNECTION ?", id)
+	}
+	return len(ids)
 }
 
 // exhaustConnections lowers max_connections on node i to just above what
@@ -124,58 +169,42 @@ func (s *foStack) exhaustConnections(i int) *connHold {
 	if h.root, err = h.rootD.Conn(ctx); err != nil {
 		s.t.Fatal(err)
 	}
-	for round := 0; round < 5; round++ {
-		if _, err := h.root.ExecContext(ctx, "SET GLOBAL max_connections = (SELECT COUNT(*) FROM information_schema.PROCESSLIST) + 3"); err != nil {
-			s.t.Fatal(err)
-		}
-		rows, err := h.root.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ?", s.sb.MonitorUser)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		var ids []int64
-		for rows.Next() {
-			var id int64
-			_ = rows.Scan(&id)
-			ids = append(ids, id)
-		}
-		rows.Close()
-		for _, id := range ids {
-			_, _ = h.root.ExecContext(ctx, "KILL CONNECTION ?", id)
-		}
-		// Fill every slot with application sessions until 1040.
-		for n := 0; n < 200; n++ {
-			db, err := sql.Open("mysql", s.appDirect(i, 2*time.Second))
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			c, err := db.Conn(ctx)
-			if err != nil {
-				db.Close()
-				if mysqlErrNo(err) != 1040 {
-					s.t.Fatalf("filling connections: %v", err)
-				}
-				break
-			}
-			h.conns, h.dbs = append(h.conns, c), append(h.dbs, db)
-		}
-		if h.extra == nil {
-			// The extra slot for CONNECTION ADMIN holders: take it as root.
-			h.extra = s.root(i)
-			h.extra.SetMaxOpenConns(1)
-			_ = h.extra.PingContext(ctx)
-		}
-		var left int
-		_ = h.root.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?", s.sb.MonitorUser).Scan(&left)
-		if left == 0 {
-			s.t.Logf("max_connections exhausted on %s with %d idle application sessions", s.sb.Nodes[i].Name, len(h.conns))
-			return h
-		}
+	if _, err := h.root.ExecContext(ctx, "SET GLOBAL max_connections = (SELECT COUNT(*) FROM information_schema.PROCESSLIST) + 3"); err != nil {
+		s.t.Fatal(err)
 	}
-	s.t.Fatalf("the monitor account keeps connecting to %s", s.sb.Nodes[i].Name)
-	return nil
+	h.killMonitor(ctx)
+	if err := h.fill(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+	// The extra slot for CONNECTION ADMIN holders: take it as root.
+	h.extra = s.root(i)
+	h.extra.SetMaxOpenConns(1)
+	_ = h.extra.PingContext(ctx)
+	// Slots freed later (a proxy's health check logs in and quits, a
+	// session ends) are taken again at once, and a monitor session that
+	// slipped in is killed.
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(h.done)
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_ = h.fill(ctx)
+			if h.killMonitor(ctx) > 0 {
+				_ = h.fill(ctx)
+			}
+		}
+	}()
+	s.t.Logf("max_connections exhausted on %s with %d idle application sessions", s.sb.Nodes[i].Name, len(h.conns))
+	return h
 }
 
 func (h *connHold) release() {
+	close(h.stop)
+	<-h.done
 	ctx := context.Background()
 	if _, err := h.root.ExecContext(ctx, "SET GLOBAL max_connections = 1000"); err != nil {
 		h.s.t.Errorf("restore max_connections: %v", err)
