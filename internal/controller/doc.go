@@ -2,12 +2,36 @@
 // topology store, campaigns for leadership, and while it is the leader probes
 // every node of every cluster, builds each cluster's topology (BuildState, a
 // pure function), publishes the cluster state with leader-conditioned
-// compare-and-swap writes, and executes operator requests such as a planned
+// compare-and-swap writes, and executes operator requests: planned
 // switchover (fence, catch up, promote, repoint, bump the epoch — or roll
-// back so a writable primary always exists).
+// back so a writable primary always exists), emergency failover,
+// maintenance mode and acknowledgements.
+//
+// Failure handling (observe.go, policy.go, failover.go, repair.go): after
+// each probe round the leader runs package analysis on the probes, what it
+// remembers between rounds (each replica's IO-thread progress, last lag,
+// last complete probes) and the proxies' reachability reports, publishes
+// the analysis codes, and applies the policy. The first sign of trouble
+// starts an extra round at once. DeadPrimary is the only code that can lead
+// to a failover, and only in failover.mode auto, confirmed over
+// confirm_rounds consecutive rounds, outside maintenance, while no block
+// (set by any failover for block_period, lifted by ack) or disabled
+// automation (set by a failed recovery) applies. Every decision and
+// non-decision is written to the cluster's bounded event log (events.go).
+// A failover refreshes and plans, fences a reachable old primary
+// (read_only=ON, sessions killed) or waits until every proxy applied the new
+// epoch or lost its lease, stops replication IO threads, re-plans, applies
+// the candidate's relay log, promotes, proves an application write,
+// repoints the replicas and publishes; a failure rolls back and disables
+// automation with an alarm. Repair runs in every mode, maintenance
+// included: a stray writable node is fenced, a returning old primary is
+// rejoined or quarantined, a replica with the wrong source is repointed.
 //
 // It must not act without leadership: every store write goes through the
-// Leader, and all leader work stops when leadership is lost. It never fails
-// over on its own (failover and analysis come later), never routes client
-// traffic, and never logs secrets. SQL is spoken only through package probe.
+// Leader, and all leader work stops when leadership is lost (a failover
+// stops at the next step; a leader-conditioned write precedes promotion;
+// the next leader finishes or undoes a failover left half-done). It never
+// makes a node writable except the one it promotes, never resets a replica
+// that holds transactions the primary lacks, never routes client traffic,
+// and never logs secrets. SQL is spoken only through package probe.
 package controller

@@ -291,3 +291,40 @@ func TestLeaderLostMidFailover(t *testing.T) {
 		})
 	}
 }
+
+// TestMissingPrivilegesAlarm: at start-up the controller checks the monitor
+// account's grants on every node and raises an alarm naming what is
+// missing (MariaDB 10.11: SUPER no longer implies READ_ONLY ADMIN).
+func TestMissingPrivilegesAlarm(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	db := rootDB(t, c, 2)
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SET SESSION sql_log_bin = 0", "REVOKE READ_ONLY ADMIN ON *.* FROM '" + c.MonitorUser + "'@'%'"} {
+		if _, err := conn.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close()
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	s := waitState(t, st, 15*time.Second, "missing-privileges alarm", func(s topo.ClusterState) bool {
+		for _, a := range s.Alarms {
+			if a.Code == topo.AlarmMissingPrivileges && a.Node == "node3" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, a := range s.Alarms {
+		if a.Code == topo.AlarmMissingPrivileges {
+			t.Logf("alarm: %s", a.Message)
+			if a.Node != "node3" || !strings.Contains(a.Message, "READ_ONLY ADMIN") {
+				t.Fatalf("alarm %+v, want node3 naming READ_ONLY ADMIN only", a)
+			}
+		}
+	}
+	waitEvent(t, st, 5*time.Second, "lacks READ_ONLY ADMIN on node3")
+}

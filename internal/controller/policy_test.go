@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// TestBuildStateKeepsFailoverState: the probe loop never decides what the
+// failover policy owns: it carries maintenance, blocks, alarms, quarantine
+// and the failover record over, never discovers a primary during a
+// failover, and never serves a quarantined node.
+func TestBuildStateKeepsFailoverState(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	prev := stable("node1", 3)
+	prev.Maintenance = &topo.Maintenance{Reason: "work", Since: now}
+	prev.FailoverBlock = &topo.FailoverBlock{Until: now.Add(time.Hour), Reason: "x"}
+	prev.AutoDisabled = "failed"
+	prev.Alarms = []topo.Alarm{{Code: topo.AlarmRecoveryFailed, Message: "m"}}
+	prev.Quarantined = map[string]string{"node3": "errant GTIDs 0-3-5"}
+	prev.LastFailover = &topo.FailoverRecord{From: "node2", To: "node1", Epoch: 3}
+	st, _ := BuildState(BuildInput{Cluster: testCluster(), Probes: healthy(), Prev: prev, Leader: "l", Now: now})
+	if st.Maintenance == nil || st.FailoverBlock == nil || st.AutoDisabled != "failed" || len(st.Alarms) != 1 ||
+		st.LastFailover == nil || st.Quarantined["node3"] == "" {
+		t.Fatalf("policy state not carried over: %+v", st)
+	}
+	if n := st.Node("node3"); n.Serving || n.Reason != "quarantined: errant GTIDs 0-3-5" {
+		t.Fatalf("quarantined node3: serving %v reason %q", n.Serving, n.Reason)
+	}
+	if !st.Node("node2").Serving {
+		t.Fatalf("node2 not serving: %s", st.Node("node2").Reason)
+	}
+
+	// During a failover no primary is published and none is discovered,
+	// even when a node is writable (the candidate being promoted).
+	fo := &topo.ClusterState{Cluster: "main", Primary: "", OldPrimary: "node1", Target: "node2", Epoch: 4, Phase: topo.PhaseFailover}
+	probes := healthy()
+	probes["node1"] = topo.Probe{Error: "connection refused", ErrorKind: "refused"}
+	probes["node2"] = primaryProbe("0-1-10")
+	st, _ = BuildState(BuildInput{Cluster: testCluster(), Probes: probes, Prev: fo, Leader: "l", Now: now})
+	if st.Primary != "" || st.Epoch != 4 || st.Phase != topo.PhaseFailover || st.OldPrimary != "node1" || st.Target != "node2" {
+		t.Fatalf("failover phase disturbed by the probe loop: primary %q epoch %d phase %s old %q target %q",
+			st.Primary, st.Epoch, st.Phase, st.OldPrimary, st.Target)
+	}
+}
+
+func TestAlarmsAndHelpers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var list []topo.Alarm
+	list = addAlarm(list, topo.Alarm{Code: "a", Node: "n1", Message: "first", Since: t0})
+	list = addAlarm(list, topo.Alarm{Code: "a", Node: "n1", Message: "again", Since: t0.Add(time.Hour)})
+	list = addAlarm(list, topo.Alarm{Code: "b", Message: "other", Since: t0})
+	if len(list) != 2 || list[0].Message != "again" || !list[0].Since.Equal(t0) {
+		t.Fatalf("addAlarm: %+v; want the repeated alarm replaced in place of time, its first Since kept", list)
+	}
+	for i := 0; i < 2*maxAlarms; i++ {
+		list = addAlarm(list, topo.Alarm{Code: "c", Node: string(rune('A' + i))})
+	}
+	if len(list) != maxAlarms {
+		t.Fatalf("%d alarms kept, want %d", len(list), maxAlarms)
+	}
+	list = []topo.Alarm{{Code: "a"}, {Code: "b"}, {Code: "a"}}
+	if got := clearAlarms(list, "a"); len(got) != 1 || got[0].Code != "b" {
+		t.Fatalf("clearAlarms(a) = %+v", got)
+	}
+	if got := clearAlarms(list); len(got) != 0 {
+		t.Fatalf("clearAlarms() = %+v, want none", got)
+	}
+	if got := removeNodeAlarm([]topo.Alarm{{Code: "q", Node: "x"}, {Code: "q", Node: "y"}}, "q", "x"); len(got) != 1 || got[0].Node != "y" {
+		t.Fatalf("removeNodeAlarm = %+v", got)
+	}
+	if got := firstWords("probe took 131ms (limit 100ms)", 3); got != "probe took 131ms" {
+		t.Fatalf("firstWords = %q", got)
+	}
+}
+
+func TestClusterMemoryProgress(t *testing.T) {
+	m := &clusterMemory{ioSig: map[string]string{}, ioAt: map[string]time.Time{}, lastLag: map[string]int64{},
+		lastComplete: map[string]topo.Probe{}, repairAt: map[string]time.Time{}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := replicaProbe("127.0.0.1", 3301, "0-1-10")
+	p.HeartbeatsReceived, p.GTIDIO = 5, "0-1-10"
+	m.observe(map[string]topo.Probe{"node2": p}, t0)
+	m.observe(map[string]topo.Probe{"node2": p}, t0.Add(2*time.Second))
+	if !m.ioAt["node2"].Equal(t0) {
+		t.Fatalf("progress at %s after an unchanged probe, want %s", m.ioAt["node2"], t0)
+	}
+	p.HeartbeatsReceived = 6
+	m.observe(map[string]topo.Probe{"node2": p}, t0.Add(3*time.Second))
+	if !m.ioAt["node2"].Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("a new heartbeat did not count as progress")
+	}
+	p.LagSeconds = nil
+	m.observe(map[string]topo.Probe{"node2": p, "node3": {Error: "x"}}, t0.Add(4*time.Second))
+	if m.lastLag["node2"] != 0 {
+		t.Fatalf("a NULL lag overwrote the last known one")
+	}
+	if _, ok := m.lastComplete["node3"]; ok {
+		t.Fatal("an incomplete probe was remembered as complete")
+	}
+}
