@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"strings"
 	"sync"
@@ -109,7 +110,9 @@ func startFO(t *testing.T, o foOpts) *foStack {
 	for i := 0; i < o.Proxies; i++ {
 		pcfg := *cfg
 		pcfg.Listeners = append([]config.Listener(nil), cfg.Listeners...)
-		srv, err := proxy.New(proxy.Options{Config: &pcfg, ID: fmt.Sprintf("proxy-%d", i+1), Log: log.With("role", fmt.Sprintf("proxy-%d", i+1))})
+		// Proxies log at error level only: clients retrying against a dead
+		// primary would otherwise log a warning per attempt.
+		srv, err := proxy.New(proxy.Options{Config: &pcfg, ID: fmt.Sprintf("proxy-%d", i+1), Log: errorLogger(t).With("role", fmt.Sprintf("proxy-%d", i+1))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -575,4 +578,16 @@ func mysqlErrNo(err error) uint16 {
 		return me.Number
 	}
 	return 0
+}
+
+// errorLogger logs errors only, to the test log.
+func errorLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
