@@ -328,3 +328,38 @@ func TestMissingPrivilegesAlarm(t *testing.T) {
 	}
 	waitEvent(t, st, 5*time.Second, "lacks READ_ONLY ADMIN on node3")
 }
+
+// TestManualFailoverOfLivePrimary: an operator's failover while the old
+// primary is still reachable fences it (read_only=ON) first, lets the
+// candidate apply everything it wrote, and the fenced node then rejoins as
+// a replica of the new primary.
+func TestManualFailoverOfLivePrimary(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	p := rootDB(t, c, 0)
+	mustExec(t, p, "CREATE TABLE sbtest.live_t (id INT PRIMARY KEY)")
+	for i := 1; i <= 50; i++ {
+		mustExec(t, p, "INSERT INTO sbtest.live_t VALUES (?)", i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node3", By: "test"})
+	if err != nil {
+		t.Fatalf("failover: %v\n  %s", err, strings.Join(req.Steps, "\n  "))
+	}
+	t.Logf("failover of a live primary:\n  %s", strings.Join(req.Steps, "\n  "))
+	if req.Plan == nil || req.Plan.Fence != "read_only" {
+		t.Fatalf("plan fence %+v, want read_only", req.Plan)
+	}
+	if n := queryInt(t, rootDB(t, c, 2), "SELECT COUNT(*) FROM sbtest.live_t"); n != 50 {
+		t.Fatalf("new primary node3 has %d of 50 rows", n)
+	}
+	if ro := queryInt(t, p, "SELECT @@read_only"); ro != 1 {
+		t.Fatalf("old primary read_only=%d, want 1 (fenced)", ro)
+	}
+	waitEvent(t, st, 10*time.Second, "rejoined node1")
+	waitReplicating(t, c, 0, 2)
+	waitReplicating(t, c, 1, 2)
+}
