@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,11 +24,26 @@ type backend struct {
 	gauge   prometheus.Gauge
 	// threadID is the server's connection id (for logs and KILL).
 	threadID uint32
+	// gen is the route's primary generation when it was opened (see
+	// routeSnapshot.gen).
+	gen    uint64
+	closed atomic.Bool
+	// tracked: the server reports session state (CLIENT_SESSION_TRACK).
+	tracked bool
+	// status is the server status after the setup statement.
+	status uint16
+	// restored maps client statement ids to the ids this backend gave the
+	// statements it prepared again (connect with restore).
+	restored map[uint32]uint32
 }
 
 // close ends the backend connection; with quit it first sends COM_QUIT so the
-// server does not count an aborted connection.
+// server does not count an aborted connection. Only the first call acts (the
+// sweeper and the session may both close it).
 func (b *backend) close(quit bool) {
+	if !b.closed.CompareAndSwap(false, true) {
+		return
+	}
 	if quit {
 		_ = b.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		_, _ = b.conn.Write([]byte{1, 0, 0, 0, mysql.COM_QUIT})
@@ -108,9 +124,12 @@ func backendLoginError(t *target, err error) *mysql.MyError {
 }
 
 // connect opens a backend connection to t and logs in as the session's user
-// with the session's capabilities, charset, schema and connect attributes.
-// It returns the server's final OK payload (a copy) for relaying.
-func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig) (*backend, []byte, *mysql.MyError) {
+// with the session's capabilities, charset, schema and connect attributes,
+// then switches session tracking on (sessionstate.go). With restore it also
+// rebuilds the session's variables and prepared statements (migrate.go);
+// the statements' new backend ids are in be.restored. It returns the
+// server's login OK payload (a copy, as the backend sent it) for relaying.
+func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*backend, []byte, *mysql.MyError) {
 	counter := s.srv.backendCounter(t)
 	if n := counter.open.Add(1); rc.maxPerBackend > 0 && n > int64(rc.maxPerBackend) {
 		counter.open.Add(-1)
@@ -120,7 +139,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig) (*b
 			"switchyard: too many connections to backend %s (%s): limit %d (proxy.max_connections_per_backend)",
 			t.node, t.addr, rc.maxPerBackend))
 	}
-	okp, be, merr := s.dialAndLogin(t, snap, rc)
+	okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
 	if merr != nil {
 		s.srv.backendTrouble()
 		counter.open.Add(-1)
@@ -131,10 +150,13 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig) (*b
 	be.counter = counter
 	be.gauge = s.srv.metrics.backendConns.WithLabelValues(t.cluster, t.node)
 	be.gauge.Inc()
+	if snap != nil {
+		be.gen = snap.gen
+	}
 	return be, okp, nil
 }
 
-func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, *backend, *mysql.MyError) {
+func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *backend, *mysql.MyError) {
 	start := time.Now()
 	d := net.Dialer{Timeout: rc.connectTimeout}
 	conn, err := d.Dial("tcp", t.addr)
@@ -148,8 +170,16 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 		br.Reset(nil)
 		s.srv.readers.Put(br)
 	}()
-	okp, threadID, merr := s.backendLogin(conn, br, t, snap, rc)
+	okp, threadID, tracked, merr := s.backendLogin(conn, br, t, snap, rc)
 	if merr != nil {
+		_ = conn.Close()
+		return nil, nil, merr
+	}
+	be := &backend{conn: conn, t: t, threadID: threadID, tracked: tracked}
+	if restore {
+		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
+	}
+	if merr := s.setupBackend(be, br, restore); merr != nil {
 		_ = conn.Close()
 		return nil, nil, merr
 	}
@@ -158,31 +188,37 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 		return nil, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) sent unexpected data after login", t.node, t.addr))
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return okp, &backend{conn: conn, t: t, threadID: threadID}, nil
+	return okp, be, nil
 }
 
-func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, *mysql.MyError) {
+func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, bool, *mysql.MyError) {
 	ioErr := func(what string, err error) *mysql.MyError {
 		return dialError(t, snap, rc.connectTimeout, fmt.Errorf("%s: %w", what, err))
 	}
 	p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
 	if err != nil {
-		return nil, 0, ioErr("no server greeting", err)
+		return nil, 0, false, ioErr("no server greeting", err)
 	}
 	h, err := mysqlproto.ParseHandshake(p)
 	if err != nil {
-		return nil, 0, backendLoginError(t, err)
+		return nil, 0, false, backendLoginError(t, err)
 	}
 	s.l.route.remember(h)
 	if missing := (s.caps & relayCaps) &^ h.Capabilities; missing != 0 {
-		return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) lacks capabilities this session negotiated (%s); reconnect",
+		return nil, 0, false, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) lacks capabilities this session negotiated (%s); reconnect",
 			t.node, t.addr, capNames(missing)))
 	}
 	if h.Capabilities&mysql.CLIENT_PROTOCOL_41 == 0 || h.Capabilities&mysql.CLIENT_SECURE_CONNECTION == 0 {
-		return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) does not speak protocol 4.1", t.node, t.addr))
+		return nil, 0, false, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) does not speak protocol 4.1", t.node, t.addr))
 	}
 	caps := (s.caps & relayCaps) | mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SECURE_CONNECTION
 	caps |= h.Capabilities & (mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
+	// Session tracking is always asked for (sessionstate.go); clients
+	// that did not ask get OK packets without it.
+	tracked := h.Capabilities&mysql.CLIENT_SESSION_TRACK != 0
+	if tracked {
+		caps |= mysql.CLIENT_SESSION_TRACK
+	}
 	if s.schema != "" {
 		caps |= mysql.CLIENT_CONNECT_WITH_DB
 	}
@@ -201,18 +237,18 @@ func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap 
 	}
 	seq := byte(1)
 	if err := writePacket(conn, seq, mysqlproto.AppendHandshakeResponse(nil, &resp)); err != nil {
-		return nil, 0, ioErr("sending login", err)
+		return nil, 0, false, ioErr("sending login", err)
 	}
 	for range 4 { // at most a couple of auth switches
 		p, rseq, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
 		if err != nil {
-			return nil, 0, ioErr("reading login result", err)
+			return nil, 0, false, ioErr("reading login result", err)
 		}
 		switch {
 		case len(p) > 0 && p[0] == mysql.OK_HEADER:
-			return append([]byte(nil), p...), h.ConnectionID, nil
+			return append([]byte(nil), p...), h.ConnectionID, tracked, nil
 		case len(p) > 0 && p[0] == mysql.ERR_HEADER:
-			return nil, 0, backendLoginError(t, mysqlproto.ParseERR(p))
+			return nil, 0, false, backendLoginError(t, mysqlproto.ParseERR(p))
 		case len(p) > 0 && p[0] == mysql.EOF_HEADER:
 			sw, err := mysqlproto.ParseAuthSwitchRequest(p)
 			if err != nil || sw.Plugin != mysql.AUTH_NATIVE_PASSWORD {
@@ -220,21 +256,21 @@ func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap 
 				if sw != nil {
 					plugin = sw.Plugin
 				}
-				return nil, 0, errUnknown(fmt.Sprintf(
+				return nil, 0, false, errUnknown(fmt.Sprintf(
 					"switchyard: backend %s asks for auth plugin %s for user %s; only mysql_native_password is supported towards backends",
 					t.node, plugin, s.user))
 			}
 			seq = rseq + 1
 			if err := writePacket(conn, seq, s.nativeToken(sw.Data)); err != nil {
-				return nil, 0, ioErr("sending auth switch response", err)
+				return nil, 0, false, ioErr("sending auth switch response", err)
 			}
 		default:
-			return nil, 0, errUnknown(fmt.Sprintf(
+			return nil, 0, false, errUnknown(fmt.Sprintf(
 				"switchyard: backend %s sent an unsupported authentication packet for user %s (0x%02x); only mysql_native_password is supported towards backends",
 				t.node, s.user, firstByte(p)))
 		}
 	}
-	return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s: too many authentication rounds", t.node))
+	return nil, 0, false, errUnknown(fmt.Sprintf("switchyard: backend %s: too many authentication rounds", t.node))
 }
 
 // nativeToken answers a server scramble for the session's user ("" for an

@@ -63,7 +63,7 @@ func (s *session) changeUser() string {
 	if cu.Attrs != nil {
 		s.attrs = cu.Attrs
 	}
-	be, okPayload, merr := s.connect(t, snap, rc)
+	be, okPayload, merr := s.connect(t, snap, rc, false)
 	if merr != nil {
 		s.user, s.stage1, s.schema, s.charset, s.attrs = prevUser, prevStage1, prevSchema, prevCharset, prevAttrs
 		s.writeError(seq, merr)
@@ -77,12 +77,11 @@ func (s *session) changeUser() string {
 	if old != nil {
 		old.close(true)
 	}
-	s.snap = snap
-	s.stmts = nil
-	if st, ok := mysqlproto.OKStatus(okPayload); ok {
-		s.status = st
-	}
-	if err := s.writeDirect(seq, okPayload); err != nil {
+	s.snap = nil // the next command checks the route (and holds during a switchover)
+	s.dropStmts()
+	s.st.reset()
+	s.setTracking(be, okPayload)
+	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
 	}
 	s.log.Debug("user changed", "user", s.user, "backend", t.node)

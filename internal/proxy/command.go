@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -71,24 +70,36 @@ func (s *session) loop() string {
 			return clientReason(err)
 		}
 		cmd := hb[mysqlproto.HeaderSize]
-		if snap := s.l.route.snap.Load(); snap != s.snap {
-			if reason := s.reroute(snap); reason != "" {
+		if cmd == mysql.COM_QUIT {
+			return closeQuit
+		}
+		// Mark the session busy before looking at the snapshot: a drain
+		// monitor that installed a hold then sees either this command as
+		// busy or the session waiting (hold.go).
+		if prev := s.busy.Swap(busyCmd | s.txBits()); prev&busyDetached != 0 {
+			s.detached = true
+		}
+		if snap := s.l.route.snap.Load(); snap != s.snap || s.detached {
+			answered, reason := s.reroute(cmd)
+			if reason != "" {
 				return reason
+			}
+			if answered {
+				s.busy.Store(s.txBits())
+				continue
 			}
 		}
 		if reason := s.command(cmd, h); reason != "" {
 			return reason
 		}
+		s.busy.Store(s.txBits())
 	}
 }
 
 // command handles one client command whose header h and first byte cmd are
 // buffered in cr.
 func (s *session) command(cmd byte, h mysqlproto.Header) string {
-	switch cmd {
-	case mysql.COM_QUIT:
-		return closeQuit
-	case mysql.COM_CHANGE_USER:
+	if cmd == mysql.COM_CHANGE_USER {
 		return s.changeUser()
 	}
 	kind := kindOf(cmd)
@@ -101,25 +112,49 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	// Facts needed after the response, taken before the packet is forwarded.
 	var schema string
-	var stmtID uint32
 	var trackSchema bool
+	var stmt *stmtInfo
+	var stmtID uint32
+	s.cls = classOther
 	switch cmd {
 	case mysql.COM_INIT_DB:
 		if p := s.peekPayload(h); p != nil {
 			schema, trackSchema = string(p[1:]), true
 		}
+		s.cls = classUse
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
-			schema, trackSchema = parseUse(p[1:])
+			s.noteQuery(p[1:])
+			if s.cls == classUse {
+				schema, trackSchema = parseUse(p[1:])
+			}
+		} else {
+			s.st.markOpaque("sent a statement too long for the proxy to inspect")
 		}
-	case mysql.COM_STMT_CLOSE:
-		if p := s.peekPayload(h); len(p) >= 5 {
-			stmtID = binary.LittleEndian.Uint32(p[1:])
-			delete(s.stmts, stmtID)
+	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA:
+		p := s.peekPayload(h)
+		if p == nil {
+			// Only SEND_LONG_DATA and EXECUTE with long values get here.
+			if hb, err := s.cr.Peek(mysqlproto.HeaderSize + 5); err == nil {
+				p = hb[mysqlproto.HeaderSize:]
+			}
+		}
+		stmtID, stmt = s.stmtOf(p)
+		if s.xlate {
+			s.translateID()
+		}
+		if stmt != nil {
+			s.noteStmtCommand(cmd, stmtID, stmt, p)
 		}
 	}
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
-	if err := s.forward(); err != nil {
+	var err error
+	if cmd == mysql.COM_STMT_PREPARE {
+		err = s.readPrepare()
+	} else {
+		err = s.forward()
+	}
+	if err != nil {
 		return s.failCommand(err)
 	}
 	s.l.queries.Inc()
@@ -128,12 +163,15 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return ""
 	}
 	s.acquire()
-	err := s.relay(cmd, kind)
+	err = s.relay(cmd, kind)
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
 	s.srv.bytesIn.Add(float64(s.in))
 	s.srv.bytesOut.Add(float64(s.out))
+	if len(s.prepPacket) > 64<<10 {
+		s.prepPacket = nil
+	}
 	if err != nil {
 		return s.failCommand(err)
 	}
@@ -142,8 +180,95 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		case trackSchema:
 			s.schema = schema
 		case cmd == mysql.COM_RESET_CONNECTION:
-			s.stmts = nil
+			return s.afterReset()
+		case cmd == mysql.COM_QUERY:
+			s.st.afterStatement(s.cls)
+		case cmd == mysql.COM_STMT_EXECUTE && stmt != nil:
+			s.st.afterStatement(stmt.class)
+			if stmt.userVar {
+				s.st.markOpaque("set a user variable in a prepared statement")
+			}
+			if stmt.userLock {
+				s.st.userLock = true
+			}
+			if s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+				stmt.cursor = true
+			}
+		case cmd == mysql.COM_STMT_FETCH && stmt != nil:
+			if s.status&mysql.SERVER_STATUS_LAST_ROW_SEND != 0 {
+				stmt.cursor = false
+			}
 		}
+	}
+	return ""
+}
+
+// noteQuery classifies a COM_QUERY text before it is forwarded: its class
+// (for session tracking), the user locks and user variables tracking does
+// not report, and a sample for the hot read set.
+func (s *session) noteQuery(q []byte) {
+	s.cls = classify(q)
+	switch s.cls {
+	case classSet:
+		s.setText = append(s.setText[:0], q...)
+		if !s.tracked {
+			s.st.markOpaque("set variables on a server without session tracking")
+		}
+	case classSelect:
+		s.sampleQuery(q)
+	}
+	if lock, uv := stickyState(q); lock || uv {
+		if lock {
+			s.st.userLock = true
+		}
+		if uv && s.cls != classSet {
+			s.st.markOpaque("set a user variable outside SET")
+		}
+	}
+}
+
+// noteStmtCommand keeps the bookkeeping of a COM_STMT_* command on
+// statement st (client id id; p is the payload, possibly truncated).
+func (s *session) noteStmtCommand(cmd byte, id uint32, st *stmtInfo, p []byte) {
+	switch cmd {
+	case mysql.COM_STMT_EXECUTE:
+		st.longData = false
+		st.executeTypes(p)
+		s.cls = st.class
+		if st.class == classSelect {
+			s.sampleExecute(st, p)
+		}
+	case mysql.COM_STMT_CLOSE:
+		delete(s.stmts, id)
+		if len(s.stmts) == 0 {
+			s.xlate, s.nextStmtID = false, 0
+		}
+	case mysql.COM_STMT_RESET:
+		st.longData, st.cursor = false, false
+	case mysql.COM_STMT_SEND_LONG_DATA:
+		st.longData = true
+	}
+}
+
+// afterReset restores session tracking after COM_RESET_CONNECTION (which
+// resets it with everything else) and forgets the session state.
+func (s *session) afterReset() string {
+	s.st.reset()
+	s.dropStmts()
+	if !s.be.tracked {
+		return ""
+	}
+	if err := writePacket(s.be.conn, 0, append([]byte{mysql.COM_QUERY}, trackingSQL...)); err != nil {
+		return s.failCommand(fail(closeBackendLost, err))
+	}
+	br := s.srv.readers.Get().(*bufio.Reader)
+	br.Reset(s.be.conn)
+	p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
+	br.Reset(nil)
+	s.srv.readers.Put(br)
+	if err != nil || len(p) == 0 || p[0] != mysql.OK_HEADER {
+		s.log.Warn("re-enabling session tracking after COM_RESET_CONNECTION failed; the session will not be moved on a switchover", "err", err)
+		s.st.markOpaque("could not re-enable session tracking after COM_RESET_CONNECTION")
 	}
 	return ""
 }

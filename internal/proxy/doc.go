@@ -13,13 +13,26 @@
 //
 // Routing. A listener of role "primary" sends sessions to the cluster's
 // current ClusterState.Primary; one of role "replica" round-robins new
-// sessions over nodes with Serving set (as the controller computed it) and
-// falls back to the primary when none serves and read_routing.fallback_to_primary
-// is true. When a snapshot changes, a session whose backend is no longer a
-// valid route moves to the new route at its next command if it is idle (no
-// transaction, no prepared statements; the default schema and charset are
-// restored), or gets one ERR and is closed. User variables, session variables
-// and temporary tables are not carried across a move.
+// sessions over nodes with Serving set (as the controller computed it) that
+// are not drained, and falls back to the primary when none serves and
+// read_routing.fallback_to_primary is true. When a snapshot changes, a
+// session whose backend is no longer a valid route moves to the new route at
+// its next command if it is idle, keeping its session state (migrate.go:
+// default schema, charset, every system variable it set, literal user
+// variables and prepared statements, rebuilt from session tracking), or
+// gets one ERR and is closed when its state cannot be rebuilt (temporary
+// tables, GET_LOCK, ...). A session in a transaction on a primary listener
+// gets one ERR saying its transaction was rolled back and continues. Idle
+// sessions' connections to backends that left the route are closed at once
+// (the sweeper), so a drained or switched-over node empties.
+//
+// Switchover. During a coordinated switchover (topo.SwitchoverProgress,
+// hold.go, coordinate.go) primary listeners hold new statements at
+// transaction boundaries within the switchover limits, let open
+// transactions finish, acknowledge in the registration, and release held
+// statements on the new primary. Read statements are sampled into a
+// bounded hot read set (hotreads.go) that the controller replays to warm a
+// candidate.
 //
 // Authentication. Clients log in with mysql_native_password (clients that
 // start with another plugin — caching_sha2_password, client_ed25519, ... —

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 
 // RegistrationTTL is the lease TTL of the proxy's registration in the store.
 const RegistrationTTL = 10 * time.Second
+
+// sessionsReportEvery is how often the per-node session counts are
+// compared with the published ones (and republished when they changed).
+const sessionsReportEvery = 250 * time.Millisecond
 
 // Backoff bounds for re-watching and re-registering after store errors.
 const (
@@ -57,9 +62,15 @@ func Follow(ctx context.Context, st topo.Store, keys topo.Keys, s *Server) error
 		defer close(checked)
 		s.checkBackends(ctx)
 	}()
+	hot := make(chan struct{})
+	go func() {
+		defer close(hot)
+		s.publishHotReads(ctx, st, keys)
+	}()
 	s.watchClusters(ctx, st, keys)
 	<-done
 	<-checked
+	<-hot
 	return nil
 }
 
@@ -93,8 +104,15 @@ func (s *Server) watchClusters(ctx context.Context, st topo.Store, keys topo.Key
 			case topo.EventPut:
 				s.applyStateKV(prefix, ev.KV)
 			case topo.EventDelete:
-				if name, ok := stateKeyCluster(prefix, ev.KV.Key); ok {
+				name, doc, ok := clusterKey(prefix, ev.KV.Key)
+				switch {
+				case !ok:
+				case doc == "state":
 					s.log.Warn("cluster state deleted from the store; keeping the last known routing", "cluster", name)
+				case doc == "switchover":
+					s.SetSwitchover(topo.SwitchoverProgress{Cluster: name})
+				case doc == "drained":
+					s.SetDrained(topo.DrainedNodes{Cluster: name})
 				}
 			}
 		}
@@ -104,22 +122,53 @@ func (s *Server) watchClusters(ctx context.Context, st topo.Store, keys topo.Key
 	}
 }
 
+// clusterKey splits a "<prefix><cluster>/<doc>" key (doc: state,
+// switchover, drained); ok is false for other keys (requests, ...).
+func clusterKey(prefix, key string) (cluster, doc string, ok bool) {
+	rest, found := strings.CutPrefix(key, prefix)
+	if !found {
+		return "", "", false
+	}
+	cluster, doc, found = strings.Cut(rest, "/")
+	if !found || cluster == "" {
+		return "", "", false
+	}
+	switch doc {
+	case "state", "switchover", "drained":
+		return cluster, doc, true
+	}
+	return "", "", false
+}
+
 // stateKeyCluster returns the cluster name of a "<prefix><cluster>/state" key.
 func stateKeyCluster(prefix, key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, prefix)
-	if !ok {
-		return "", false
-	}
-	name, ok := strings.CutSuffix(rest, "/state")
-	if !ok || name == "" || strings.Contains(name, "/") {
-		return "", false
-	}
-	return name, true
+	name, doc, ok := clusterKey(prefix, key)
+	return name, ok && doc == "state"
 }
 
 func (s *Server) applyStateKV(prefix string, kv topo.KV) {
-	name, ok := stateKeyCluster(prefix, kv.Key)
+	name, doc, ok := clusterKey(prefix, kv.Key)
 	if !ok {
+		return
+	}
+	switch doc {
+	case "switchover":
+		var p topo.SwitchoverProgress
+		if err := json.Unmarshal(kv.Value, &p); err != nil {
+			s.log.Warn("switchover document does not decode; ignoring it", "cluster", name, "err", err)
+			p = topo.SwitchoverProgress{}
+		}
+		p.Cluster = name
+		s.SetSwitchover(p)
+		return
+	case "drained":
+		var d topo.DrainedNodes
+		if err := json.Unmarshal(kv.Value, &d); err != nil {
+			s.log.Warn("drained nodes document does not decode; keeping the last one", "cluster", name, "err", err)
+			return
+		}
+		d.Cluster = name
+		s.SetDrained(d)
 		return
 	}
 	var cs topo.ClusterState
@@ -181,6 +230,9 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 // keepRegistration updates the registration when epochs change. It returns
 // true when ctx ended, false when the lease was lost.
 func (s *Server) keepRegistration(ctx context.Context, lease topo.Lease, started time.Time, epochs map[string]int64) bool {
+	sessTick := time.NewTicker(sessionsReportEvery)
+	defer sessTick.Stop()
+	lastSessions := s.backendSessions()
 	for {
 		select {
 		case <-ctx.Done():
@@ -189,6 +241,14 @@ func (s *Server) keepRegistration(ctx context.Context, lease topo.Lease, started
 			return false
 		case <-s.reach.changed:
 			s.updateReach(ctx, lease, started)
+		case <-s.acks.changed:
+			// A switchover acknowledgement: the leader waits for it.
+			s.updateReach(ctx, lease, started)
+		case <-sessTick.C:
+			if bs := s.backendSessions(); !slices.Equal(bs, lastSessions) {
+				lastSessions = bs
+				s.updateReach(ctx, lease, started)
+			}
 		case <-s.epochChanged:
 			now := s.Epochs()
 			if maps.Equal(now, epochs) {
@@ -227,6 +287,9 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		StartedAt: started,
 		UpdatedAt: s.now(),
 		Backends:  s.backendReport(),
+
+		Switchovers:     s.acks.snapshot(),
+		BackendSessions: s.backendSessions(),
 	}
 	s.mu.Lock()
 	for _, l := range s.listeners {

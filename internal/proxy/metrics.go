@@ -17,7 +17,7 @@ const (
 	closeNoRoute        = "no_route"        // no primary / no healthy replica
 	closeBackendConnect = "backend_connect" // could not open or log into a backend
 	closeBackendLost    = "backend_lost"    // backend connection failed mid-session
-	closeRouteChanged   = "route_changed"   // route moved while the session was not idle
+	closeRouteChanged   = "route_changed"   // route moved and the session could not be moved with it
 	closeServer         = "server_closed"   // Server.Close
 	closePanic          = "panic"           // recovered panic in the session
 )
@@ -35,6 +35,11 @@ type metrics struct {
 	routeChanges     *prometheus.CounterVec
 	migrations       *prometheus.CounterVec
 	sessionsClosed   *prometheus.CounterVec
+	migrationsFailed *prometheus.CounterVec
+	txAborted        *prometheus.CounterVec
+	holdSeconds      prometheus.Histogram
+	holdRefused      prometheus.Counter
+	hotSamples       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -79,6 +84,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_sessions_closed_total",
 			Help: "Client sessions ended, by reason.",
 		}, []string{"reason"}),
+		migrationsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_session_migrations_failed_total",
+			Help: "Sessions that had to move to a new backend but could not (state that cannot be rebuilt, or the rebuild failed) and were closed with an error, by listener and reason (state, connect, restore).",
+		}, []string{"listener", "reason"}),
+		txAborted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_transactions_aborted_total",
+			Help: "Transactions ended with an error because their primary was switched over or failed over while they were open, by listener.",
+		}, []string{"listener"}),
+		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_proxy_hold_seconds",
+			Help:    "How long statements were held during switchovers before they ran.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}),
+		holdRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_proxy_hold_refused_total",
+			Help: "Statements answered with the switchover-in-progress error because a buffer limit was reached (max_hold, max_held, max_duration).",
+		}),
+		hotSamples: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_proxy_hot_read_samples_total",
+			Help: "Read statements sampled for the hot read set.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -104,6 +130,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.routeChanges)
 	reg1(&m.migrations)
 	reg1(&m.sessionsClosed)
+	reg1(&m.migrationsFailed)
+	reg1(&m.txAborted)
+	if err == nil {
+		m.holdSeconds, err = register(reg, m.holdSeconds)
+	}
+	if err == nil {
+		m.holdRefused, err = register(reg, m.holdRefused)
+	}
+	if err == nil {
+		m.hotSamples, err = register(reg, m.hotSamples)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("proxy: register metrics: %w", err)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -61,6 +62,13 @@ func (s *session) relay(cmd byte, kind responseKind) error {
 		_, err := s.relayRows()
 		return err
 	case respSingle:
+		if s.peekFirst() == mysql.OK_HEADER {
+			p, err := s.copyOK()
+			if err != nil {
+				return err
+			}
+			return s.endPacket(p)
+		}
 		p, err := s.copyLogical()
 		if err != nil {
 			return err
@@ -100,23 +108,65 @@ func (s *session) endPacket(p mysqlproto.Packet) error {
 	return nil
 }
 
-// onOK records an OK packet's status flags and any default-schema change it
-// reports through session tracking.
-func (s *session) onOK(payload []byte, status uint16) {
+// onOK records an OK packet's status flags (the session state it carried
+// was recorded by copyOK).
+func (s *session) onOK(_ []byte, status uint16) {
 	s.status, s.lastOK = status, true
-	if status&mysql.SERVER_SESSION_STATE_CHANGED == 0 || s.caps&mysql.CLIENT_SESSION_TRACK == 0 {
-		return
-	}
-	ok, err := mysqlproto.ParseOK(payload, s.caps)
+}
+
+// peekFirst returns the first payload byte of the next backend packet
+// without consuming it (0 when it cannot be read yet: the copy that follows
+// reports the error).
+func (s *session) peekFirst() byte {
+	b, err := s.br.Peek(mysqlproto.HeaderSize + 1)
 	if err != nil {
-		return
+		return 0
 	}
-	changes, _ := mysqlproto.SessionStateChanges(ok.SessionState)
-	for _, c := range changes {
-		if name, ok := c.Schema(); ok {
-			s.schema = name
-		}
+	return b[mysqlproto.HeaderSize]
+}
+
+// copyOK relays one OK packet (0x00, or the 0xfe terminator under
+// CLIENT_DEPRECATE_EOF). One that reports session-state changes
+// (SERVER_SESSION_STATE_CHANGED, rare: SET, USE, writes that report
+// last_gtid) is recorded (sessionstate.go) and, for a client that did not
+// negotiate CLIENT_SESSION_TRACK, rewritten without the session-state
+// block. Others are copied as they are.
+func (s *session) copyOK() (mysqlproto.Packet, error) {
+	hb, err := s.br.Peek(mysqlproto.HeaderSize)
+	if err != nil {
+		return s.copyPacket()
 	}
+	h := mysqlproto.ParseHeader(hb)
+	total := mysqlproto.HeaderSize + h.Len
+	if h.Len >= mysqlproto.MaxPacketPayload || total > s.br.Size() {
+		return s.copyPacket()
+	}
+	b, err := s.br.Peek(total)
+	if err != nil {
+		return s.copyPacket()
+	}
+	payload := b[mysqlproto.HeaderSize:]
+	st, ok := mysqlproto.OKStatus(payload)
+	if !ok || st&mysql.SERVER_SESSION_STATE_CHANGED == 0 || !s.tracked {
+		return s.copyPacket()
+	}
+	s.trackOK(payload, s.cls, s.setText)
+	if !s.strip {
+		return s.copyPacket()
+	}
+	s.okBuf = stripState(s.okBuf, payload)
+	var hdr [mysqlproto.HeaderSize]byte
+	mysqlproto.PutHeader(hdr[:], len(s.okBuf), h.Seq)
+	if _, err := s.cw.Write(hdr[:]); err != nil {
+		return mysqlproto.Packet{}, fail(closeClientGone, err)
+	}
+	if _, err := s.cw.Write(s.okBuf); err != nil {
+		return mysqlproto.Packet{}, fail(closeClientGone, err)
+	}
+	_, _ = s.br.Discard(total)
+	s.seq = h.Seq
+	s.out += mysqlproto.HeaderSize + len(s.okBuf)
+	return mysqlproto.Packet{Header: mysqlproto.Header{Len: len(s.okBuf), Seq: h.Seq}, Payload: s.okBuf, First: s.okBuf[0]}, nil
 }
 
 // terminatorStatus reads the status flags of a 0xfe packet ending a result
@@ -138,7 +188,13 @@ func (s *session) terminatorStatus(p mysqlproto.Packet) (uint16, bool) {
 // by relaying the client's file packets to the backend.
 func (s *session) relayResults(infile bool) error {
 	for {
-		p, err := s.copyPacket()
+		var p mysqlproto.Packet
+		var err error
+		if s.peekFirst() == mysql.OK_HEADER {
+			p, err = s.copyOK()
+		} else {
+			p, err = s.copyPacket()
+		}
 		if err != nil {
 			return err
 		}
@@ -210,8 +266,16 @@ func (s *session) relayResultSet(ncols uint64) (bool, error) {
 // 0xffffff bytes) or an ERR, and reports whether another result follows.
 func (s *session) relayRows() (bool, error) {
 	cont := false
+	deprecateEOF := s.deprecateEOF() && s.tracked
 	for {
-		p, err := s.copyPacket()
+		var p mysqlproto.Packet
+		var err error
+		if deprecateEOF && !cont && s.peekFirst() == mysql.EOF_HEADER {
+			// Maybe the OK terminator; copyOK copies anything else as is.
+			p, err = s.copyOK()
+		} else {
+			p, err = s.copyPacket()
+		}
 		if err != nil {
 			return false, err
 		}
@@ -234,8 +298,19 @@ func (s *session) relayRows() (bool, error) {
 	}
 }
 
-// relayPrepare relays a COM_STMT_PREPARE response and records the statement.
+// relayPrepare relays a COM_STMT_PREPARE response and records the
+// statement. While statement ids are translated, the id in the
+// COM_STMT_PREPARE_OK is rewritten (in the backend read buffer, before it
+// is copied) to the one the client will use.
 func (s *session) relayPrepare() error {
+	var clientID, backendID uint32
+	if b, err := s.br.Peek(mysqlproto.HeaderSize + 5); err == nil && b[mysqlproto.HeaderSize] == mysql.OK_HEADER {
+		backendID = binary.LittleEndian.Uint32(b[mysqlproto.HeaderSize+1:])
+		clientID = s.clientID(backendID)
+		if clientID != backendID {
+			binary.LittleEndian.PutUint32(b[mysqlproto.HeaderSize+1:], clientID)
+		}
+	}
 	p, err := s.copyPacket()
 	if err != nil {
 		return err
@@ -252,10 +327,14 @@ func (s *session) relayPrepare() error {
 	if err != nil {
 		return backendProtocol("%v", err)
 	}
-	if s.stmts == nil {
-		s.stmts = make(map[uint32]struct{})
+	var text []byte
+	if len(s.prepPacket) > 0 {
+		text = s.prepPacket[1:]
 	}
-	s.stmts[ok.StatementID] = struct{}{}
+	if backendID == 0 {
+		clientID, backendID = ok.StatementID, ok.StatementID
+	}
+	s.addStmt(clientID, backendID, ok, text)
 	for _, n := range []uint16{ok.Params, ok.Columns} {
 		if n == 0 {
 			continue

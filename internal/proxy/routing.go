@@ -3,7 +3,9 @@ package proxy
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -33,9 +35,18 @@ func (t *target) same(o *target) bool {
 type routeSnapshot struct {
 	state    topo.ClusterState
 	primary  *target   // nil when no primary is known
-	replicas []*target // serving replicas, in state order
+	replicas []*target // serving replicas, in state order (drained nodes left out)
 	rr       atomic.Uint64
 	fenced   string // why primary listeners refuse writes (lease lost, lease.go); "" normally
+	// hold is set while primary listeners hold statements for a
+	// coordinated switchover (hold.go).
+	hold *holdPeriod
+	// gen is the primary's generation: it changes when a switchover that
+	// fenced the old primary (killing its client connections) ends, so that
+	// sessions reconnect even when the primary stayed the same.
+	gen uint64
+	// drained are the nodes drained by an operator.
+	drained map[string]bool
 }
 
 // clusterRoute holds the current snapshot and what the proxy learnt about a
@@ -44,6 +55,16 @@ type clusterRoute struct {
 	name     string
 	snap     atomic.Pointer[routeSnapshot]
 	greeting atomic.Pointer[greetingInfo]
+
+	// The inputs a snapshot is built from, under mu (never taken per
+	// query): the published state, the switchover in progress, the drained
+	// nodes, the hold period and the primary generation.
+	mu       sync.Mutex
+	state    *topo.ClusterState
+	progress *topo.SwitchoverProgress
+	drained  map[string]bool
+	hold     *holdPeriod
+	gen      uint64
 }
 
 // greetingInfo is what the proxy tells clients in its own handshake, taken
@@ -54,9 +75,9 @@ type greetingInfo struct {
 	charset byte
 }
 
-func buildSnapshot(st topo.ClusterState, addrOf func(node string) string) *routeSnapshot {
+func buildSnapshot(st topo.ClusterState, addrOf func(node string) string, drained map[string]bool) *routeSnapshot {
 	st.Nodes = slices.Clone(st.Nodes)
-	snap := &routeSnapshot{state: st}
+	snap := &routeSnapshot{state: st, drained: drained}
 	addr := func(n *topo.NodeState) string {
 		if n.Address != "" {
 			return n.Address
@@ -68,7 +89,7 @@ func buildSnapshot(st topo.ClusterState, addrOf func(node string) string) *route
 	}
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		if !n.Serving || n.Name == st.Primary || addr(n) == "" {
+		if !n.Serving || n.Name == st.Primary || addr(n) == "" || drained[n.Name] {
 			continue
 		}
 		snap.replicas = append(snap.replicas, &target{cluster: st.Cluster, node: n.Name, addr: addr(n)})
@@ -114,12 +135,13 @@ func (snap *routeSnapshot) pick(role string, fallback bool) (*target, *mysql.MyE
 	}
 }
 
-// valid reports whether a session already connected to t may stay there
-// under snap.
-func (snap *routeSnapshot) valid(role string, fallback bool, t *target) bool {
-	if snap == nil {
+// valid reports whether a session already connected through be may stay
+// there under snap.
+func (snap *routeSnapshot) valid(role string, fallback bool, be *backend) bool {
+	if snap == nil || be == nil {
 		return false
 	}
+	t := be.t
 	switch role {
 	case roleReplica:
 		for _, r := range snap.replicas {
@@ -127,9 +149,9 @@ func (snap *routeSnapshot) valid(role string, fallback bool, t *target) bool {
 				return true
 			}
 		}
-		return len(snap.replicas) == 0 && fallback && snap.primary.same(t)
+		return len(snap.replicas) == 0 && fallback && snap.primary.same(t) && be.gen == snap.gen
 	default:
-		return snap.primary.same(t)
+		return snap.primary.same(t) && be.gen == snap.gen
 	}
 }
 
@@ -153,39 +175,85 @@ func (s *Server) route(name string) *clusterRoute {
 // atomic: sessions pick it up at their next command without locking. A state
 // with a lower epoch than the one applied is ignored (logged): epochs never go
 // back. New sessions use the new snapshot at once; existing sessions whose
-// backend is no longer a valid route move (idle) or are closed with an error
-// (in a transaction or holding prepared statements) at their next command.
+// backend is no longer a valid route move at their next command (idle ones
+// keep their session state and prepared statements, see migrate.go); a
+// session in a transaction on a primary listener gets one error (its
+// transaction is gone with the old primary's connection) and continues.
+// While st is in PhaseSwitching and the switchover document
+// (SetSwitchover) announces the same epoch, primary listeners hold
+// statements (hold.go).
 func (s *Server) SetClusterState(st topo.ClusterState) {
 	if st.Cluster == "" {
 		s.log.Warn("ignoring cluster state without a cluster name")
 		return
 	}
 	cr := s.route(st.Cluster)
-	rc := s.rc.Load()
-	snap := buildSnapshot(st, func(node string) string { return rc.nodeAddr(st.Cluster, node) })
-	s.applyFence(snap)
-	for {
-		old := cr.snap.Load()
-		if old != nil && st.Epoch < old.state.Epoch {
-			s.log.Warn("ignoring cluster state with an older epoch", "cluster", st.Cluster,
-				"epoch", st.Epoch, "applied_epoch", old.state.Epoch)
-			return
-		}
-		if !cr.snap.CompareAndSwap(old, snap) {
-			continue
-		}
-		if !sameRoutes(old, snap) {
-			s.metrics.routeChanges.WithLabelValues(st.Cluster).Inc()
-			s.log.Info("route changed", "cluster", st.Cluster, "epoch", st.Epoch,
-				"primary", st.Primary, "serving_replicas", len(snap.replicas))
-		}
-		if old == nil || old.state.Epoch != st.Epoch {
-			select {
-			case s.epochChanged <- struct{}{}:
-			default:
-			}
-		}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.state != nil && st.Epoch < cr.state.Epoch {
+		s.log.Warn("ignoring cluster state with an older epoch", "cluster", st.Cluster,
+			"epoch", st.Epoch, "applied_epoch", cr.state.Epoch)
 		return
+	}
+	cr.state = &st
+	s.rebuild(cr)
+}
+
+// rebuild builds and installs the snapshot of cr from its inputs (cr.mu
+// held), starting or ending the hold period of a switchover.
+func (s *Server) rebuild(cr *clusterRoute) {
+	if cr.state == nil {
+		return
+	}
+	st := *cr.state
+	rc := s.rc.Load()
+	snap := buildSnapshot(st, func(node string) string { return rc.nodeAddr(st.Cluster, node) }, cr.drained)
+	s.applyFence(snap)
+	active := cr.progress.Active(cr.state)
+	var ended *holdPeriod
+	if cr.hold != nil && (!active || cr.hold.id != cr.progress.ID) {
+		ended = cr.hold
+		cr.hold = nil
+		if ended.fencing() {
+			cr.gen++ // the old primary's client connections were killed
+		}
+	}
+	if active && cr.hold == nil {
+		lim := s.limits.Load()
+		now := time.Now()
+		p := cr.progress
+		cr.hold = &holdPeriod{id: p.ID, cluster: cr.name, from: p.From, to: p.To, epoch: p.Epoch,
+			since: now, end: now.Add(lim.maxDuration), done: make(chan struct{})}
+		s.log.Info("switchover: holding statements on primary listeners", "cluster", cr.name,
+			"switchover", p.ID, "from", p.From, "to", p.To, "epoch", p.Epoch)
+		hp := cr.hold
+		s.goBackground(func() { s.monitorHold(hp) })
+	}
+	if active && cr.progress.Step == topo.SwitchStepFence {
+		cr.hold.fenced.Store(true)
+	}
+	snap.hold = cr.hold
+	snap.gen = cr.gen
+	old := cr.snap.Swap(snap)
+	if ended != nil {
+		close(ended.done) // after the swap: released sessions see the new snapshot
+		s.log.Info("switchover: released held statements", "cluster", cr.name, "switchover", ended.id,
+			"primary", st.Primary, "epoch", st.Epoch, "held_for", time.Since(ended.since).Round(time.Millisecond))
+	}
+	if !sameRoutes(old, snap) {
+		s.metrics.routeChanges.WithLabelValues(st.Cluster).Inc()
+		s.log.Info("route changed", "cluster", st.Cluster, "epoch", st.Epoch,
+			"primary", st.Primary, "serving_replicas", len(snap.replicas))
+	}
+	if old == nil || old.state.Epoch != st.Epoch {
+		select {
+		case s.epochChanged <- struct{}{}:
+		default:
+		}
+	}
+	if old != nil && (!sameRoutes(old, snap) || old.gen != snap.gen) {
+		name := cr.name
+		s.goBackground(func() { s.sweep(name) })
 	}
 }
 

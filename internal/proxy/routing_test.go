@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/switchyard-db/switchyard/internal/config"
 )
 
@@ -124,9 +122,9 @@ func reparent(t *testing.T, h *harness) {
 }
 
 // After a real reparent and a new snapshot (epoch 2, primary node2), an idle
-// pooled connection's next write lands on node2 with its schema restored;
-// sessions inside a transaction or holding prepared statements get an error
-// and are closed.
+// pooled connection's next write lands on node2 with its schema restored, a
+// session holding a prepared statement moves with it, and a session inside
+// a transaction gets one error (its transaction is gone) and goes on.
 func TestReparentMovesIdleSessions(t *testing.T) {
 	h := newHarness(t, nil)
 	idle := h.db("rw", "sbtest", nil)
@@ -177,17 +175,24 @@ func TestReparentMovesIdleSessions(t *testing.T) {
 		t.Fatal("write after reparent also reached node1")
 	}
 
-	// Session in a transaction: one clear error, then closed.
+	// Session in a transaction: one clear error saying the transaction was
+	// rolled back; the session itself goes on, on node2.
 	_, err = tx.Exec("INSERT INTO rp_t VALUES (102, @@server_id)")
-	if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "route of this session changed") {
+	if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "transaction was rolled back") {
 		t.Fatalf("in-transaction session after reparent: %v", err)
 	}
 	_ = tx.Rollback()
+	var after int
+	if err := busy.QueryRow("SELECT @@server_id").Scan(&after); err != nil || after != 2 {
+		t.Fatalf("session after its transaction was ended: server_id %d, %v", after, err)
+	}
 
-	// Session holding a prepared statement: same.
-	_, err = stmt.Exec(201)
-	if code, _ := mysqlErr(err); code != 1105 && err != mysql.ErrInvalidConn {
+	// Session holding a prepared statement: moved with its statement.
+	if _, err := stmt.Exec(201); err != nil {
 		t.Fatalf("prepared-statement session after reparent: %v", err)
+	}
+	if err := h.direct(1).QueryRow("SELECT sid FROM sbtest.rp_t WHERE id = 201").Scan(&sid); err != nil || sid != 2 {
+		t.Fatalf("prepared insert after reparent: sid=%d err=%v", sid, err)
 	}
 	// New sessions and retried statements work against node2.
 	if id := newSessionServerID(t, h, "rw"); id != 2 {

@@ -73,6 +73,13 @@ type Server struct {
 	reach reachState // backend reachability as this proxy sees it (reachability.go)
 	fence writeFence // set while the registration lease is lost (lease.go)
 
+	limits  atomic.Pointer[holdLimits] // switchover limits (hold.go)
+	heldNow atomic.Int64               // commands held right now, all clusters
+	acks    ackState                   // switchover acknowledgements (coordinate.go)
+	hot     hotReads                   // sampled read statements (hotreads.go)
+	closing chan struct{}              // closed by Close
+	bg      sync.WaitGroup             // background goroutines (goBackground)
+
 	readers sync.Pool // *bufio.Reader of backendReadBuf bytes
 	writers sync.Pool // *bufio.Writer of clientWriteBuf bytes
 }
@@ -123,6 +130,7 @@ func New(o Options) (*Server, error) {
 		sessions:     make(map[*session]struct{}),
 		backends:     make(map[string]*backendCounter),
 		epochChanged: make(chan struct{}, 1),
+		closing:      make(chan struct{}),
 		bytesIn:      m.bytes.WithLabelValues("client_to_backend"),
 		bytesOut:     m.bytes.WithLabelValues("backend_to_client"),
 	}
@@ -134,6 +142,10 @@ func New(o Options) (*Server, error) {
 	}
 	s.rc.Store(rc)
 	s.cfg.Store(o.Config)
+	lim := newHoldLimits(o.Config)
+	s.limits.Store(&lim)
+	s.acks.changed = make(chan struct{}, 1)
+	s.hot.init()
 	seen := map[string]bool{}
 	for i, lc := range o.Config.Listeners {
 		switch {
@@ -239,7 +251,8 @@ func (s *Server) removeSession(sess *session) {
 }
 
 // SetConfig applies users (added, removed, changed passwords), proxy limits
-// (connect timeout, max connections per backend) and cluster settings
+// (connect timeout, max connections per backend), switchover limits
+// (max_hold, max_held, max_duration) and cluster settings
 // (node addresses used when a ClusterState lacks one, read_routing fallback)
 // from c. Existing sessions keep their login. Listener changes are NOT
 // applied (listeners are bound once at Start; restart the proxy to change
@@ -259,6 +272,8 @@ func (s *Server) SetConfig(c *config.Config) error {
 	}
 	s.rc.Store(rc)
 	s.cfg.Store(c)
+	lim := newHoldLimits(c)
+	s.limits.Store(&lim)
 	return nil
 }
 
@@ -271,6 +286,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	for _, l := range s.listeners {
 		if l.ln != nil {
 			_ = l.ln.Close()
@@ -281,6 +297,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.bg.Wait()
 	return nil
 }
 

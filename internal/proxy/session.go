@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -55,12 +56,30 @@ type session struct {
 	// COM_INIT_DB, USE, session tracking); restored when the session moves.
 	schema string
 
-	mu     sync.Mutex // guards be against shutdown
+	mu     sync.Mutex // guards be against shutdown, the sweeper and the drain monitor
 	be     *backend
 	snap   *routeSnapshot // snapshot be was chosen or last confirmed under
 	status uint16         // server status flags of the last OK/EOF
-	stmts  map[uint32]struct{}
 	closed bool
+
+	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
+	// session and read (or swapped, by the sweeper) from other goroutines.
+	busy     atomic.Uint32
+	detached bool // the sweeper closed be: move at the next command
+
+	// Session state to rebuild on another backend (sessionstate.go,
+	// stmts.go).
+	st         sessState
+	tracked    bool     // the backend reports session state (CLIENT_SESSION_TRACK)
+	strip      bool     // remove session-state blocks from OKs for this client
+	cls        sqlClass // class of the command being relayed
+	setText    []byte   // text of the SET statement being relayed
+	stmts      map[uint32]*stmtInfo
+	xlate      bool   // some client statement id differs from its backend id
+	nextStmtID uint32 // last client id handed out while xlate
+	prepPacket []byte // COM_STMT_PREPARE being relayed (command byte + text)
+	okBuf      []byte // scratch for rewritten OK packets
+	samples    uint32 // read statements seen, for sampling (hotreads.go)
 
 	// Per-command relay state.
 	br      *bufio.Reader // backend reader (pooled)
@@ -249,14 +268,17 @@ func (s *session) login() string {
 	s.stage1 = stage1
 	s.schema = resp.Database
 
-	be, okPayload, merr := s.connect(t, snap, rc)
+	be, okPayload, merr := s.connect(t, snap, rc, false)
 	if merr != nil {
 		s.writeError(seq, merr)
 		return closeBackendConnect
 	}
 	s.setBackend(be)
-	s.snap = snap
-	if err := s.writeDirect(seq, okPayload); err != nil {
+	if snap.hold == nil {
+		s.snap = snap
+	}
+	s.setTracking(be, okPayload)
+	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
 	}
 	_ = s.client.SetDeadline(time.Time{})
@@ -322,58 +344,17 @@ func errUnknown(msg string) *mysql.MyError {
 	return &mysql.MyError{Code: mysql.ER_UNKNOWN_ERROR, State: mysql.DEFAULT_MYSQL_STATE, Message: msg}
 }
 
-// migratable reports whether the session can move to another backend without
-// the client noticing: no transaction open and no prepared statements.
-// Session variables, user variables and temporary tables set through SQL are
-// not tracked and are lost on a move (documented limitation).
-func (s *session) migratable() bool {
-	return s.status&mysql.SERVER_STATUS_IN_TRANS == 0 && len(s.stmts) == 0
-}
-
-// reroute runs when the cluster's snapshot changed since the session last
-// looked. If the session's backend is still a valid route nothing happens;
-// otherwise an idle session reconnects to the new route (schema and charset
-// restored) and a busy one gets one ERR and is closed. Returns a close
-// reason or "".
-func (s *session) reroute(snap *routeSnapshot) string {
-	rc := s.srv.rc.Load()
-	fallback := rc.fallback(s.l.cluster)
-	if s.be != nil && snap.valid(s.l.role, fallback, s.be.t) {
-		s.snap = snap
-		return ""
+// setTracking records whether the session's new backend reports session
+// state and the status flags it left the session with.
+func (s *session) setTracking(be *backend, okPayload []byte) {
+	s.tracked = be.tracked
+	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+	s.status = be.status
+	if !be.tracked {
+		if st, ok := mysqlproto.OKStatus(okPayload); ok {
+			s.status = st
+		}
 	}
-	old := s.be
-	if !s.migratable() {
-		s.writeError(1, errUnknown(fmt.Sprintf(
-			"switchyard: the route of this session changed (cluster %s, epoch %d) while it had a transaction or prepared statements open; the session is closed, reconnect",
-			s.l.cluster, snap.stateEpoch())))
-		s.log.Info("closing session: route changed while not idle", "from", old.t.node, "epoch", snap.stateEpoch())
-		return closeRouteChanged
-	}
-	t, merr := snap.pick(s.l.role, fallback)
-	if merr != nil {
-		s.writeError(1, merr)
-		return closeNoRoute
-	}
-	be, okPayload, merr := s.connect(t, snap, rc)
-	if merr != nil {
-		s.writeError(1, merr)
-		return closeBackendConnect
-	}
-	if st, ok := mysqlproto.OKStatus(okPayload); ok {
-		s.status = st
-	}
-	if _, ok := s.setBackend(be); !ok {
-		be.close(true)
-		return closeServer
-	}
-	if old != nil {
-		old.close(true)
-	}
-	s.snap = snap
-	s.srv.metrics.migrations.WithLabelValues(s.l.name).Inc()
-	s.log.Info("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch())
-	return ""
 }
 
 func (snap *routeSnapshot) stateEpoch() int64 {

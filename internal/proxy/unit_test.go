@@ -25,7 +25,7 @@ func testState(epoch int64, primary string, serving ...string) topo.ClusterState
 
 func TestSnapshotPickAndValid(t *testing.T) {
 	addrOf := func(string) string { return "" }
-	snap := buildSnapshot(testState(1, "n1", "n1", "n2", "n3"), addrOf)
+	snap := buildSnapshot(testState(1, "n1", "n1", "n2", "n3"), addrOf, nil)
 	if snap.primary.node != "n1" || len(snap.replicas) != 2 {
 		t.Fatalf("primary %v replicas %d (the primary must never count as a replica)", snap.primary, len(snap.replicas))
 	}
@@ -44,12 +44,12 @@ func TestSnapshotPickAndValid(t *testing.T) {
 		t.Fatalf("primary pick %v", tg)
 	}
 	n2 := snap.replicas[0]
-	if !snap.valid(roleReplica, true, n2) || snap.valid(rolePrimary, true, n2) {
+	if !snap.valid(roleReplica, true, &backend{t: n2}) || snap.valid(rolePrimary, true, &backend{t: n2}) {
 		t.Fatal("validity of a serving replica")
 	}
 
 	// No serving replica: fallback or a clear error.
-	none := buildSnapshot(testState(1, "n1"), addrOf)
+	none := buildSnapshot(testState(1, "n1"), addrOf, nil)
 	if tg, err := none.pick(roleReplica, true); err != nil || tg.node != "n1" {
 		t.Fatalf("fallback pick %v %v", tg, err)
 	}
@@ -57,16 +57,16 @@ func TestSnapshotPickAndValid(t *testing.T) {
 	if err == nil || err.Code != mysql.ER_UNKNOWN_ERROR || !strings.Contains(err.Message, "no healthy replica") {
 		t.Fatalf("no fallback: %v", err)
 	}
-	if none.valid(roleReplica, true, n2) || !none.valid(roleReplica, true, none.primary) {
+	if none.valid(roleReplica, true, &backend{t: n2}) || !none.valid(roleReplica, true, &backend{t: none.primary}) {
 		t.Fatal("validity under fallback")
 	}
 	// Replicas back: a session parked on the primary by fallback must move.
-	if snap.valid(roleReplica, true, none.primary) {
+	if snap.valid(roleReplica, true, &backend{t: none.primary}) {
 		t.Fatal("fallback session stays on the primary although replicas serve again")
 	}
 
 	// No primary, unknown primary name, no snapshot at all.
-	for _, s := range []*routeSnapshot{buildSnapshot(testState(1, ""), addrOf), buildSnapshot(testState(1, "zz"), addrOf), nil} {
+	for _, s := range []*routeSnapshot{buildSnapshot(testState(1, ""), addrOf, nil), buildSnapshot(testState(1, "zz"), addrOf, nil), nil} {
 		if _, err := s.pick(rolePrimary, true); err == nil || err.Code != mysql.ER_UNKNOWN_ERROR {
 			t.Fatalf("pick without primary: %v", err)
 		}
@@ -75,16 +75,16 @@ func TestSnapshotPickAndValid(t *testing.T) {
 	// Addresses fall back to the config when the state lacks them.
 	st := testState(1, "n1")
 	st.Nodes[0].Address = ""
-	s2 := buildSnapshot(st, func(n string) string { return "10.0.0.1:3306" })
+	s2 := buildSnapshot(st, func(n string) string { return "10.0.0.1:3306" }, nil)
 	if s2.primary.addr != "10.0.0.1:3306" {
 		t.Fatalf("config address fallback: %v", s2.primary)
 	}
 }
 
 func TestSameRoutes(t *testing.T) {
-	a := buildSnapshot(testState(1, "n1", "n2"), nil)
-	b := buildSnapshot(testState(2, "n1", "n2"), nil)
-	c := buildSnapshot(testState(2, "n2", "n3"), nil)
+	a := buildSnapshot(testState(1, "n1", "n2"), nil, nil)
+	b := buildSnapshot(testState(2, "n1", "n2"), nil, nil)
+	c := buildSnapshot(testState(2, "n2", "n3"), nil, nil)
 	if !sameRoutes(a, b) || sameRoutes(a, c) || sameRoutes(nil, a) || !sameRoutes(nil, nil) {
 		t.Fatal("sameRoutes")
 	}

@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Session migration. When a session's backend stops being a valid route
+// (switchover, failover, a replica that stops serving or is drained) the
+// session moves at its next command, before forwarding it: a new backend
+// connection is logged in as the client's user with its capabilities,
+// charset, default schema and connect attributes, and one pipelined
+// round trip rebuilds the rest — a SET with every tracked system variable
+// and literal user variable (sessionstate.go) followed by a
+// COM_STMT_PREPARE of every prepared statement (stmts.go). The client sees
+// nothing but latency. A session whose state cannot be rebuilt (see
+// unmigratable) gets one error and is closed; that is counted in
+// switchyard_proxy_session_migrations_failed_total.
+
+// restoreTimeout bounds rebuilding a session on a new backend (login
+// excluded).
+const restoreTimeout = 5 * time.Second
+
+// setupBackend switches session tracking on for a fresh backend connection
+// and, with restore, rebuilds the session's variables and prepared
+// statements (their new ids go to be.restored).
+func (s *session) setupBackend(be *backend, br *bufio.Reader, restore bool) *mysql.MyError {
+	t := be.t
+	var ids []uint32
+	var out []byte
+	if be.tracked {
+		q := trackingSQL
+		if restore {
+			q = s.st.replaySQL()
+		}
+		out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_QUERY}, q...))
+	}
+	if restore {
+		ids = s.stmtIDsSorted()
+		for _, id := range ids {
+			out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_STMT_PREPARE}, s.stmts[id].text...))
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	if _, err := be.conn.Write(out); err != nil {
+		return errUnknown(fmt.Sprintf("switchyard: backend %s (%s): setting up the session failed: %v", t.node, t.addr, err))
+	}
+	if be.tracked {
+		p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
+		switch {
+		case err != nil:
+			return errUnknown(fmt.Sprintf("switchyard: backend %s (%s): setting up the session failed: %v", t.node, t.addr, err))
+		case len(p) > 0 && p[0] == mysql.ERR_HEADER:
+			e := mysqlproto.ParseERR(p)
+			return errUnknown(fmt.Sprintf("switchyard: backend %s (%s) refused the session's variables (error %d: %s)", t.node, t.addr, e.Code, e.Message))
+		}
+		if st, ok := mysqlproto.OKStatus(p); ok {
+			be.status = st
+		}
+	}
+	if len(ids) > 0 {
+		be.restored = make(map[uint32]uint32, len(ids))
+	}
+	for _, id := range ids {
+		newID, merr := s.readPrepared(br, be, s.stmts[id])
+		if merr != nil {
+			return merr
+		}
+		be.restored[id] = newID
+	}
+	return nil
+}
+
+// readPrepared reads the response to a COM_STMT_PREPARE sent by
+// setupBackend and checks it matches the statement as first prepared.
+func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uint32, *mysql.MyError) {
+	t := be.t
+	p, _, err := mysqlproto.ReadPacket(br, nil, 0)
+	if err != nil {
+		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
+	}
+	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
+		e := mysqlproto.ParseERR(p)
+		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) cannot prepare one of the session's statements again (error %d: %s)", t.node, t.addr, e.Code, e.Message))
+	}
+	ok, err := mysqlproto.ParseStmtPrepareOK(p)
+	if err != nil {
+		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): bad answer preparing a statement again: %v", t.node, t.addr, err))
+	}
+	for _, n := range []uint16{ok.Params, ok.Columns} {
+		if n == 0 {
+			continue
+		}
+		k := int(n)
+		if !s.deprecateEOF() {
+			k++
+		}
+		for range k {
+			if _, _, err := mysqlproto.ReadPacket(br, nil, 0); err != nil {
+				return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
+			}
+		}
+	}
+	if ok.Params != st.params {
+		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) prepares a statement of this session with %d parameters, not %d as before",
+			t.node, t.addr, ok.Params, st.params))
+	}
+	return ok.StatementID, nil
+}
+
+// inTx reports whether the session has a transaction open.
+func (s *session) inTx() bool { return s.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
+
+// txBits is the busy bit for the transaction state.
+func (s *session) txBits() uint32 {
+	if s.inTx() || s.st.locked {
+		return busyTx
+	}
+	return 0
+}
+
+// reroute runs when the cluster's snapshot changed since the session last
+// looked, or its backend was closed by the sweeper, with command cmd
+// pending. Primary listeners hold the command during a switchover; a
+// session whose backend is no longer a valid route moves (or its
+// transaction is ended). It reports whether it answered the command itself,
+// or a close reason.
+func (s *session) reroute(cmd byte) (answered bool, reason string) {
+	for {
+		snap := s.l.route.snap.Load()
+		hp := snap.hold
+		if hp == nil || s.l.role != rolePrimary {
+			return s.follow(snap, cmd)
+		}
+		if s.inTx() || s.st.locked {
+			if hp.fencing() && s.be != nil && hp.from == s.be.t.node {
+				return s.abortTx(snap, cmd, fmt.Sprintf("it was still open when the drain bound (switchover.drain_timeout) passed and the old primary %s was fenced", hp.from))
+			}
+			// The drain: finish the transaction on the old primary.
+			return s.follow(snap, cmd)
+		}
+		if cmd == mysql.COM_PING {
+			// Health checks of pools are answered at once: a ping runs no
+			// statement and needs no primary.
+			return s.answerPing()
+		}
+		if answered, reason := s.holdCommand(hp, cmd); answered || reason != "" {
+			return answered, reason
+		}
+		if prev := s.busy.Swap(busyCmd); prev&busyDetached != 0 {
+			s.detached = true
+		}
+	}
+}
+
+// answerPing answers the pending COM_PING with an OK from the proxy.
+func (s *session) answerPing() (bool, string) {
+	if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
+		return true, clientReason(err)
+	}
+	ok := mysqlproto.OK{Status: s.status &^ mysql.SERVER_SESSION_STATE_CHANGED}
+	if err := s.writeDirect(1, mysqlproto.AppendOK(nil, s.caps, &ok)); err != nil {
+		return true, closeClientGone
+	}
+	return true, ""
+}
+
+// follow makes the session route by snap: it stays when its backend is
+// still valid, otherwise moves (idle), finishes its transaction where it is
+// (replica listeners) or has its transaction ended (primary listeners).
+func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
+	rc := s.srv.rc.Load()
+	fallback := rc.fallback(s.l.cluster)
+	if s.be != nil && !s.detached && snap.valid(s.l.role, fallback, s.be) {
+		if snap.hold == nil || s.l.role != rolePrimary {
+			s.snap = snap
+		}
+		return false, ""
+	}
+	if s.inTx() && !s.detached && s.be != nil {
+		if s.l.role == roleReplica {
+			return false, "" // let the read transaction end where it is; move after
+		}
+		return s.abortTx(snap, cmd, fmt.Sprintf("the primary of cluster %s changed (epoch %d) while it was open", s.l.cluster, snap.stateEpoch()))
+	}
+	return false, s.migrate(snap, rc)
+}
+
+// abortTx ends the session's transaction: the pending command is answered
+// with an error saying the transaction was rolled back, the backend
+// connection is closed (the server rolls back what is left), and the session
+// moves to the current route at its next command.
+func (s *session) abortTx(snap *routeSnapshot, cmd byte, why string) (bool, string) {
+	old, _ := s.setBackend(nil)
+	if old != nil {
+		old.close(false)
+	}
+	s.status &^= mysql.SERVER_STATUS_IN_TRANS
+	s.st.locked = false
+	s.snap = nil
+	s.detached = false
+	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
+	s.log.Info("transaction ended by a primary change", "why", why)
+	return s.answerCommand(cmd, errUnknown(fmt.Sprintf(
+		"switchyard: your transaction was rolled back: %s; the statement was not run; the session continues on the current primary: run the transaction again", why)))
+}
+
+// unmigratable says why the session's state cannot be rebuilt on another
+// backend, or "".
+func (s *session) unmigratable() string {
+	switch {
+	case s.inTx():
+		return "has a transaction open"
+	case s.st.locked:
+		return "holds table locks (LOCK TABLES)"
+	case s.st.userLock:
+		return "took a user lock (GET_LOCK)"
+	case s.st.txChars:
+		return "set characteristics for its next transaction (SET TRANSACTION)"
+	case s.st.opaque != "":
+		return s.st.opaque
+	}
+	for _, st := range s.stmts {
+		switch {
+		case st.longData:
+			return "is sending long data to a prepared statement"
+		case st.cursor:
+			return "has a cursor open"
+		}
+	}
+	return ""
+}
+
+// migrate moves an idle session to snap's route. It returns "" on success
+// or the close reason after answering the client with an error.
+func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig) string {
+	old := s.be
+	if why := s.unmigratable(); why != "" {
+		t, _ := snap.pick(s.l.role, rc.fallback(s.l.cluster))
+		to := "the new route"
+		if t != nil {
+			to = t.node
+		}
+		s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "state").Inc()
+		s.writeError(1, errUnknown(fmt.Sprintf(
+			"switchyard: this session cannot be moved to %s (cluster %s, epoch %d): it %s; the session is closed, reconnect",
+			to, s.l.cluster, snap.stateEpoch(), why)))
+		s.log.Info("closing session: route changed and its state cannot be moved", "from", nodeName(old), "to", to, "why", why)
+		return closeRouteChanged
+	}
+	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	if merr != nil {
+		s.writeError(1, merr)
+		return closeNoRoute
+	}
+	be, _, merr := s.connect(t, snap, rc, true)
+	if merr != nil {
+		s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "restore").Inc()
+		s.writeError(1, merr)
+		return closeBackendConnect
+	}
+	if _, ok := s.setBackend(be); !ok {
+		be.close(true)
+		return closeServer
+	}
+	if old != nil {
+		old.close(true)
+	}
+	s.status = be.status
+	s.tracked = be.tracked
+	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+	s.applyRestored(be.restored)
+	s.detached = false
+	if snap.hold == nil || s.l.role != rolePrimary {
+		s.snap = snap
+	}
+	s.srv.metrics.migrations.WithLabelValues(s.l.name).Inc()
+	s.log.Debug("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch(),
+		"variables", len(s.st.vars), "user_variables", len(s.st.userVars), "statements", len(s.stmts))
+	return ""
+}
+
+// applyRestored installs the backend ids of statements prepared again and
+// turns id translation on when any differs from the client's.
+func (s *session) applyRestored(m map[uint32]uint32) {
+	s.xlate = false
+	for cid, bid := range m {
+		st := s.stmts[cid]
+		st.backendID = bid
+		st.cursor, st.longData = false, false
+		if cid != bid {
+			s.xlate = true
+		}
+		if cid > s.nextStmtID {
+			s.nextStmtID = cid
+		}
+	}
+}
+
+// clientOK returns a login or COM_CHANGE_USER OK payload as the client
+// must see it (without the session-state block for clients that did not
+// ask for session tracking).
+func (s *session) clientOK(p []byte) []byte {
+	if s.strip {
+		if st, ok := mysqlproto.OKStatus(p); ok && st&mysql.SERVER_SESSION_STATE_CHANGED != 0 {
+			return stripState(nil, p)
+		}
+	}
+	return p
+}

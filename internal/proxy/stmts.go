@@ -1,0 +1,305 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Prepared statements. The proxy keeps the text of every statement a
+// session prepared (COM_STMT_PREPARE) so that a migrated session can
+// prepare them again on the new backend. The client keeps using the
+// statement ids it was given; when the new backend numbers them otherwise
+// (ids of closed statements leave gaps, the new server counts from 1), the
+// session translates the id in every COM_STMT_EXECUTE, _FETCH, _CLOSE,
+// _RESET and _SEND_LONG_DATA (4 bytes rewritten in place in the client read
+// buffer, only while a translation is in effect) and hands out its own ids
+// for statements prepared afterwards.
+
+// maxStmtText bounds the text of one prepared statement the proxy keeps
+// (and so accepts): MariaDB's max_allowed_packet upper bound.
+const maxStmtText = 1 << 30
+
+// stmtInfo is one prepared statement of a session, by client-visible id.
+type stmtInfo struct {
+	backendID uint32
+	text      []byte
+	params    uint16
+	columns   uint16
+	class     sqlClass
+	userLock  bool // the text calls GET_LOCK
+	userVar   bool // the text assigns a user variable
+	longData  bool // COM_STMT_SEND_LONG_DATA sent since the last execute/reset
+	cursor    bool // a cursor is open (SERVER_STATUS_CURSOR_EXISTS)
+	types     []byte
+	digest    string // of text, for hot-read sampling (computed on first sample)
+}
+
+// readPrepare reads the pending COM_STMT_PREPARE packet from the client and
+// keeps its text in s.prepText; the caller forwards s.prepPacket.
+func (s *session) readPrepare() error {
+	payload, _, err := mysqlproto.ReadPacket(s.cr, s.prepPacket[:0], maxStmtText)
+	if err != nil {
+		return fail(clientReason(err), err)
+	}
+	s.prepPacket = payload
+	s.in += mysqlproto.HeaderSize + len(payload)
+	if _, err := mysqlproto.WritePacket(s.be.conn, 0, payload); err != nil {
+		return fail(closeBackendLost, err)
+	}
+	return nil
+}
+
+// translateID rewrites the statement id of the pending COM_STMT_* packet
+// (buffered in cr) from the client's id to the backend's. Called only while
+// s.xlate is set.
+func (s *session) translateID() {
+	b, err := s.cr.Peek(mysqlproto.HeaderSize + 5)
+	if err != nil {
+		return
+	}
+	id := binary.LittleEndian.Uint32(b[mysqlproto.HeaderSize+1:])
+	if st, ok := s.stmts[id]; ok && st.backendID != id {
+		binary.LittleEndian.PutUint32(b[mysqlproto.HeaderSize+1:], st.backendID)
+	}
+}
+
+// stmtOf returns the statement the pending COM_STMT_* packet names (by its
+// client-visible id; call before translateID), or nil.
+func (s *session) stmtOf(p []byte) (uint32, *stmtInfo) {
+	if len(p) < 5 {
+		return 0, nil
+	}
+	id := binary.LittleEndian.Uint32(p[1:])
+	return id, s.stmts[id]
+}
+
+// clientID picks the id the client sees for a statement the backend
+// numbered backendID.
+func (s *session) clientID(backendID uint32) uint32 {
+	if !s.xlate {
+		return backendID
+	}
+	for {
+		s.nextStmtID++
+		if s.nextStmtID == 0 || s.nextStmtID == math.MaxUint32 {
+			s.nextStmtID = 1
+		}
+		if _, used := s.stmts[s.nextStmtID]; !used {
+			return s.nextStmtID
+		}
+	}
+}
+
+// addStmt records a statement prepared by the backend.
+func (s *session) addStmt(clientID, backendID uint32, ok mysqlproto.StmtPrepareOK, text []byte) {
+	if s.stmts == nil {
+		s.stmts = make(map[uint32]*stmtInfo)
+	}
+	st := &stmtInfo{backendID: backendID, text: append([]byte(nil), text...), params: ok.Params, columns: ok.Columns,
+		class: classify(text)}
+	st.userLock, st.userVar = stickyState(text)
+	s.stmts[clientID] = st
+}
+
+// dropStmts forgets every prepared statement (COM_RESET_CONNECTION,
+// COM_CHANGE_USER).
+func (s *session) dropStmts() {
+	s.stmts = nil
+	s.xlate = false
+	s.nextStmtID = 0
+}
+
+// stmtIDsSorted returns the client ids of the session's statements in
+// increasing order.
+func (s *session) stmtIDsSorted() []uint32 {
+	ids := make([]uint32, 0, len(s.stmts))
+	for id := range s.stmts {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// executeTypes records the parameter types of a COM_STMT_EXECUTE payload
+// when it binds new ones (new-params-bound flag), for rendering examples.
+// Layout: cmd, stmt id (4), flags (1), iteration count (4), NULL bitmap
+// ((n+7)/8), new-params-bound (1), types (2n), values.
+func (st *stmtInfo) executeTypes(p []byte) {
+	n := int(st.params)
+	if n == 0 {
+		return
+	}
+	off := 10 + (n+7)/8
+	if len(p) < off+1+2*n || p[off] != 1 {
+		return
+	}
+	st.types = append(st.types[:0], p[off+1:off+1+2*n]...)
+}
+
+var errUnrenderable = errors.New("parameter cannot be rendered")
+
+// renderExample returns the statement text with the parameters of a
+// COM_STMT_EXECUTE payload p substituted as SQL literals, for the hot read
+// set. It fails for types it does not render (dates, unknown) or a packet
+// without the types.
+func (st *stmtInfo) renderExample(p []byte) (string, error) {
+	n := int(st.params)
+	if n == 0 {
+		return string(st.text), nil
+	}
+	if len(st.types) != 2*n {
+		return "", errUnrenderable
+	}
+	nullOff := 10
+	off := nullOff + (n+7)/8
+	if len(p) < off+1 {
+		return "", errUnrenderable
+	}
+	if p[off] == 1 {
+		off += 1 + 2*n
+	} else {
+		off++
+	}
+	vals := make([]string, n)
+	for i := 0; i < n; i++ {
+		if p[nullOff+i/8]&(1<<(i%8)) != 0 {
+			vals[i] = "NULL"
+			continue
+		}
+		v, k, err := renderParam(st.types[2*i], st.types[2*i+1]&0x80 != 0, p[off:])
+		if err != nil {
+			return "", err
+		}
+		vals[i] = v
+		off += k
+	}
+	return substitute(st.text, vals)
+}
+
+// renderParam renders one binary-protocol value of type typ and returns it
+// with the bytes it used.
+// https://mariadb.com/kb/en/com_stmt_execute/#binary-parameter-encoding
+func renderParam(typ byte, unsigned bool, b []byte) (string, int, error) {
+	need := func(k int) error {
+		if len(b) < k {
+			return errUnrenderable
+		}
+		return nil
+	}
+	switch typ {
+	case mysql.MYSQL_TYPE_TINY:
+		if err := need(1); err != nil {
+			return "", 0, err
+		}
+		if unsigned {
+			return strconv.FormatUint(uint64(b[0]), 10), 1, nil
+		}
+		return strconv.FormatInt(int64(int8(b[0])), 10), 1, nil
+	case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+		if err := need(2); err != nil {
+			return "", 0, err
+		}
+		v := binary.LittleEndian.Uint16(b)
+		if unsigned {
+			return strconv.FormatUint(uint64(v), 10), 2, nil
+		}
+		return strconv.FormatInt(int64(int16(v)), 10), 2, nil
+	case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24:
+		if err := need(4); err != nil {
+			return "", 0, err
+		}
+		v := binary.LittleEndian.Uint32(b)
+		if unsigned {
+			return strconv.FormatUint(uint64(v), 10), 4, nil
+		}
+		return strconv.FormatInt(int64(int32(v)), 10), 4, nil
+	case mysql.MYSQL_TYPE_LONGLONG:
+		if err := need(8); err != nil {
+			return "", 0, err
+		}
+		v := binary.LittleEndian.Uint64(b)
+		if unsigned {
+			return strconv.FormatUint(v, 10), 8, nil
+		}
+		return strconv.FormatInt(int64(v), 10), 8, nil
+	case mysql.MYSQL_TYPE_FLOAT:
+		if err := need(4); err != nil {
+			return "", 0, err
+		}
+		return strconv.FormatFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))), 'g', -1, 32), 4, nil
+	case mysql.MYSQL_TYPE_DOUBLE:
+		if err := need(8); err != nil {
+			return "", 0, err
+		}
+		return strconv.FormatFloat(math.Float64frombits(binary.LittleEndian.Uint64(b)), 'g', -1, 64), 8, nil
+	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING,
+		mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_ENUM, mysql.MYSQL_TYPE_SET,
+		mysql.MYSQL_TYPE_TINY_BLOB, mysql.MYSQL_TYPE_MEDIUM_BLOB, mysql.MYSQL_TYPE_LONG_BLOB, mysql.MYSQL_TYPE_BLOB:
+		l, k, ok := mysqlproto.ReadLenEnc(b)
+		if !ok || uint64(len(b)-k) < l || l > 4096 {
+			return "", 0, errUnrenderable
+		}
+		return quoteSQL(b[k : k+int(l)]), k + int(l), nil
+	case mysql.MYSQL_TYPE_NULL:
+		return "NULL", 0, nil
+	}
+	return "", 0, errUnrenderable
+}
+
+// quoteSQL renders b as a quoted string literal (hex when not printable).
+func quoteSQL(b []byte) string {
+	out := make([]byte, 0, len(b)+2)
+	out = append(out, '\'')
+	for _, c := range b {
+		switch {
+		case c == '\'' || c == '\\':
+			out = append(out, '\\', c)
+		case c == 0:
+			out = append(out, '\\', '0')
+		case c < 0x20 && c != '\t' && c != '\n' && c != '\r':
+			return "X'" + fmt.Sprintf("%X", b) + "'"
+		default:
+			out = append(out, c)
+		}
+	}
+	return string(append(out, '\''))
+}
+
+// substitute replaces the '?' placeholders of text (outside quotes and
+// comments) by vals in order.
+func substitute(text []byte, vals []string) (string, error) {
+	out := make([]byte, 0, len(text)+16*len(vals))
+	k := 0
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case c == '\'' || c == '"' || c == '`':
+			end := closeQuote(text, i)
+			if end < 0 {
+				return "", errUnrenderable
+			}
+			out = append(out, text[i:end+1]...)
+			i = end
+		case c == '?':
+			if k >= len(vals) {
+				return "", errUnrenderable
+			}
+			out = append(out, vals[k]...)
+			k++
+		default:
+			out = append(out, c)
+		}
+	}
+	if k != len(vals) {
+		return "", errUnrenderable
+	}
+	return string(out), nil
+}
