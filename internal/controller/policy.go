@@ -30,6 +30,25 @@ func carryPolicy(st, prev *topo.ClusterState) {
 	st.LastFailover = prev.LastFailover
 }
 
+// failoverReplicaReason says why a replica may not serve reads during a
+// failover, or "". Replicas of the old primary keep serving what they have
+// while the failover stops their IO threads and promotes one of them (the
+// reads are as fresh as the old primary's last transactions, which is as
+// good as it gets while no primary takes writes); a stopped SQL thread or
+// another source still takes a replica out.
+func failoverReplicaReason(cl config.Cluster, st topo.ClusterState, p topo.Probe) string {
+	old := cl.Node(st.OldPrimary)
+	switch {
+	case old == nil:
+		return "failover in progress, old primary unknown"
+	case !sameAddress(p.SourceHost, p.SourcePort, old.Address):
+		return fmt.Sprintf("replicating from %s, not from old primary %s", hostPort(p.SourceHost, p.SourcePort), st.OldPrimary)
+	case !p.SQLRunning:
+		return "replication SQL thread stopped"
+	}
+	return ""
+}
+
 // afterRound runs analysis on a round's probes and applies the policy:
 // publish the analysis codes, start an extra round at the first sign of
 // trouble, decide about failover (and say why not), and repair replicas.

@@ -43,6 +43,19 @@ func TestBuildStateKeepsFailoverState(t *testing.T) {
 		t.Fatalf("failover phase disturbed by the probe loop: primary %q epoch %d phase %s old %q target %q",
 			st.Primary, st.Epoch, st.Phase, st.OldPrimary, st.Target)
 	}
+	// Replicas of the old primary keep serving reads with their IO thread
+	// stopped; a stopped SQL thread does not.
+	probes = healthy()
+	probes["node1"] = topo.Probe{Error: "connection refused", ErrorKind: "refused"}
+	probes["node2"] = with(probes, "node2", func(p *topo.Probe) { p.IORunning, p.LagSeconds = "No", nil })["node2"]
+	probes["node3"] = with(probes, "node3", func(p *topo.Probe) { p.IORunning, p.SQLRunning = "No", false })["node3"]
+	st, _ = BuildState(BuildInput{Cluster: testCluster(), Probes: probes, Prev: fo, Leader: "l", Now: now})
+	if n := st.Node("node2"); !n.Serving {
+		t.Fatalf("node2 (IO stopped by the failover) not serving reads: %s", n.Reason)
+	}
+	if n := st.Node("node3"); n.Serving || n.Reason != "replication SQL thread stopped" {
+		t.Fatalf("node3 (SQL stopped) serving %v reason %q", n.Serving, n.Reason)
+	}
 }
 
 func TestAlarmsAndHelpers(t *testing.T) {

@@ -152,6 +152,10 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 			ns.Reason = "unreachable: " + p.Error
 		case p.Error != "":
 			ns.Reason = "probe failed: " + p.Error
+		case p.Replicating && st.Phase == topo.PhaseFailover:
+			ns.Role = topo.RoleReplica
+			ns.Reason = failoverReplicaReason(cl, st, p)
+			ns.Serving = ns.Reason == ""
 		case p.Replicating:
 			ns.Role = topo.RoleReplica
 			ns.Reason = replicaReason(p, primaryAddr, st.Primary, maxLag)
