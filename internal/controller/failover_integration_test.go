@@ -363,3 +363,53 @@ func TestManualFailoverOfLivePrimary(t *testing.T) {
 	waitReplicating(t, c, 0, 2)
 	waitReplicating(t, c, 1, 2)
 }
+
+// TestFailedRecoveryDisablesAuto: a failover whose promotion fails (the
+// monitor account may not set read_only on the replicas) is rolled back,
+// raises an alarm and disables automatic failover for the cluster, which
+// then says so instead of retrying; ack re-enables it.
+func TestFailedRecoveryDisablesAuto(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	for i := 1; i < 3; i++ {
+		conn, err := rootDB(t, c, i).Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"SET SESSION sql_log_bin = 0", "REVOKE READ_ONLY ADMIN ON *.* FROM '" + c.MonitorUser + "'@'%'"} {
+			if _, err := conn.ExecContext(context.Background(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		conn.Close()
+	}
+	st := topotest.NewStore(t)
+	runController(t, autoConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	if err := c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	s := waitState(t, st, 30*time.Second, "automatic failover disabled", func(s topo.ClusterState) bool { return s.AutoDisabled != "" })
+	t.Logf("auto disabled: %s", s.AutoDisabled)
+	if s.Primary != "node1" || s.Phase != topo.PhaseStable {
+		t.Fatalf("after the failed failover: primary %q phase %s, want node1 republished, stable", s.Primary, s.Phase)
+	}
+	found := false
+	for _, a := range s.Alarms {
+		found = found || a.Code == topo.AlarmRecoveryFailed
+	}
+	if !found {
+		t.Fatalf("no recovery_failed alarm: %+v", s.Alarms)
+	}
+	for i := 1; i < 3; i++ {
+		if ro := queryInt(t, rootDB(t, c, i), "SELECT @@read_only"); ro != 1 {
+			t.Fatalf("%s writable after the failed failover", c.Nodes[i].Name)
+		}
+	}
+	waitEvent(t, st, 10*time.Second, "not failing over: automatic failover is disabled after a failed recovery")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := RequestAck(ctx, st, testKeys, sandbox.ClusterName, "checked", "test")
+	if err != nil || !strings.Contains(req.Message, "automatic failover re-enabled") {
+		t.Fatalf("ack: %v, %q", err, req.Message)
+	}
+}
