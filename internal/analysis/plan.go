@@ -164,7 +164,7 @@ func Plan(in PlanInput) topo.FailoverPlan {
 	}
 	plan.Candidate = chosen.n.Name
 	plan.Forced = chosen.reject != ""
-	plan.Lost, plan.Ahead = in.loss(chosen, cands)
+	plan.Lost, plan.LostCount, plan.Ahead = in.loss(chosen, cands)
 	return plan
 }
 
@@ -200,7 +200,7 @@ func (in PlanInput) hardReject(n *Node) (string, bool) {
 
 // loss estimates what a promotion of chosen loses and which replicas are
 // ahead of it.
-func (in PlanInput) loss(chosen *cand, cands []*cand) (string, []string) {
+func (in PlanInput) loss(chosen *cand, cands []*cand) (string, uint64, []string) {
 	all := chosen.received
 	var ahead []string
 	for _, c := range cands {
@@ -221,9 +221,32 @@ func (in PlanInput) loss(chosen *cand, cands []*cand) (string, []string) {
 	}
 	lost, err := gtid.Subtract(all, chosen.received)
 	if err != nil {
-		return "", ahead
+		return "", 0, ahead
 	}
-	return setString(lost), ahead
+	return setString(lost), countMissing(chosen.received, all), ahead
+}
+
+// countMissing counts the transactions of all that have lacks.
+func countMissing(have, all gtid.Set) uint64 {
+	switch a := all.(type) {
+	case gtid.MariaDBPos:
+		h, ok := have.(gtid.MariaDBPos)
+		if !ok {
+			return 0
+		}
+		var n uint64
+		for _, g := range h.Missing(a) {
+			n += g.Behind()
+		}
+		return n
+	case gtid.MySQLSet:
+		h, ok := have.(gtid.MySQLSet)
+		if !ok {
+			return 0
+		}
+		return a.Subtract(h).Count()
+	}
+	return 0
 }
 
 func (in PlanInput) node(name string) *Node {
@@ -287,7 +310,8 @@ func FormatPlan(p topo.FailoverPlan) string {
 		if p.Lost == "" {
 			fmt.Fprintf(&b, "  estimated data loss: none known (the candidate holds every GTID seen on the old primary and the replicas)\n")
 		} else {
-			fmt.Fprintf(&b, "  estimated data loss: GTIDs %s (held by the old primary or other replicas, not by %s)\n", p.Lost, p.Candidate)
+			fmt.Fprintf(&b, "  estimated data loss: %d transaction(s), up to GTIDs %s (held by the old primary or other replicas, not by %s)\n",
+				p.LostCount, p.Lost, p.Candidate)
 		}
 		if len(p.Ahead) > 0 {
 			fmt.Fprintf(&b, "  replicas ahead of the candidate (reported and quarantined, never reset): %s\n", strings.Join(p.Ahead, ", "))

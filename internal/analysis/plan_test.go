@@ -34,6 +34,7 @@ func TestPlan(t *testing.T) {
 		candidate string
 		refusal   string
 		lost      string
+		lostCount uint64
 		ahead     []string
 		rejected  map[string]string // node → substring of its rejection
 	}{
@@ -107,6 +108,7 @@ func TestPlan(t *testing.T) {
 			mod:       func(in *PlanInput) { in.Target, in.Force = "db2", true },
 			candidate: "db2",
 			lost:      "0-1-120",
+			lostCount: 10,
 			ahead:     []string{"db3", "db4"},
 		},
 		{
@@ -146,6 +148,9 @@ func TestPlan(t *testing.T) {
 			}
 			if tc.candidate != "" && p.Lost != tc.lost {
 				t.Errorf("lost %q, want %q\n%s", p.Lost, tc.lost, text)
+			}
+			if tc.lostCount != 0 && p.LostCount != tc.lostCount {
+				t.Errorf("lost count %d, want %d", p.LostCount, tc.lostCount)
 			}
 			if tc.ahead != nil && strings.Join(p.Ahead, ",") != strings.Join(tc.ahead, ",") {
 				t.Errorf("ahead %v, want %v", p.Ahead, tc.ahead)

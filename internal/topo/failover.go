@@ -152,6 +152,9 @@ type FailoverPlan struct {
 	// primary (as last probed) and the other replicas hold that the
 	// candidate does not, even after applying its relay log.
 	Lost string `json:"lost,omitempty"`
+	// LostCount is how many transactions Lost stands for (MariaDB: the
+	// seqno gaps per domain; MySQL: the GTIDs in the set).
+	LostCount uint64 `json:"lost_count,omitempty"`
 	// Ahead names replicas holding transactions the candidate lacks; they
 	// are reported and quarantined, never reset.
 	Ahead []string `json:"ahead,omitempty"`
