@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +35,16 @@ type switchover struct {
 	old, cand         string
 	oldPr, candPr     *nodeProber
 	fromEpoch         int64
-	fenced            bool // old primary set read-only
-	candStopped       bool // candidate's replication stopped
-	candReset         bool // candidate's replication config removed
-	candWritable      bool // candidate set writable
+	pw                *progressWriter // events and request progress, off the critical path
+	holdID            string          // SwitchoverProgress.ID of this attempt
+	holdSince         time.Time
+	progressVersion   topo.Version  // of the switchover document
+	announced         bool          // the switchover document and phase switching were published
+	heldFor           time.Duration // from prepare to the publication of the new primary
+	fenced            bool          // old primary set read-only
+	candStopped       bool          // candidate's replication stopped
+	candReset         bool          // candidate's replication config removed
+	candWritable      bool          // candidate set writable
 	replUser, replPwd string
 }
 
@@ -57,7 +64,10 @@ func (t *term) runSwitchover(ctx context.Context, key string, req topo.Request, 
 		return
 	}
 	s.log.Info("switchover started", "target", req.Target)
+	s.pw = newProgressWriter(ctx)
 	result := s.run(ctx)
+	s.event("switchover_"+result, s.cand, s.req.Message)
+	s.pw.close()
 	t.c.metrics.switchovers.WithLabelValues(req.Cluster, result).Inc()
 	if ctx.Err() != nil {
 		// Leadership lost or shutting down: the next leader resolves the
@@ -78,8 +88,8 @@ func (t *term) runSwitchover(ctx context.Context, key string, req topo.Request, 
 }
 
 // step runs fn, records "name (12ms)" or "name: failed after 12ms: err" in
-// the request's steps, logs it, and saves the request so watchers see
-// progress.
+// the request's steps, logs it, and queues an event and a save of the
+// request (so watchers see progress) on the progress writer.
 func (s *switchover) step(ctx context.Context, name string, fn func(ctx context.Context) (string, error)) error {
 	begin := s.t.c.now()
 	sctx, cancel := context.WithTimeout(ctx, stepTimeout+s.cfg.Switchover.CatchupTimeout.D())
@@ -98,9 +108,21 @@ func (s *switchover) step(ctx context.Context, name string, fn func(ctx context.
 		s.log.Info("switchover step", "step", name, "detail", detail, "took", took)
 	}
 	s.req.Steps = append(s.req.Steps, line)
-	if serr := s.t.saveRequest(ctx, s.key, &s.req, &s.version); serr != nil && ctx.Err() == nil {
-		s.log.Warn("cannot save switchover progress", "err", serr)
+	code := name
+	if i := strings.IndexByte(code, ' '); i > 0 {
+		code = code[:i]
 	}
+	if err != nil {
+		code += "_failed"
+	}
+	s.event(code, "", line)
+	req := s.req
+	req.Steps = slices.Clone(s.req.Steps)
+	s.pw.add(func(ctx context.Context) {
+		if serr := s.t.saveRequest(ctx, s.key, &req, &s.version); serr != nil && ctx.Err() == nil {
+			s.log.Warn("cannot save switchover progress", "err", serr)
+		}
+	})
 	return err
 }
 
@@ -129,26 +151,33 @@ func (s *switchover) run(ctx context.Context) string {
 		cr.mu.Unlock()
 	}()
 
-	// 1. Refresh and check.
+	// 1. Refresh and check; measure (and raise) the candidate's warmth.
 	if err := s.step(ctx, "check", s.check); err != nil {
 		s.req.Message = "refused: " + err.Error()
 		return resultRefused
 	}
-	// 2. Announce.
-	if err := s.step(ctx, "publish phase switching", func(ctx context.Context) (string, error) {
-		_, err := s.t.update(ctx, cr, func(st *topo.ClusterState) error {
-			if st.Primary != s.old || st.Epoch != s.fromEpoch || st.Phase != topo.PhaseStable {
-				return fmt.Errorf("cluster state changed meanwhile (primary %s, epoch %d, phase %s)", st.Primary, st.Epoch, st.Phase)
-			}
-			st.Phase, st.Target = topo.PhaseSwitching, s.cand
-			return nil
-		})
-		return fmt.Sprintf("epoch %d, %s → %s", s.fromEpoch, s.old, s.cand), err
-	}); err != nil {
+	if err := s.step(ctx, "warmth "+s.cand, s.warmth); err != nil {
 		s.req.Message = "refused: " + err.Error()
 		return resultRefused
 	}
-	// 3–5. Fence, catch up, promote; any failure rolls back.
+	// 2. Prepare: proxies hold new statements (bounded by max_duration
+	// from here to the release).
+	s.holdID = s.req.ID + "-" + strconv.FormatInt(s.t.c.now().UnixNano(), 36)
+	s.holdSince = s.t.c.now()
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.Switchover.MaxDuration.D())
+	defer cancel()
+	if err := s.step(dctx, "prepare", s.prepare); err != nil {
+		if !s.announced {
+			s.req.Message = "refused: " + err.Error()
+			return resultRefused
+		}
+		return s.rollback(ctx, "prepare: "+err.Error())
+	}
+	// 3. Drain: open transactions finish (or, at the bound, drain_mode).
+	if err := s.step(dctx, "drain", s.drain); err != nil {
+		return s.rollback(ctx, "drain: "+err.Error())
+	}
+	// 4–6. Fence, catch up, promote; any failure rolls back.
 	for _, st := range []struct {
 		name string
 		fn   func(context.Context) (string, error)
@@ -157,24 +186,15 @@ func (s *switchover) run(ctx context.Context) string {
 		{"catch up " + s.cand, s.catchUp},
 		{"promote " + s.cand, s.promote},
 	} {
-		if err := s.step(ctx, st.name, st.fn); err != nil {
+		if err := s.step(dctx, st.name, st.fn); err != nil {
+			if dctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%w (switchover.max_duration %s reached)", err, s.cfg.Switchover.MaxDuration)
+			}
 			return s.rollback(ctx, fmt.Sprintf("%s: %v", st.name, err))
 		}
 	}
-	// 6. Repoint: failures are recorded, the switchover goes on (the new
-	// primary is writable and the old one fenced).
-	var repointErrs []string
-	for _, n := range s.cl.Nodes {
-		if n.Name == s.cand {
-			continue
-		}
-		if err := s.step(ctx, "repoint "+n.Name, func(ctx context.Context) (string, error) {
-			return s.repoint(ctx, n)
-		}); err != nil {
-			repointErrs = append(repointErrs, fmt.Sprintf("%s: %v", n.Name, err))
-		}
-	}
-	// 7. Publish the new primary and epoch.
+	// 7. Release: publish the new primary and epoch; proxies move their
+	// sessions and release what they hold.
 	var toEpoch int64
 	if err := s.step(ctx, "publish primary "+s.cand, func(ctx context.Context) (string, error) {
 		st, err := s.t.update(ctx, cr, func(st *topo.ClusterState) error {
@@ -195,19 +215,61 @@ func (s *switchover) run(ctx context.Context) string {
 			return nil
 		})
 		toEpoch = st.Epoch
-		return fmt.Sprintf("epoch %d", st.Epoch), err
+		s.heldFor = s.t.c.now().Sub(s.holdSince)
+		return fmt.Sprintf("epoch %d, statements held for %s", st.Epoch, s.heldFor.Round(time.Millisecond)), err
 	}); err != nil {
 		s.req.Message = fmt.Sprintf("%s was promoted but the new state could not be published (%v); "+
 			"the next leader publishes it from the probes", s.cand, err)
 		return resultFailed
 	}
+	if err := s.publishProgress(ctx, topo.SwitchStepDone); err != nil {
+		s.log.Warn("cannot mark the switchover document done (proxies released on the new state anyway)", "err", err)
+	}
+	// 8. Repoint: failures are recorded, the switchover goes on (the new
+	// primary is writable and the old one fenced). Done after the release
+	// so that clients do not wait for it.
+	var repointErrs []string
+	for _, n := range s.cl.Nodes {
+		if n.Name == s.cand {
+			continue
+		}
+		if err := s.step(ctx, "repoint "+n.Name, func(ctx context.Context) (string, error) {
+			return s.repoint(ctx, n)
+		}); err != nil {
+			repointErrs = append(repointErrs, fmt.Sprintf("%s: %v", n.Name, err))
+		}
+	}
 	s.req.FromEpoch, s.req.ToEpoch = s.fromEpoch, toEpoch
-	s.req.Message = fmt.Sprintf("switched over from %s to %s, epoch %d → %d, in %s",
-		s.old, s.cand, s.fromEpoch, toEpoch, s.t.c.now().Sub(s.start).Round(time.Millisecond))
+	s.req.Message = fmt.Sprintf("switched over from %s to %s, epoch %d → %d, in %s (statements held %s)",
+		s.old, s.cand, s.fromEpoch, toEpoch, s.t.c.now().Sub(s.start).Round(time.Millisecond), s.heldFor.Round(time.Millisecond))
+	if s.req.Warmth != nil {
+		s.req.Message += fmt.Sprintf("; candidate warmth %.0f%%", 100*s.req.Warmth.Fraction)
+	}
 	if len(repointErrs) > 0 {
 		s.req.Message += "; not repointed (fix by hand): " + strings.Join(repointErrs, "; ")
 	}
 	return resultDone
+}
+
+// prepare announces the switchover: the switchover document at step hold,
+// then the cluster state in PhaseSwitching (proxies hold when both say so).
+func (s *switchover) prepare(ctx context.Context) (string, error) {
+	if err := s.publishProgress(ctx, topo.SwitchStepHold); err != nil {
+		return "", err
+	}
+	_, err := s.t.update(ctx, s.cr, func(st *topo.ClusterState) error {
+		if st.Primary != s.old || st.Epoch != s.fromEpoch || st.Phase != topo.PhaseStable {
+			return fmt.Errorf("cluster state changed meanwhile (primary %s, epoch %d, phase %s)", st.Primary, st.Epoch, st.Phase)
+		}
+		st.Phase, st.Target = topo.PhaseSwitching, s.cand
+		return nil
+	})
+	if err != nil {
+		_ = s.publishProgress(ctx, topo.SwitchStepDone)
+		return "", err
+	}
+	s.announced = true
+	return fmt.Sprintf("epoch %d, %s → %s, switchover %s", s.fromEpoch, s.old, s.cand, s.holdID), nil
 }
 
 // check probes the cluster afresh (replicas first, then the primary, so a
@@ -234,7 +296,14 @@ func (s *switchover) check(ctx context.Context) (string, error) {
 	if err := checkStable(&st); err != nil {
 		return "", err
 	}
-	cand, err := chooseCandidate(s.cl, &st, s.req.Target)
+	drained, _, err := drainedNodes(ctx, s.t.c.store, s.t.c.keys, s.cl.Name)
+	if err != nil {
+		return "", fmt.Errorf("read drained nodes: %w", err)
+	}
+	if _, ok := drained.Nodes[s.req.Target]; ok && s.req.Target != "" {
+		return "", fmt.Errorf("cannot switch over to %s: it is drained (switchyard undrain %s first)", s.req.Target, s.req.Target)
+	}
+	cand, err := chooseCandidate(withoutDrained(s.cl, drained), &st, s.req.Target)
 	if err != nil {
 		return "", err
 	}
@@ -312,7 +381,9 @@ func (s *switchover) catchUp(ctx context.Context) (string, error) {
 		return "", err
 	}
 	timeout := s.cfg.Switchover.CatchupTimeout.D()
+	waitStart := s.t.c.now()
 	res, err := s.candPr.WaitForGTID(ctx, pos, timeout)
+	waited := s.t.c.now().Sub(waitStart)
 	if err != nil {
 		return "", err
 	}
@@ -338,7 +409,7 @@ func (s *switchover) catchUp(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("%s at %s does not contain the old primary's %s", s.cand, have, want)
 		}
 	}
-	return "applied " + orDash(pos), nil
+	return fmt.Sprintf("applied %s (waited %s for it)", orDash(pos), waited.Round(100*time.Microsecond)), nil
 }
 
 // promote stops replication on the candidate, forgets its source, makes it
@@ -454,9 +525,14 @@ func (s *switchover) rollback(ctx context.Context, reason string) string {
 			st.Phase, st.Target = topo.PhaseStable, ""
 			return nil
 		})
-		return fmt.Sprintf("primary %s, epoch %d", s.old, s.fromEpoch), err
+		return fmt.Sprintf("primary %s, epoch %d: proxies release held statements on it", s.old, s.fromEpoch), err
 	}); err != nil {
 		problems = append(problems, fmt.Sprintf("state not republished: %v", err))
+	}
+	if s.holdID != "" {
+		if err := s.publishProgress(ctx, topo.SwitchStepDone); err != nil {
+			s.log.Warn("cannot mark the switchover document done (proxies released on the stable state anyway)", "err", err)
+		}
 	}
 	msg := fmt.Sprintf("switchover to %s aborted: %s", s.cand, reason)
 	if oldWritable && len(problems) == 0 {

@@ -149,9 +149,12 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
 	var err error
-	if cmd == mysql.COM_STMT_PREPARE {
+	switch {
+	case cmd == mysql.COM_STMT_PREPARE:
 		err = s.readPrepare()
-	} else {
+	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
+		err = s.forwardRebound(stmt)
+	default:
 		err = s.forward()
 	}
 	if err != nil {

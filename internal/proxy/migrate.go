@@ -295,6 +295,7 @@ func (s *session) applyRestored(m map[uint32]uint32) {
 		st := s.stmts[cid]
 		st.backendID = bid
 		st.cursor, st.longData = false, false
+		st.rebind = st.params > 0
 		if cid != bid {
 			s.xlate = true
 		}

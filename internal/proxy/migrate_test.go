@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"database/sql"
 	"strings"
 	"testing"
@@ -178,5 +179,54 @@ func TestMigrationLockTables(t *testing.T) {
 	var one sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM lk").Scan(&one); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A client that sends parameter types only with its first execute (as
+// libmariadb does) keeps working after a move: the proxy puts the types
+// back into the first execute on the new backend.
+func TestMigrationRebindsParameterTypes(t *testing.T) {
+	h := newHarness(t, nil)
+	rc, err := dialRaw(t, h.srv.ListenerAddr("rw"), h.c.AppUser, h.c.AppPassword, "sbtest", mysql.CLIENT_DEPRECATE_EOF, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	id, _ := rc.prepare("SELECT ? + 1, @@server_id")
+	exec := func(bound bool, v byte) []byte {
+		p := binary.LittleEndian.AppendUint32(nil, id)
+		p = append(p, 0)
+		p = binary.LittleEndian.AppendUint32(p, 1)
+		p = append(p, 0) // NULL bitmap
+		if bound {
+			p = append(p, 1, mysql.MYSQL_TYPE_LONGLONG, 0)
+		} else {
+			p = append(p, 0)
+		}
+		p = binary.LittleEndian.AppendUint64(p, uint64(v))
+		rc.cmd(mysql.COM_STMT_EXECUTE, p...)
+		first := rc.next()
+		if first[0] == mysql.ERR_HEADER {
+			return first
+		}
+		for {
+			if p := rc.next(); p[0] == mysql.EOF_HEADER && len(p) < 0xffffff {
+				return first
+			}
+		}
+	}
+	if p := exec(true, 5); p[0] == mysql.ERR_HEADER {
+		t.Fatalf("first execute: %s", describe(p))
+	}
+	if p := exec(false, 6); p[0] == mysql.ERR_HEADER {
+		t.Fatalf("execute without types: %s", describe(p))
+	}
+	reparent(t, h)
+	h.srv.SetClusterState(sandboxState(h.c, 2, 1))
+	if p := exec(false, 7); p[0] == mysql.ERR_HEADER {
+		t.Fatalf("execute without types after the move: %s", describe(p))
+	}
+	if rows := rc.query("SELECT @@server_id"); rows[0][0] != "2" {
+		t.Fatalf("session after the move on server_id %s", rows[0][0])
 	}
 }

@@ -40,6 +40,10 @@ type stmtInfo struct {
 	cursor    bool // a cursor is open (SERVER_STATUS_CURSOR_EXISTS)
 	types     []byte
 	digest    string // of text, for hot-read sampling (computed on first sample)
+	// rebind: prepared again on a new backend, which has no parameter
+	// types yet; the next COM_STMT_EXECUTE must carry them (clients send
+	// them only with the first execute after binding).
+	rebind bool
 }
 
 // readPrepare reads the pending COM_STMT_PREPARE packet from the client and
@@ -142,6 +146,34 @@ func (st *stmtInfo) executeTypes(p []byte) {
 		return
 	}
 	st.types = append(st.types[:0], p[off+1:off+1+2*n]...)
+}
+
+// forwardRebound forwards the pending COM_STMT_EXECUTE of st, a statement
+// prepared again on a new backend: when the client left out the parameter
+// types (new-params-bound flag 0, as clients do after their first execute),
+// the types it sent last are put back in, since the new server has none
+// (it would answer error 1210).
+func (s *session) forwardRebound(st *stmtInfo) error {
+	payload, _, err := mysqlproto.ReadPacket(s.cr, nil, 0)
+	if err != nil {
+		return fail(clientReason(err), err)
+	}
+	s.in += mysqlproto.HeaderSize + len(payload)
+	st.rebind = false
+	n := int(st.params)
+	off := 10 + (n+7)/8
+	if n > 0 && len(payload) > off && payload[off] == 0 && len(st.types) == 2*n {
+		out := make([]byte, 0, len(payload)+2*n)
+		out = append(out, payload[:off]...)
+		out = append(out, 1)
+		out = append(out, st.types...)
+		out = append(out, payload[off+1:]...)
+		payload = out
+	}
+	if _, err := mysqlproto.WritePacket(s.be.conn, 0, payload); err != nil {
+		return fail(closeBackendLost, err)
+	}
+	return nil
 }
 
 var errUnrenderable = errors.New("parameter cannot be rendered")

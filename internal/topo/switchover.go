@@ -29,6 +29,10 @@ func (k Keys) HotReadSets() string { return path.Join(k.Prefix, "hotreads") + "/
 // HotReadSet is the key of one proxy's hot read set.
 func (k Keys) HotReadSet(proxyID string) string { return k.HotReadSets() + proxyID }
 
+// EventSwitchover: a step or the result of a planned switchover (event
+// kind, see Event).
+const EventSwitchover = "switchover"
+
 // Switchover steps (SwitchoverProgress.Step).
 const (
 	// SwitchStepHold: proxies hold every new statement of the cluster's

@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// The leader's side of the coordinated switchover (the proxies' side is in
+// package proxy, coordinate.go and hold.go):
+//
+//	prepare  write topo.SwitchoverProgress{Step: hold} for epoch E, then
+//	         the state in PhaseSwitching; every live proxy holds new
+//	         statements of the primary listeners and acknowledges;
+//	drain    wait until every registered proxy acknowledged with no session
+//	         busy on the old primary, or its lease is gone, at most
+//	         switchover.drain_timeout; at the bound "abort" rolls back and
+//	         "fail" announces Step fence (open transactions get an error);
+//	fence, catch up, promote (switchover.go);
+//	release  publish primary=candidate, epoch E+1, phase stable (proxies
+//	         move held and idle sessions and release held statements),
+//	         then Step done.
+//
+// Every step is an event (kind "switchover") and a line of the request;
+// both are written by a background writer so that the pause clients see
+// does not include them. The whole of it, from prepare to release, is
+// bounded by switchover.max_duration; any failure rolls back so that a
+// writable primary always exists.
+
+// progressWriter writes events and request progress in order, off the
+// switchover's critical path.
+type progressWriter struct {
+	queue chan func(ctx context.Context)
+	done  chan struct{}
+}
+
+func newProgressWriter(ctx context.Context) *progressWriter {
+	w := &progressWriter{queue: make(chan func(context.Context), 256), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for f := range w.queue {
+			f(ctx)
+		}
+	}()
+	return w
+}
+
+// add queues f (dropped if the queue is full: progress is advisory).
+func (w *progressWriter) add(f func(ctx context.Context)) {
+	select {
+	case w.queue <- f:
+	default:
+	}
+}
+
+// close waits until everything queued was written.
+func (w *progressWriter) close() {
+	close(w.queue)
+	<-w.done
+}
+
+// event queues a switchover event.
+func (s *switchover) event(code, node, msg string) {
+	ev := topo.Event{Cluster: s.cl.Name, Kind: topo.EventSwitchover, Code: code, Node: node, Message: msg, Epoch: s.fromEpoch}
+	s.pw.add(func(ctx context.Context) {
+		if err := s.t.fo.events.emit(ctx, ev); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot write switchover event", "code", code, "err", err)
+		}
+	})
+}
+
+// publishProgress writes the switchover document at step.
+func (s *switchover) publishProgress(ctx context.Context, step string) error {
+	p := topo.SwitchoverProgress{ID: s.holdID, Cluster: s.cl.Name, Epoch: s.fromEpoch, From: s.old, To: s.cand,
+		Step: step, Since: s.holdSince, Leader: s.t.c.id}
+	key := s.t.c.keys.Switchover(s.cl.Name)
+	for range 3 {
+		if s.progressVersion == 0 {
+			kv, err := s.t.c.store.Get(ctx, key)
+			switch {
+			case err == nil:
+				s.progressVersion = kv.Version
+			case !errors.Is(err, topo.ErrNotFound):
+				return fmt.Errorf("read switchover document: %w", err)
+			}
+		}
+		v, err := topo.PutJSON(ctx, s.t.leader, key, p, s.progressVersion)
+		if err == nil {
+			s.progressVersion = v
+			return nil
+		}
+		if !errors.Is(err, topo.ErrBadVersion) && !errors.Is(err, topo.ErrExists) && !errors.Is(err, topo.ErrNotFound) {
+			return fmt.Errorf("write switchover document: %w", err)
+		}
+		s.progressVersion = 0
+	}
+	return errors.New("write switchover document: it kept changing")
+}
+
+// proxyWait is what the drain wait saw when it ended.
+type proxyWait struct {
+	proxies    int      // live registrations
+	notHolding []string // proxies that did not acknowledge holding
+	busy       []string // "proxy (n sessions)" still busy on the old primary
+	busyTotal  int
+}
+
+func (w proxyWait) ready() bool { return len(w.notHolding) == 0 && len(w.busy) == 0 }
+
+// waitProxies waits until every live proxy acknowledged the switchover
+// (holding, no session busy on the old primary) or bound passes. A proxy
+// whose registration disappears (lease lost) no longer counts: a proxy
+// without its lease refuses writes on its own.
+func (s *switchover) waitProxies(ctx context.Context, bound time.Duration) (proxyWait, error) {
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	prefix := s.t.c.keys.Proxies()
+	regs := map[string]topo.ProxyRegistration{}
+	put := func(kv topo.KV) {
+		var reg topo.ProxyRegistration
+		if json.Unmarshal(kv.Value, &reg) == nil {
+			regs[strings.TrimPrefix(kv.Key, prefix)] = reg
+		}
+	}
+	eval := func() proxyWait {
+		w := proxyWait{proxies: len(regs)}
+		for id, reg := range regs {
+			a, ok := reg.Switchovers[s.cl.Name]
+			switch {
+			case !ok || a.ID != s.holdID || !a.Holding:
+				w.notHolding = append(w.notHolding, id)
+			case a.Busy > 0:
+				w.busy = append(w.busy, fmt.Sprintf("%s (%d sessions)", id, a.Busy))
+				w.busyTotal += a.Busy
+			}
+		}
+		sort.Strings(w.notHolding)
+		sort.Strings(w.busy)
+		return w
+	}
+	for {
+		initial, events, err := s.t.c.store.Watch(wctx, prefix)
+		if err != nil {
+			if wctx.Err() != nil {
+				return eval(), nil
+			}
+			return proxyWait{}, fmt.Errorf("watch proxy registrations: %w", err)
+		}
+		clear(regs)
+		for _, kv := range initial {
+			put(kv)
+		}
+		if w := eval(); w.ready() {
+			return w, nil
+		}
+		for ev := range events {
+			if ev.Err != nil {
+				break
+			}
+			switch ev.Type {
+			case topo.EventPut:
+				put(ev.KV)
+			case topo.EventDelete:
+				delete(regs, strings.TrimPrefix(ev.KV.Key, prefix))
+			}
+			if w := eval(); w.ready() {
+				return w, nil
+			}
+		}
+		if wctx.Err() != nil {
+			if ctx.Err() != nil {
+				return eval(), ctx.Err()
+			}
+			return eval(), nil
+		}
+	}
+}
+
+// drain runs the prepare and drain steps: it waits for the proxies and
+// applies switchover.drain_mode at the bound. It returns an error when the
+// switchover must roll back.
+func (s *switchover) drain(ctx context.Context) (string, error) {
+	sw := s.cfg.Switchover
+	w, err := s.waitProxies(ctx, sw.DrainTimeout.D())
+	if err != nil {
+		return "", err
+	}
+	if w.ready() {
+		return fmt.Sprintf("%d proxies hold new statements, no session busy on %s", w.proxies, s.old), nil
+	}
+	if len(w.notHolding) > 0 {
+		return "", fmt.Errorf("after switchover.drain_timeout %s these proxies had not acknowledged holding: %s",
+			sw.DrainTimeout, strings.Join(w.notHolding, ", "))
+	}
+	if sw.DrainMode != config.DrainFail {
+		return "", fmt.Errorf("%d sessions still had a statement or transaction open on %s after switchover.drain_timeout %s (%s); drain_mode abort",
+			w.busyTotal, s.old, sw.DrainTimeout, strings.Join(w.busy, ", "))
+	}
+	s.event("drain_bound", s.old, fmt.Sprintf("drain bound %s reached with %d sessions still in a transaction on %s (%s): drain_mode fail ends them",
+		sw.DrainTimeout, w.busyTotal, s.old, strings.Join(w.busy, ", ")))
+	if err := s.publishProgress(ctx, topo.SwitchStepFence); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d proxies hold; %d open transactions on %s are ended (drain_mode fail)", w.proxies, w.busyTotal, s.old), nil
+}
+
+// drainedNodes reads the cluster's drained nodes (none when the document
+// is absent).
+func drainedNodes(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) (topo.DrainedNodes, topo.Version, error) {
+	var d topo.DrainedNodes
+	v, err := topo.GetJSON(ctx, st, keys.Drained(cluster), &d)
+	if errors.Is(err, topo.ErrNotFound) {
+		return topo.DrainedNodes{Cluster: cluster}, 0, nil
+	}
+	if err != nil {
+		return d, 0, err
+	}
+	d.Cluster = cluster
+	return d, v, nil
+}
+
+// withoutDrained returns a copy of cl where drained nodes may not be
+// promoted.
+func withoutDrained(cl *config.Cluster, d topo.DrainedNodes) *config.Cluster {
+	c := *cl
+	c.Nodes = append([]config.Node(nil), cl.Nodes...)
+	for i := range c.Nodes {
+		if _, ok := d.Nodes[c.Nodes[i].Name]; ok {
+			c.Nodes[i].Promotion = promotionMustNot
+		}
+	}
+	return &c
+}
+
+// SwitchoverOptions are the operator's choices for a planned switchover.
+type SwitchoverOptions struct {
+	// Target is the node to promote ("" lets the leader choose).
+	Target string
+	// Warm replays the proxies' hot read set on the candidate first.
+	Warm bool
+	// RequireWarm refuses a candidate below switchover.warm_threshold.
+	RequireWarm bool
+	// By names the operator (user@host) for the events.
+	By string
+}
+
+// RequestSwitchoverWith is RequestSwitchover with warmth options: it hands
+// the request to the leader and waits for the result the same way.
+func RequestSwitchoverWith(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, o SwitchoverOptions) (topo.Request, error) {
+	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: o.Target,
+		Warm: o.Warm, RequireWarm: o.RequireWarm, By: o.By})
+}
