@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"context"
-	"encoding/binary"
 	"database/sql"
+	"encoding/binary"
 	"strings"
 	"testing"
 
