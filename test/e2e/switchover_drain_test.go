@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// writerLoop inserts rows through db until stop is closed and counts
+// successes and errors.
+type writerLoop struct {
+	ok, errs atomic.Int64
+	first    atomic.Value
+	wg       sync.WaitGroup
+	stop     chan struct{}
+}
+
+func startWriters(t *testing.T, db *sql.DB, table string, n int) *writerLoop {
+	w := &writerLoop{stop: make(chan struct{})}
+	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS " + table + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, w INT)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				if _, err := db.Exec("INSERT INTO "+table+" (w) VALUES (?)", i); err != nil {
+					w.errs.Add(1)
+					w.first.CompareAndSwap(nil, err.Error())
+				} else {
+					w.ok.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	return w
+}
+
+func (w *writerLoop) end() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// TestSwitchoverDrainBound: a transaction left open across
+// switchover.drain_timeout makes the switchover abort cleanly by default —
+// the old primary was never fenced and is writable, the transaction and the
+// other clients go on; with drain_mode fail the switchover goes on and only
+// that transaction fails, with a clear error.
+func TestSwitchoverDrainBound(t *testing.T) {
+	s := startSwitchStack(t, 1, func(c *config.Config) {
+		c.Switchover.DrainTimeout = config.Duration(time.Second)
+		c.Switchover.MaxHold = config.Duration(4 * time.Second)
+	})
+	ctx := context.Background()
+	db := s.open("primary", "sbtest")
+	db.SetMaxOpenConns(8)
+	writers := startWriters(t, db, "drain_w", 4)
+
+	// abort (default)
+	txConn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txConn.Close()
+	tx, err := txConn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("INSERT INTO drain_w (w) VALUES (100)"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err := s.switchover("node2")
+	took := time.Since(start)
+	if err == nil || !strings.Contains(out, "drain_timeout") || !strings.Contains(out, "rolled back") {
+		t.Fatalf("switchover with a transaction open across the drain bound: err %v\n%s", err, out)
+	}
+	t.Logf("abort at the drain bound after %s:\n%s", took.Round(time.Millisecond), out)
+	st := s.state()
+	if st.Primary != "node1" || st.Phase != topo.PhaseStable || st.Epoch != 1 {
+		t.Fatalf("after the abort: primary %s phase %s epoch %d", st.Primary, st.Phase, st.Epoch)
+	}
+	var ro int
+	if err := s.direct(0).QueryRow("SELECT @@global.read_only").Scan(&ro); err != nil || ro != 0 {
+		t.Fatalf("old primary read_only=%d (%v) after the abort: it must stay writable", ro, err)
+	}
+	if _, err := tx.Exec("INSERT INTO drain_w (w) VALUES (101)"); err != nil {
+		t.Fatalf("the open transaction after the abort: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit after the abort: %v", err)
+	}
+	before := writers.ok.Load()
+	time.Sleep(300 * time.Millisecond)
+	if writers.ok.Load() == before {
+		t.Fatal("writers do not continue after the abort")
+	}
+
+	// fail
+	cfg := *s.cfg
+	cfg.Switchover.DrainMode = config.DrainFail
+	s.ctrl.SetConfig(&cfg)
+	tx2, err := txConn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx2.Exec("INSERT INTO drain_w (w) VALUES (200)"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = s.switchover("node2")
+	if err != nil {
+		t.Fatalf("switchover with drain_mode fail: %v\n%s", err, out)
+	}
+	t.Logf("drain_mode fail:\n%s", out)
+	_, err = tx2.Exec("INSERT INTO drain_w (w) VALUES (201)")
+	if err == nil || !strings.Contains(err.Error(), "transaction was rolled back") {
+		t.Fatalf("the transaction open across the bound: %v", err)
+	}
+	t.Logf("the transaction open across the bound got: %v", err)
+	_ = tx2.Rollback()
+	var sid int
+	if err := txConn.QueryRowContext(ctx, "SELECT @@server_id").Scan(&sid); err != nil || sid != 2 {
+		t.Fatalf("that session afterwards: server_id %d, %v", sid, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	writers.end()
+	if n := writers.errs.Load(); n != 0 {
+		t.Fatalf("other clients saw %d errors (first: %v)", n, writers.first.Load())
+	}
+	var n200 int
+	if err := s.direct(1).QueryRow("SELECT COUNT(*) FROM sbtest.drain_w WHERE w IN (200, 201)").Scan(&n200); err != nil || n200 != 0 {
+		t.Fatalf("rows of the failed transaction on node2: %d (%v)", n200, err)
+	}
+	t.Logf("writers: %d inserts, 0 errors, across an aborted and a completed switchover", writers.ok.Load())
+}
