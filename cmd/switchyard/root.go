@@ -53,6 +53,8 @@ Operator commands find the topology store from --config (the same file
 		newControllerCmd(g),
 		newStatusCmd(g),
 		newSwitchoverCmd(g),
+		newDrainCmd(g),
+		newUndrainCmd(g),
 		newFailoverCmd(g),
 		newAckCmd(g),
 		newMaintenanceCmd(g),

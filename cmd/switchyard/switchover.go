@@ -14,20 +14,29 @@ import (
 
 func newSwitchoverCmd(g *globalFlags) *cobra.Command {
 	var (
-		cluster, to string
-		timeout     time.Duration
-		asJSON      bool
+		cluster, to       string
+		timeout           time.Duration
+		asJSON            bool
+		warm, requireWarm bool
 	)
 	cmd := &cobra.Command{
 		Use:   "switchover --cluster C [--to NODE]",
 		Short: "Planned switchover: move the primary role to another node",
-		Long: `switchover asks the controller leader to move the primary role of a cluster:
-it fences the old primary (read_only=ON, client sessions killed), waits until
-the candidate has applied every GTID of the old primary (bounded by
-switchover.catchup_timeout; on timeout it aborts and makes the old primary
-writable again), promotes the candidate, repoints the other replicas and the
-old primary to it, and bumps the epoch. Without --to the controller picks the
-most advanced serving replica (promotion rule prefer first, never must_not).`,
+		Long: `switchover asks the controller leader to move the primary role of a cluster,
+coordinated with every proxy so that clients see a short pause, not errors:
+proxies hold new statements at transaction boundaries and acknowledge;
+transactions already open finish (bounded by switchover.drain_timeout; at the
+bound switchover.drain_mode aborts the switchover or ends those transactions);
+the controller fences the old primary (read_only=ON, client sessions killed),
+waits until the candidate has applied every GTID of the old primary (bounded
+by switchover.catchup_timeout), promotes it and publishes it with the next
+epoch; proxies move held and idle sessions (with their variables and prepared
+statements) to it and release the held statements; then the other replicas
+and the old primary are repointed. Any failure rolls back: the old primary is
+writable again. Without --to the controller picks the most advanced serving
+replica (promotion rule prefer first, never must_not, never a drained node).
+The candidate's buffer-pool warmth is reported; --warm raises it first by
+replaying the proxies' hot read set, --require-warm refuses a cold candidate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cluster == "" {
@@ -40,7 +49,8 @@ most advanced serving replica (promotion rule prefer first, never must_not).`,
 				return err
 			}
 			defer st.Close()
-			req, err := controller.RequestSwitchover(ctx, st, keys, cluster, to)
+			req, err := controller.RequestSwitchoverWith(ctx, st, keys, cluster,
+				controller.SwitchoverOptions{Target: to, Warm: warm, RequireWarm: requireWarm, By: operatorName()})
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -58,6 +68,10 @@ most advanced serving replica (promotion rule prefer first, never must_not).`,
 			}
 			if !asJSON {
 				fmt.Fprintf(cmd.OutOrStdout(), "switchover done: cluster %s primary is now %s (epoch %d -> %d)\n", cluster, req.Target, req.FromEpoch, req.ToEpoch)
+				if w := req.Warmth; w != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "candidate warmth: %.0f%% of the old primary's buffer-pool data pages (%d of %d), hit ratio %.3f\n",
+						100*w.Fraction, w.DataPages, w.PrimaryDataPages, w.HitRatio)
+				}
 			}
 			return nil
 		},
@@ -66,5 +80,7 @@ most advanced serving replica (promotion rule prefer first, never must_not).`,
 	cmd.Flags().StringVar(&to, "to", "", "node to promote (default: chosen by the controller)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for the controller to finish")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the request record as JSON")
+	cmd.Flags().BoolVar(&warm, "warm", false, "replay the proxies' hot read set on the candidate before promotion, until switchover.warm_threshold or switchover.warm_timeout")
+	cmd.Flags().BoolVar(&requireWarm, "require-warm", false, "refuse a candidate whose buffer pool is below switchover.warm_threshold of the primary's")
 	return cmd
 }

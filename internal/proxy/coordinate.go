@@ -171,8 +171,12 @@ func (s *Server) countBusy(cluster, node string) int {
 // cluster whose backend is no longer a valid route (a switched-over
 // primary, a drained or unserving replica), so a node is emptied without
 // waiting for each client's next command. The session notices at its next
-// command (busyDetached) and moves. A session running a command or in a
-// transaction is left alone.
+// command (busyDetached) and moves. A session running a command is left
+// alone, and so is one in a transaction on a replica listener (it ends
+// where it is); on a primary listener a transaction open on a former
+// primary is gone already (the fence killed its connection), so its
+// connection is closed too and the client gets the error at its next
+// statement.
 func (s *Server) sweep(cluster string) {
 	cr := s.route(cluster)
 	snap := cr.snap.Load()
@@ -195,7 +199,10 @@ func (s *Server) sweep(cluster string) {
 			continue
 		}
 		if !sess.busy.CompareAndSwap(0, busyDetached) {
-			continue
+			if sess.l.role != rolePrimary || snap.primary == nil || snap.primary.same(be.t) ||
+				!sess.busy.CompareAndSwap(busyTx, busyTx|busyDetached) {
+				continue
+			}
 		}
 		be.close(true)
 		swept++

@@ -210,6 +210,7 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			continue
 		}
 		backoff = followBackoffMin
+		go s.watchLease(ctx, lease)
 		if s.WritesFenced() != "" && s.resync(ctx, st, keys) == nil {
 			s.unfenceWrites()
 		}

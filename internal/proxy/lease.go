@@ -86,6 +86,20 @@ func (s *Server) reapplySnapshots() {
 	}
 }
 
+// watchLease fences writes the moment lease is lost, whatever the
+// registration loop is doing (it may be blocked writing to a store it can
+// no longer reach): the controller counts a proxy whose registration
+// expired as one that routes no writes.
+func (s *Server) watchLease(ctx context.Context, lease topo.Lease) {
+	select {
+	case <-ctx.Done():
+	case <-lease.Done():
+		if ctx.Err() == nil {
+			s.fenceWrites("registration lease lost")
+		}
+	}
+}
+
 // registerBounded registers with a deadline: during a partition a request
 // to etcd can hang on a connection that drops packets, and a proxy whose
 // lease was lost must keep trying so that it routes writes again once the

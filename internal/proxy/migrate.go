@@ -184,8 +184,8 @@ func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
 		}
 		return false, ""
 	}
-	if s.inTx() && !s.detached && s.be != nil {
-		if s.l.role == roleReplica {
+	if (s.inTx() || s.st.locked) && s.be != nil {
+		if s.l.role == roleReplica && !s.detached {
 			return false, "" // let the read transaction end where it is; move after
 		}
 		return s.abortTx(snap, cmd, fmt.Sprintf("the primary of cluster %s changed (epoch %d) while it was open", s.l.cluster, snap.stateEpoch()))

@@ -260,7 +260,11 @@ func reachError(err error, timeout time.Duration) error {
 func (s *Server) updateReach(ctx context.Context, lease topo.Lease, started time.Time) {
 	val, err := s.registration(started, s.Epochs())
 	if err == nil {
-		err = lease.Update(ctx, val)
+		// Bounded: a store that stopped answering must not hold the
+		// registration loop (it also watches for the lease's loss).
+		uctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = lease.Update(uctx, val)
+		cancel()
 	}
 	if err == nil || ctx.Err() != nil {
 		return

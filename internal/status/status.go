@@ -30,6 +30,8 @@ type Report struct {
 	Config *configstore.Summary `json:"config,omitempty"`
 	// CollectedAt is when the report was read.
 	CollectedAt time.Time `json:"collected_at"`
+	// Drained are the drained nodes of each cluster (switchyard drain).
+	Drained map[string]map[string]topo.DrainRecord `json:"drained,omitempty"`
 }
 
 // Collect reads the report from the store. A missing leader or an empty
@@ -87,6 +89,9 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 		r.Proxies = append(r.Proxies, p)
 	}
 	sort.Slice(r.Proxies, func(i, j int) bool { return r.Proxies[i].ID < r.Proxies[j].ID })
+	if err := collectDrained(ctx, st, keys, r); err != nil {
+		return nil, err
+	}
 	if r.Config, err = configstore.ReadSummary(ctx, st, keys); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -137,6 +142,9 @@ func WriteTable(w io.Writer, r *Report) error {
 					serving = "no: " + n.Reason
 				}
 			}
+			if _, ok := r.Drained[cs.Cluster][n.Name]; ok && n.Role != topo.RolePrimary {
+				serving = "no: drained"
+			}
 			src, threads, lag := "-", "-", "-"
 			if p.Replicating {
 				src = fmt.Sprintf("%s:%d", p.SourceHost, p.SourcePort)
@@ -168,6 +176,7 @@ func WriteTable(w io.Writer, r *Report) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		writeDrained(w, r, cs.Cluster)
 		writePolicy(w, r, cs)
 	}
 	if len(r.Proxies) > 0 {

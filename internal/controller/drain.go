@@ -1,0 +1,179 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// Drain: planned maintenance moves traffic first. Draining a node marks it
+// in the cluster's drained document (topo.DrainedNodes, in the store, so it
+// outlives any controller or proxy): proxies take it out of the replica
+// listeners at once and close idle sessions' connections to it, the
+// controller never chooses it as a switchover candidate, and — when it is
+// the primary — a coordinated switchover moves the primary role away
+// first. The node is safe to stop once no proxy reports a client session on
+// it (topo.ProxyRegistration.BackendSessions).
+
+// DrainOptions are the operator's choices for Drain.
+type DrainOptions struct {
+	// By and Reason are recorded in the drained document.
+	By, Reason string
+	// Wait blocks until no proxy reports a session on the node (or ctx
+	// ends).
+	Wait bool
+	// Progress, when set, receives one line per step.
+	Progress func(line string)
+}
+
+// DrainResult says what Drain did.
+type DrainResult struct {
+	Node string `json:"node"`
+	// Switchover is the switchover request when the node was the primary.
+	Switchover *topo.Request `json:"switchover,omitempty"`
+	// Sessions is the number of client sessions proxies still report on
+	// the node when Drain returned (0 after a successful wait), and
+	// ByProxy says where.
+	Sessions int      `json:"sessions"`
+	ByProxy  []string `json:"by_proxy,omitempty"`
+	// Safe is true when the node is drained, not the primary, and no
+	// session uses it.
+	Safe bool `json:"safe"`
+}
+
+// Drain drains node of cluster (see the package comment above). Errors
+// wrap ErrRequestFailed when the switchover away from the primary failed
+// (the node stays drained for reads; undrain it to undo), or ctx's error
+// when the wait ended first.
+func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node string, o DrainOptions) (DrainResult, error) {
+	res := DrainResult{Node: node}
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	var cs topo.ClusterState
+	if _, err := topo.GetJSON(ctx, st, keys.ClusterState(cluster), &cs); err != nil {
+		if errors.Is(err, topo.ErrNotFound) {
+			return res, fmt.Errorf("drain: cluster %s has no published state (is a controller running?)", cluster)
+		}
+		return res, fmt.Errorf("drain: read state of cluster %s: %w", cluster, err)
+	}
+	if cs.Node(node) == nil {
+		return res, fmt.Errorf("drain: %s is not a node of cluster %s", node, cluster)
+	}
+	if err := setDrained(ctx, st, keys, cluster, node, &topo.DrainRecord{Since: time.Now().UTC(), By: o.By, Reason: o.Reason}); err != nil {
+		return res, err
+	}
+	say("%s marked drained: no new session is routed to it on replica listeners, and it is never a switchover candidate", node)
+	if cs.Primary == node {
+		say("%s is the primary: switching over first (coordinated: statements are held, not failed)", node)
+		req, err := RequestSwitchoverWith(ctx, st, keys, cluster, SwitchoverOptions{By: o.By})
+		res.Switchover = &req
+		for _, s := range req.Steps {
+			say("  %s", s)
+		}
+		if err != nil {
+			return res, fmt.Errorf("drain: %s stays drained for reads but is still the primary: %w", node, err)
+		}
+		say("primary is now %s (epoch %d)", req.Target, req.ToEpoch)
+	}
+	for {
+		n, by, err := NodeSessions(ctx, st, keys, cluster, node)
+		if err != nil {
+			return res, err
+		}
+		res.Sessions, res.ByProxy = n, by
+		if n == 0 {
+			if _, err := topo.GetJSON(ctx, st, keys.ClusterState(cluster), &cs); err == nil && cs.Primary != node {
+				res.Safe = true
+				say("no client session uses %s on any proxy: it is safe to stop", node)
+				return res, nil
+			}
+		}
+		if !o.Wait {
+			say("%d client sessions still use %s (%s); run with --wait to wait for them", n, node, strings.Join(by, ", "))
+			return res, nil
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("drain: %d sessions still use %s (%s): %w", n, node, strings.Join(by, ", "), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Undrain removes node from cluster's drained nodes: it serves reads again
+// once the controller sees it replicating, and may be a candidate again.
+// It reports whether the node was drained.
+func Undrain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node string) (bool, error) {
+	d, _, err := drainedNodes(ctx, st, keys, cluster)
+	if err != nil {
+		return false, fmt.Errorf("undrain: %w", err)
+	}
+	if _, ok := d.Nodes[node]; !ok {
+		return false, nil
+	}
+	return true, setDrained(ctx, st, keys, cluster, node, nil)
+}
+
+// setDrained adds (rec != nil) or removes node in the drained document with
+// compare-and-swap, retrying on conflicts.
+func setDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node string, rec *topo.DrainRecord) error {
+	for range 5 {
+		d, v, err := drainedNodes(ctx, st, keys, cluster)
+		if err != nil {
+			return fmt.Errorf("read drained nodes of %s: %w", cluster, err)
+		}
+		if d.Nodes == nil {
+			d.Nodes = map[string]topo.DrainRecord{}
+		}
+		if rec != nil {
+			if _, ok := d.Nodes[node]; ok {
+				return nil
+			}
+			d.Nodes[node] = *rec
+		} else {
+			delete(d.Nodes, node)
+		}
+		_, err = topo.PutJSON(ctx, st, keys.Drained(cluster), d, v)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, topo.ErrBadVersion) && !errors.Is(err, topo.ErrExists) && !errors.Is(err, topo.ErrNotFound) {
+			return fmt.Errorf("write drained nodes of %s: %w", cluster, err)
+		}
+	}
+	return fmt.Errorf("write drained nodes of %s: it kept changing; retry", cluster)
+}
+
+// NodeSessions sums the client sessions every live proxy reports on node
+// of cluster, and lists "proxy=n" for those with any.
+func NodeSessions(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node string) (int, []string, error) {
+	kvs, err := st.List(ctx, keys.Proxies())
+	if err != nil {
+		return 0, nil, fmt.Errorf("list proxy registrations: %w", err)
+	}
+	total := 0
+	var by []string
+	for _, kv := range kvs {
+		var reg topo.ProxyRegistration
+		if json.Unmarshal(kv.Value, &reg) != nil {
+			continue
+		}
+		for _, b := range reg.BackendSessions {
+			if b.Cluster == cluster && b.Node == node && b.Sessions > 0 {
+				total += b.Sessions
+				by = append(by, fmt.Sprintf("%s=%d", reg.ID, b.Sessions))
+			}
+		}
+	}
+	sort.Strings(by)
+	return total, by, nil
+}
