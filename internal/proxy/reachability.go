@@ -51,6 +51,16 @@ func (s *Server) backendTrouble() {
 	}
 }
 
+// reachable reports whether this proxy's last check of t's node found it
+// reachable (true when it was not checked).
+func (s *Server) reachable(t *target) bool {
+	s.reach.init()
+	s.reach.mu.Lock()
+	defer s.reach.mu.Unlock()
+	b, ok := s.reach.nodes[t.cluster+"/"+t.node]
+	return !ok || b.Reachable
+}
+
 // backendReport returns the current reachability of every node, sorted by
 // cluster and node, for the registration.
 func (s *Server) backendReport() []topo.BackendReach {

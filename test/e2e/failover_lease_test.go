@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -118,13 +120,28 @@ func TestProxyLeaseLossStopsWrites(t *testing.T) {
 	cutAt := time.Now()
 	relay.cut.Store(true)
 	deadline := time.Now().Add(proxy.RegistrationTTL + 10*time.Second)
-	for p2.WritesFenced() == "" {
+	var goneAt, fencedAt time.Time
+	for fencedAt.IsZero() || goneAt.IsZero() {
 		if time.Now().After(deadline) {
-			t.Fatalf("proxy-2 still routes writes %s after losing etcd", time.Since(cutAt))
+			t.Fatalf("proxy-2 %s after losing etcd: fenced %v, registration gone %v", time.Since(cutAt), !fencedAt.IsZero(), !goneAt.IsZero())
 		}
-		time.Sleep(50 * time.Millisecond)
+		if fencedAt.IsZero() && p2.WritesFenced() != "" {
+			fencedAt = time.Now()
+		}
+		if goneAt.IsZero() {
+			if _, err := s.store.Get(context.Background(), s.keys.Proxy("proxy-2")); errors.Is(err, topo.ErrNotFound) {
+				goneAt = time.Now()
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("proxy-2 cut off from etcd: writes refused after %s (registration TTL %s)", time.Since(cutAt).Round(time.Millisecond), proxy.RegistrationTTL)
+	t.Logf("proxy-2 cut off from etcd: registration expired in etcd after %s, writes refused after %s (registration TTL %s)",
+		goneAt.Sub(cutAt).Round(time.Millisecond), fencedAt.Sub(cutAt).Round(time.Millisecond), proxy.RegistrationTTL)
+	// The controller takes a proxy whose registration is gone for 2 s as
+	// one that routes no writes: the proxy must have fenced itself by then.
+	if late := fencedAt.Sub(goneAt); late > 2*time.Second {
+		t.Fatalf("proxy-2 fenced %s after its registration expired, more than the controller's 2s grace", late)
+	}
 	err := rw.QueryRow("SELECT @@server_id").Scan(&sid)
 	if code := mysqlErrNo(err); code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(err.Error(), "lost its registration") {
 		t.Fatalf("existing rw session on a fenced proxy: %v, want error 1290 saying why", err)
