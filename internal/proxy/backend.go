@@ -156,6 +156,32 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 	return be, okp, nil
 }
 
+// connectRoute connects to first and, on a replica listener, when that
+// fails, to the other serving replicas (skipping those this proxy found
+// unreachable) and then the primary if fallback is on: a node that went
+// away costs one refused connect (or one connect timeout), never more. It
+// returns the target it connected to.
+func (s *session) connectRoute(first *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*target, *backend, []byte, *mysql.MyError) {
+	be, okp, merr := s.connect(first, snap, rc, restore)
+	if merr == nil || s.l.role != roleReplica {
+		return first, be, okp, merr
+	}
+	tried := map[string]bool{first.addr: true}
+	avoid := func(t *target) bool { return tried[t.addr] || !s.srv.reachable(t) }
+	for range len(snap.replicas) + 1 {
+		t, perr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), avoid)
+		if perr != nil {
+			return first, nil, nil, merr
+		}
+		tried[t.addr] = true
+		if be, okp, err := s.connect(t, snap, rc, restore); err == nil {
+			s.log.Info("backend unavailable; session routed to another node", "failed", first.node, "node", t.node)
+			return t, be, okp, nil
+		}
+	}
+	return first, nil, nil, merr
+}
+
 func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *backend, *mysql.MyError) {
 	start := time.Now()
 	d := net.Dialer{Timeout: rc.connectTimeout}

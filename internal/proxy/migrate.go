@@ -255,12 +255,15 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig) string {
 		s.log.Info("closing session: route changed and its state cannot be moved", "from", nodeName(old), "to", to, "why", why)
 		return closeRouteChanged
 	}
-	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
+	if merr != nil {
+		t, merr = snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	}
 	if merr != nil {
 		s.writeError(1, merr)
 		return closeNoRoute
 	}
-	be, _, merr := s.connect(t, snap, rc, true)
+	t, be, _, merr := s.connectRoute(t, snap, rc, true)
 	if merr != nil {
 		s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "restore").Inc()
 		s.writeError(1, merr)

@@ -135,6 +135,27 @@ func (snap *routeSnapshot) pick(role string, fallback bool) (*target, *mysql.MyE
 	}
 }
 
+// pickAvoiding is pick for a replica listener that skips replicas avoid
+// rejects (known unreachable, already tried), falling back to the primary
+// when every replica is skipped and fallback is on. With nothing left it
+// returns pick's choice (the proxy's view may be stale).
+func (snap *routeSnapshot) pickAvoiding(role string, fallback bool, avoid func(*target) bool) (*target, *mysql.MyError) {
+	if snap == nil || role != roleReplica || len(snap.replicas) == 0 {
+		return snap.pick(role, fallback)
+	}
+	n := uint64(len(snap.replicas))
+	start := snap.rr.Add(1) - 1
+	for i := range n {
+		if t := snap.replicas[(start+i)%n]; !avoid(t) {
+			return t, nil
+		}
+	}
+	if fallback && snap.primary != nil && !avoid(snap.primary) {
+		return snap.primary, nil
+	}
+	return nil, errNoRoute(fmt.Sprintf("switchyard: no reachable replica in cluster %s", snap.state.Cluster))
+}
+
 // valid reports whether a session already connected through be may stay
 // there under snap.
 func (snap *routeSnapshot) valid(role string, fallback bool, be *backend) bool {

@@ -200,13 +200,32 @@ func (s *session) login() string {
 	_ = s.client.SetDeadline(time.Now().Add(handshakeWindow))
 	rc := s.srv.rc.Load()
 	snap := s.l.route.snap.Load()
-	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
+	if merr != nil {
+		t, merr = snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	}
 	if merr != nil {
 		s.writeError(0, merr)
 		s.log.Info("refusing client: no route", "err", merr.Message)
 		return closeNoRoute
 	}
 	g, merr := s.greeting(t, snap, rc)
+	if merr != nil && s.l.role == roleReplica {
+		// The first session of a cluster reads a greeting from its node:
+		// try the other replicas (and the primary) before giving up.
+		tried := map[string]bool{t.addr: true}
+		for range len(snap.replicas) + 1 {
+			alt, perr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(x *target) bool { return tried[x.addr] })
+			if perr != nil {
+				break
+			}
+			tried[alt.addr] = true
+			if g, merr = s.greeting(alt, snap, rc); merr == nil {
+				t = alt
+				break
+			}
+		}
+	}
 	if merr != nil {
 		s.writeError(0, merr)
 		return closeBackendConnect
@@ -268,7 +287,7 @@ func (s *session) login() string {
 	s.stage1 = stage1
 	s.schema = resp.Database
 
-	be, okPayload, merr := s.connect(t, snap, rc, false)
+	t, be, okPayload, merr := s.connectRoute(t, snap, rc, false)
 	if merr != nil {
 		s.writeError(seq, merr)
 		return closeBackendConnect
