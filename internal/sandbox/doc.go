@@ -31,10 +31,11 @@
 // every node's gtid_current_pos equals node1's gtid_binlog_pos.
 //
 // Roles at creation: node1 is the writable primary, the others replicas with
-// read_only=ON. Each defaults file records that initial role (read_only, and
-// the semi-sync master or slave switch), so a node restarted by StartNode or
-// Up comes back with it; after a switchover the controller, not this
-// package, puts restarted nodes right.
+// read_only=ON. Every defaults file says read_only=ON (and, with semi-sync,
+// makes every node a semi-sync replica), so any node restarted by StartNode or
+// Up comes back read-only — the safe setting, since switchovers move the
+// primary; the controller, not this package, makes the published primary
+// writable again after a restart.
 //
 // The package never reads or writes /etc/mysql, never signals a process it
 // cannot prove it started (a live mariadbd whose command line names this

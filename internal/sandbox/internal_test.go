@@ -44,7 +44,7 @@ func TestDefaultsFileIsolation(t *testing.T) {
 	c := &Cluster{Dir: "/x", SemiSync: true, Nodes: []Node{{Name: "node1", ServerID: 1, Port: 3307}, {Name: "node2", ServerID: 2, Port: 3308}}}
 	p := string(c.defaultsFile(0, "root"))
 	r := string(c.defaultsFile(1, "root"))
-	for _, want := range []string{"server-id=1\n", "port=3307\n", "read-only=OFF\n", "gtid-strict-mode=ON\n", "log-slave-updates=ON\n", "binlog-format=ROW\n", "rpl-semi-sync-master-enabled=ON\n", "bind-address=127.0.0.1\n"} {
+	for _, want := range []string{"server-id=1\n", "port=3307\n", "read-only=ON\n", "gtid-strict-mode=ON\n", "log-slave-updates=ON\n", "binlog-format=ROW\n", "rpl-semi-sync-slave-enabled=ON\n", "bind-address=127.0.0.1\n"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("primary defaults file lacks %q", want)
 		}

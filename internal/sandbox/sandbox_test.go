@@ -298,6 +298,14 @@ func TestCluster(t *testing.T) {
 		if err := c.StartNode(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
+		// Every node restarts read-only (its defaults file says so); making
+		// the primary writable again is the controller's job, done here by hand.
+		if ro := queryString(t, rootDB(t, c, 0), "SELECT @@read_only"); ro != "1" {
+			t.Fatalf("restarted primary read_only=%s, want 1 (restart-safe default)", ro)
+		}
+		if _, err := rootDB(t, c, 0).Exec("SET GLOBAL read_only=0"); err != nil {
+			t.Fatal(err)
+		}
 		app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, sandbox.SysbenchDatabase)
 		if _, err := app.Exec("INSERT INTO t_repl VALUES (20, 'after crash')"); err != nil {
 			t.Fatalf("write on restarted primary: %v", err)
