@@ -102,9 +102,13 @@ func TestAutoFailoverAndRejoin(t *testing.T) {
 	other := 3 - np // the remaining replica (indexes 1 and 2)
 	waitReplicating(t, c, other, np)
 
-	// The old primary returns writable (its defaults file says so): it is
-	// fenced at once and rejoined as a replica of the new primary.
+	// The old primary returns (read-only, as its defaults file says); an
+	// init script that makes it writable is simulated by hand: it is fenced
+	// at once and rejoined as a replica of the new primary.
 	if err := c.StartNode(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rootDB(t, c, 0).Exec("SET GLOBAL read_only=0"); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, st, 10*time.Second, "fenced node1")

@@ -36,10 +36,26 @@ const repairBackoff = 5 * time.Second
 //
 // A replica whose threads an operator stopped is left alone (it is
 // reported and not served).
+//
+// Two more cases concern restarts:
+//   - a replica that is writable (read_only=OFF while replicating, e.g. an
+//     init script or option file that starts it writable) is fenced like a
+//     stray node: a writable replica would take writes meant for nobody and
+//     break replication with errant GTIDs;
+//   - the published primary that went away (unreachable) and came back
+//     read-only and not replicating — a restart with read_only=ON in its
+//     option file, the safe setting — is made writable again, because it is
+//     still the primary of the current epoch and no other node is writable.
+//     A primary an operator set read-only while it stayed up is left alone
+//     (reported as primary_read_only).
 func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
+	if pp, ok := probes[st.Primary]; st.Primary != "" && ok && !pp.Reachable {
+		m.primaryGone = st.Primary
+	}
 	if st.Phase != topo.PhaseStable || st.Primary == "" {
 		return
 	}
+	t.restorePrimary(ctx, cfg, cl, st, probes, m)
 	pp, ok := probes[st.Primary]
 	primaryNode := cl.Node(st.Primary)
 	primaryUp := ok && complete(pp) && !pp.ReadOnly && !pp.Replicating && primaryNode != nil
@@ -55,7 +71,7 @@ func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluste
 		if now.Sub(m.repairAt[n.Name]) < repairBackoff {
 			continue
 		}
-		stray := !p.Replicating && !p.ReadOnly
+		stray := !p.ReadOnly
 		wrongSource := p.Replicating && primaryNode != nil && !analysis.SameAddress(p.SourceHost, p.SourcePort, primaryNode.Address)
 		idle := !p.Replicating && p.ReadOnly
 		quarantined := st.Quarantined[n.Name] != ""
@@ -78,6 +94,53 @@ func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluste
 			t.rejoin(ctx, cfg, cl, cr, st, n, p, idle)
 		}
 	}
+}
+
+// restorePrimary makes the published primary writable again after it came
+// back from being unreachable with read_only=ON (a restart), when it is not
+// replicating and no other node is writable; see repair.
+func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *config.Cluster, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
+	pp, ok := probes[st.Primary]
+	if !ok || !complete(pp) {
+		return
+	}
+	if !pp.ReadOnly || m.primaryGone != st.Primary {
+		if !pp.ReadOnly {
+			m.primaryGone = ""
+		}
+		return
+	}
+	code := string(analysis.PrimaryReadOnly)
+	if pp.Replicating {
+		t.repairEvent(ctx, st, topo.EventNoAction, code, st.Primary, fmt.Sprintf(
+			"primary %s came back read-only and replicating from %s: not making it writable; switch over or fail over to a node that should be primary",
+			st.Primary, hostPort(pp.SourceHost, pp.SourcePort)))
+		return
+	}
+	for name, p := range probes {
+		if name != st.Primary && p.Reachable && !p.ReadOnly {
+			t.repairEvent(ctx, st, topo.EventNoAction, code, st.Primary, fmt.Sprintf(
+				"primary %s came back read-only while %s is writable: not making it writable", st.Primary, name))
+			return
+		}
+	}
+	n := cl.Node(st.Primary)
+	if n == nil {
+		return
+	}
+	pr, err := t.c.prober(cfg, cl, n)
+	if err == nil {
+		err = pr.SetReadOnly(ctx, false)
+	}
+	if err != nil {
+		t.repairEvent(ctx, st, topo.EventNoAction, code, st.Primary, fmt.Sprintf(
+			"primary %s came back read-only after being unreachable; making it writable failed: %v", st.Primary, err))
+		return
+	}
+	m.primaryGone = ""
+	t.repairEvent(ctx, st, topo.EventDecision, code, st.Primary, fmt.Sprintf(
+		"primary %s came back read-only after being unreachable (restart) and is still the primary of epoch %d with no other writable node: read_only=OFF",
+		st.Primary, st.Epoch))
 }
 
 func (t *term) repairEvent(ctx context.Context, st *topo.ClusterState, kind, code, node, msg string) {

@@ -139,6 +139,7 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 		primaryAddr = n.Address
 	}
 	maxLag := cl.ReadRouting.MaxLag.D()
+	primaryDown := st.Primary != "" && !probe(st.Primary).Reachable
 	for _, n := range cl.Nodes {
 		p := probe(n.Name)
 		ns := topo.NodeState{Name: n.Name, Address: n.Address, Role: topo.RoleUnknown, Probe: p}
@@ -158,7 +159,10 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 			ns.Serving = ns.Reason == ""
 		case p.Replicating:
 			ns.Role = topo.RoleReplica
-			ns.Reason = replicaReason(p, primaryAddr, st.Primary, maxLag)
+			ns.Reason = replicaReason(p, primaryAddr, st.Primary, maxLag, primaryDown)
+			if ns.Reason == "" && !p.ReadOnly {
+				ns.Reason = "writable replica (read_only=OFF): being fenced"
+			}
 			ns.Serving = ns.Reason == ""
 		case !p.ReadOnly:
 			ns.Reason = "writable but not the primary"
@@ -226,7 +230,11 @@ func discoverPrimary(cl config.Cluster, probe func(string) topo.Probe, writable 
 }
 
 // replicaReason says why a reachable replica may not serve reads, or "".
-func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Duration) string {
+// While the primary is unreachable (primaryDown), a replica of it whose SQL
+// thread runs keeps serving what it received although its IO thread cannot
+// connect: its lag is unknown, but failing every read for the length of a
+// primary outage is worse than serving data as of the outage.
+func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Duration, primaryDown bool) string {
 	if primaryAddr == "" {
 		return "no primary known"
 	}
@@ -234,6 +242,9 @@ func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Durati
 		return fmt.Sprintf("replicating from %s not current primary %s", hostPort(p.SourceHost, p.SourcePort), primary)
 	}
 	ioOK := p.IORunning == "Yes"
+	if primaryDown && !ioOK && p.IORunning != "No" && p.SQLRunning {
+		return ""
+	}
 	switch {
 	case !ioOK && !p.SQLRunning:
 		return "replication stopped"

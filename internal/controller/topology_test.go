@@ -76,6 +76,37 @@ func TestBuildState(t *testing.T) {
 			},
 		},
 		{
+			name:   "writable replica is not served",
+			probes: with(healthy(), "node2", func(p *topo.Probe) { p.ReadOnly = false }),
+			prev:   stable("node1", 3), primary: "node1", epoch: 3,
+			nodes: map[string]nodeWant{
+				"node2": {role: topo.RoleReplica, serving: false, reason: "writable replica"},
+				"node3": {role: topo.RoleReplica, serving: true},
+			},
+		},
+		{
+			name: "replicas keep serving while the primary is unreachable",
+			probes: with(with(with(healthy(), "node1", func(p *topo.Probe) { *p = topo.Probe{Error: "connection refused"} }),
+				"node2", func(p *topo.Probe) { p.IORunning, p.LagSeconds = "Connecting", nil }),
+				"node3", func(p *topo.Probe) { p.IORunning, p.LagSeconds, p.SQLRunning = "Connecting", nil, false }),
+			prev: stable("node1", 3), primary: "node1", epoch: 3,
+			nodes: map[string]nodeWant{
+				"node2": {role: topo.RoleReplica, serving: true},
+				"node3": {role: topo.RoleReplica, serving: false, reason: "replication stopped"},
+			},
+			findings: []string{FindingPrimaryUnreachable},
+		},
+		{
+			name: "IO thread stopped by hand is not served even while the primary is unreachable",
+			probes: with(with(healthy(), "node1", func(p *topo.Probe) { *p = topo.Probe{Error: "connection refused"} }),
+				"node2", func(p *topo.Probe) { p.IORunning, p.LagSeconds = "No", nil }),
+			prev: stable("node1", 3), primary: "node1", epoch: 3,
+			nodes: map[string]nodeWant{
+				"node2": {role: topo.RoleReplica, serving: false, reason: "IO thread No"},
+			},
+			findings: []string{FindingPrimaryUnreachable},
+		},
+		{
 			name: "normal keeps epoch", probes: healthy(), prev: stable("node1", 7), primary: "node1", epoch: 7,
 			nodes: map[string]nodeWant{"node2": {role: topo.RoleReplica, serving: true}},
 		},
