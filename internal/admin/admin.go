@@ -30,7 +30,7 @@ type Options struct {
 	// ready, e.g. no routing state for a cluster yet). May be nil (/readyz
 	// then answers like /healthz).
 	Ready func() error
-	Log     *slog.Logger
+	Log   *slog.Logger
 }
 
 // Server is a running admin endpoint.
