@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/analysis"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -279,30 +280,10 @@ func hostPort(host string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// sameAddress reports whether a replica's source (Master_Host, Master_Port)
-// is the node configured at addr (host:port). Host names compare
-// case-insensitively; localhost and every 127.x / ::1 address are equal.
+// sameAddress is analysis.SameAddress: a replica's source (Master_Host,
+// Master_Port) is the node configured at addr.
 func sameAddress(host string, port int, addr string) bool {
-	h, ps, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	p, err := strconv.Atoi(ps)
-	if err != nil || p != port {
-		return false
-	}
-	if strings.EqualFold(h, host) {
-		return true
-	}
-	return isLoopback(h) && isLoopback(host)
-}
-
-func isLoopback(h string) bool {
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
+	return analysis.SameAddress(host, port, addr)
 }
 
 // routingChanged reports whether b differs from a in anything a proxy or an
