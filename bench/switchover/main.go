@@ -463,11 +463,11 @@ func (s *stack) coldRestart(ctx context.Context, i int) error {
 type readers struct {
 	dsn            string
 	n, rows, width int
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	at      []time.Time
-	lat     []time.Duration
-	errs    int
+	wg             sync.WaitGroup
+	mu             sync.Mutex
+	at             []time.Time
+	lat            []time.Duration
+	errs           int
 }
 
 func newReaders(dsn string, n, rows, width int) *readers {
