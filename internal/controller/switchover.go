@@ -41,6 +41,7 @@ type switchover struct {
 	progressVersion   topo.Version  // of the switchover document
 	announced         bool          // the switchover document and phase switching were published
 	heldFor           time.Duration // from prepare to the publication of the new primary
+	replayHit         float64       // buffer-pool hit ratio of the --warm replay
 	fenced            bool          // old primary set read-only
 	candStopped       bool          // candidate's replication stopped
 	candReset         bool          // candidate's replication config removed

@@ -154,8 +154,8 @@ func (s *switchover) warmth(ctx context.Context) (string, error) {
 			return "", ctx.Err()
 		}
 		w = after
-		detail = fmt.Sprintf("warmed from %.0f%% to %.0f%% of %s's data pages (%d of %d) in %d statements (%d failed), hit ratio during the replay %.3f",
-			100*before.Fraction, 100*w.Fraction, s.old, w.DataPages, w.PrimaryDataPages, w.Replayed, w.ReplayErrors, w.HitRatio)
+		detail = fmt.Sprintf("warmed from %.0f%% to %.0f%% of %s's data pages (%d of %d), hit ratio %.3f; replayed %d statements and hot-table scans (%d failed; %.0f%% of their page reads missed the buffer pool)",
+			100*before.Fraction, 100*w.Fraction, s.old, w.DataPages, w.PrimaryDataPages, w.HitRatio, w.Replayed, w.ReplayErrors, 100*(1-s.replayHit))
 		if rerr != nil {
 			detail += "; " + rerr.Error()
 		}
@@ -346,7 +346,7 @@ feed:
 		w = after
 	}
 	if end, err := readBufferPool(mctx, mon); err == nil {
-		w.HitRatio = hitRatio(end.readRequests-start.readRequests, end.reads-start.reads)
+		s.replayHit = hitRatio(end.readRequests-start.readRequests, end.reads-start.reads)
 	}
 	w.Replayed, w.ReplayErrors = replayed.Load(), failed.Load()
 	if len(skipped) > 0 {
