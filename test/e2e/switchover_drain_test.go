@@ -147,3 +147,32 @@ func TestSwitchoverDrainBound(t *testing.T) {
 	}
 	t.Logf("writers: %d inserts, 0 errors, across an aborted and a completed switchover", writers.ok.Load())
 }
+
+// TestSwitchoverWaitsForEveryProxy: a registered proxy that never
+// acknowledges makes the switchover roll back at the drain bound (the old
+// primary stays writable); once its lease is gone it no longer counts.
+func TestSwitchoverWaitsForEveryProxy(t *testing.T) {
+	s := startSwitchStack(t, 1, func(c *config.Config) {
+		c.Switchover.DrainTimeout = config.Duration(500 * time.Millisecond)
+	})
+	ctx := context.Background()
+	lease, err := s.store.Register(ctx, s.keys.Proxy("stuck"), []byte(`{"id":"stuck","epochs":{"main":1}}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.switchover("node2")
+	if err == nil || !strings.Contains(out, "had not acknowledged holding: stuck") || !strings.Contains(out, "rolled back") {
+		t.Fatalf("switchover with a proxy that does not acknowledge: %v\n%s", err, out)
+	}
+	t.Logf("a proxy that does not acknowledge:\n%s", out)
+	var ro int
+	if err := s.direct(0).QueryRow("SELECT @@global.read_only").Scan(&ro); err != nil || ro != 0 {
+		t.Fatalf("old primary read_only=%d (%v)", ro, err)
+	}
+	if err := lease.Revoke(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.switchover("node2"); err != nil {
+		t.Fatalf("switchover once the silent proxy's lease is gone: %v\n%s", err, out)
+	}
+}

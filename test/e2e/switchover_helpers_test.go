@@ -113,6 +113,18 @@ func startSwitchStack(t *testing.T, nProxies int, mutate func(*config.Config)) *
 	return s
 }
 
+// proxyDSN is a go-sql-driver DSN for the application user through the
+// listener of role of proxy i.
+func (s *swStack) proxyDSN(i int, role, db string) string {
+	var addr string
+	for _, l := range s.cfg.Listeners {
+		if l.Role == role {
+			addr = s.proxies[i].ListenerAddr(l.Name)
+		}
+	}
+	return fmt.Sprintf("%s:%s@tcp(%s)/%s?timeout=2s&readTimeout=30s&writeTimeout=30s", s.sb.AppUser, s.sb.AppPassword, addr, db)
+}
+
 // switchover runs the CLI switchover to node and returns its output.
 func (s *swStack) switchover(to string, extra ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

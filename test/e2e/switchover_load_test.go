@@ -12,14 +12,19 @@ import (
 
 // TestSwitchoverUnderLoadS10 is scenario S10 with the coordinated
 // switchover: sysbench oltp_read_write (16 threads, prepared statements,
-// no error tolerated) and a database/sql pool of long-lived connections
-// (the ledger workload) run through the rw listener while the primary is
+// no error tolerated) through one proxy and a database/sql pool of
+// long-lived connections (the ledger workload) through a second proxy run
+// through the rw listeners while the primary is
 // switched over 10 times, alternating node2 and node1. No client sees an
 // error, every acknowledged ledger row is on the final primary, and the
 // longest write pause is printed (asserted only against a generous bound).
 func TestSwitchoverUnderLoadS10(t *testing.T) {
 	needSysbench(t)
-	s := startSwitchStack(t, 1, nil)
+	s := startSwitchStack(t, 2, nil)
+	// The ledger pool goes through the second proxy: the controller must
+	// hold and release both.
+	ledgerRW := s.proxyDSN(1, "primary", "sbtest")
+	ledgerRO := s.proxyDSN(1, "replica", "sbtest")
 	host, port, _ := strings.Cut(s.listener("primary"), ":")
 	args := []string{"oltp_read_write", "--db-driver=mysql", "--mysql-host=" + host, "--mysql-port=" + port,
 		"--mysql-user=" + s.sb.AppUser, "--mysql-password=" + s.sb.AppPassword, "--mysql-db=sbtest",
@@ -34,7 +39,7 @@ func TestSwitchoverUnderLoadS10(t *testing.T) {
 	if out, err := exec.CommandContext(pctx, "sysbench", append(args, "prepare")...).CombinedOutput(); err != nil {
 		t.Fatalf("sysbench prepare: %v\n%s", err, out)
 	}
-	if err := loadgen.Setup(ctx, s.appDSN("primary", "sbtest"), ""); err != nil {
+	if err := loadgen.Setup(ctx, ledgerRW, ""); err != nil {
 		t.Fatal(err)
 	}
 	s.waitServing("node1")
@@ -51,7 +56,7 @@ func TestSwitchoverUnderLoadS10(t *testing.T) {
 	lctx, lcancel := context.WithCancel(ctx)
 	resc := make(chan *loadgen.Result, 1)
 	go func() {
-		r, err := loadgen.Run(lctx, loadgen.Options{RW: s.appDSN("primary", "sbtest"), RO: s.appDSN("replica", "sbtest"), Writers: 8, Readers: 4})
+		r, err := loadgen.Run(lctx, loadgen.Options{RW: ledgerRW, RO: ledgerRO, Writers: 8, Readers: 4})
 		if err != nil {
 			t.Error(err)
 		}
