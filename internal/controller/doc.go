@@ -7,6 +7,16 @@
 // back so a writable primary always exists), emergency failover,
 // maintenance mode and acknowledgements.
 //
+// Planned switchover (switchover.go, handoff.go, warm.go) is coordinated
+// with every live proxy through the store: the leader announces it
+// (topo.SwitchoverProgress, phase switching), waits until every proxy holds
+// new statements and no session is busy on the old primary (bounded by
+// switchover.drain_timeout, then abort or fail), fences, catches up,
+// promotes and publishes the new primary, which releases the held
+// statements on it; the candidate's buffer-pool warmth is measured and can
+// be raised first by replaying the proxies' hot read sets. Drained nodes
+// (drain.go) are never candidates.
+//
 // Failure handling (observe.go, policy.go, failover.go, repair.go): after
 // each probe round the leader runs package analysis on the probes, what it
 // remembers between rounds (each replica's IO-thread progress, last lag,
@@ -33,5 +43,8 @@
 // the next leader finishes or undoes a failover left half-done). It never
 // makes a node writable except the one it promotes, never resets a replica
 // that holds transactions the primary lacks, never routes client traffic,
-// and never logs secrets. SQL is spoken only through package probe.
+// and never logs secrets. SQL is spoken only through package probe, except
+// in warm.go: reading buffer-pool status (monitor account) and replaying
+// sampled read statements on a candidate (as the application user that ran
+// them, read-only statements only).
 package controller
