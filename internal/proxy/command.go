@@ -172,8 +172,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.srv.bytesIn.Add(float64(s.in))
 	s.srv.bytesOut.Add(float64(s.out))
-	if len(s.prepPacket) > 64<<10 {
-		s.prepPacket = nil
+	if cap(s.prepPacket) > 4<<10 || cap(s.setText) > 4<<10 {
+		// Idle sessions keep small buffers only.
+		s.prepPacket, s.setText = nil, nil
 	}
 	if err != nil {
 		return s.failCommand(err)

@@ -23,9 +23,10 @@ import (
 // buffer, only while a translation is in effect) and hands out its own ids
 // for statements prepared afterwards.
 
-// maxStmtText bounds the text of one prepared statement the proxy keeps
-// (and so accepts): MariaDB's max_allowed_packet upper bound.
-const maxStmtText = 1 << 30
+// maxStmtText bounds the text of one prepared statement the proxy reads
+// (and keeps for a move): a COM_STMT_PREPARE larger than this closes the
+// session.
+const maxStmtText = 64 << 20
 
 // stmtInfo is one prepared statement of a session, by client-visible id.
 type stmtInfo struct {
