@@ -368,20 +368,85 @@ func drainQuery(ctx context.Context, db *sql.DB, q string) error {
 }
 
 // tablesOf returns the tables a statement digest reads (the identifiers
-// after FROM and JOIN, with their schema when qualified), as written.
+// after FROM and JOIN, comma lists included, with their schema when
+// qualified), as written.
 func tablesOf(digest string) []string {
-	words := strings.Fields(strings.NewReplacer(",", " , ", "(", " ( ", ")", " ) ").Replace(digest))
+	d := digest
 	var out []string
-	for i := 0; i+1 < len(words); i++ {
-		w := strings.ToLower(words[i])
+	isWord := func(c byte) bool {
+		return c == '_' || c == '$' || (c >= '0' && c <= '9') || (c|0x20 >= 'a' && c|0x20 <= 'z')
+	}
+	skip := func(i int) int {
+		for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n') {
+			i++
+		}
+		return i
+	}
+	// ident reads a possibly quoted, possibly qualified identifier at i.
+	ident := func(i int) (string, int) {
+		start := i
+		for {
+			if i < len(d) && d[i] == '`' {
+				end := strings.IndexByte(d[i+1:], '`')
+				if end < 0 {
+					return "", start
+				}
+				i += end + 2
+			} else {
+				j := i
+				for j < len(d) && isWord(d[j]) {
+					j++
+				}
+				if j == i {
+					return "", start
+				}
+				i = j
+			}
+			if i < len(d) && d[i] == '.' {
+				i++
+				continue
+			}
+			return d[start:i], i
+		}
+	}
+	keywords := map[string]bool{"where": true, "join": true, "on": true, "using": true, "group": true, "order": true,
+		"limit": true, "inner": true, "left": true, "right": true, "cross": true, "natural": true, "straight_join": true,
+		"union": true, "having": true, "for": true, "lock": true, "force": true, "use": true, "ignore": true, "window": true}
+	for i := 0; i < len(d); {
+		if !isWord(d[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(d) && isWord(d[j]) {
+			j++
+		}
+		w := strings.ToLower(d[i:j])
+		i = j
 		if w != "from" && w != "join" {
 			continue
 		}
-		t := words[i+1]
-		if t == "(" || t == "?" || strings.ContainsAny(t, "'\"@") {
-			continue
+		for {
+			k := skip(i)
+			t, next := ident(k)
+			if t == "" {
+				break
+			}
+			out = append(out, t)
+			i = skip(next)
+			// An alias (AS x, or a bare word that is not a keyword).
+			if a, n := ident(i); a != "" && !keywords[strings.ToLower(a)] {
+				if strings.EqualFold(a, "as") {
+					_, n = ident(skip(n))
+				}
+				i = skip(n)
+			}
+			if i < len(d) && d[i] == ',' && w == "from" {
+				i++
+				continue
+			}
+			break
 		}
-		out = append(out, t)
 	}
 	return out
 }
