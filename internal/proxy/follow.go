@@ -233,7 +233,7 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 func (s *Server) keepRegistration(ctx context.Context, lease topo.Lease, started time.Time, epochs map[string]int64) bool {
 	sessTick := time.NewTicker(sessionsReportEvery)
 	defer sessTick.Stop()
-	lastSessions := s.backendSessions()
+	lastSessions, lastListeners := s.backendSessions(), s.listenerSessions()
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,8 +246,9 @@ func (s *Server) keepRegistration(ctx context.Context, lease topo.Lease, started
 			// A switchover acknowledgement: the leader waits for it.
 			s.updateReach(ctx, lease, started)
 		case <-sessTick.C:
-			if bs := s.backendSessions(); !slices.Equal(bs, lastSessions) {
-				lastSessions = bs
+			bs, ls := s.backendSessions(), s.listenerSessions()
+			if !slices.Equal(bs, lastSessions) || !maps.Equal(ls, lastListeners) {
+				lastSessions, lastListeners = bs, ls
 				s.updateReach(ctx, lease, started)
 			}
 		case <-s.epochChanged:
@@ -291,6 +292,7 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 
 		Switchovers:     s.acks.snapshot(),
 		BackendSessions: s.backendSessions(),
+		Sessions:        s.listenerSessions(),
 	}
 	s.mu.Lock()
 	for _, l := range s.listeners {
@@ -306,6 +308,16 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		return nil, fmt.Errorf("proxy: encode registration: %w", err)
 	}
 	return b, nil
+}
+
+// listenerSessions returns the open client sessions per listener name, every
+// listener present (0 when idle), for topo.ProxyRegistration.Sessions.
+func (s *Server) listenerSessions() map[string]int {
+	out := make(map[string]int, len(s.listeners))
+	for _, l := range s.listeners { // fixed after New
+		out[l.name] = int(l.sessions.Load())
+	}
+	return out
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -75,6 +75,18 @@ func TestFollowEtcd(t *testing.T) {
 		reg, ok := readRegistration(t, st, keys.Proxy("test-proxy"))
 		return ok && reg.Epochs["main"] == 1 && len(reg.Listeners) == 2
 	})
+	// The registration counts open sessions per listener (every listener
+	// named, idle ones with 0), refreshed while sessions come and go.
+	held, err := h.db("rw", "", nil).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "registration with one rw session", func() bool {
+		reg, ok := readRegistration(t, st, keys.Proxy("test-proxy"))
+		n, named := reg.Sessions["ro"]
+		return ok && reg.Sessions["rw"] >= 1 && named && n == 0
+	})
+	_ = held.Close()
 
 	// Unrelated keys under the clusters prefix are ignored.
 	if _, err := st.Create(ctx, keys.Request("main", "r1"), []byte(`{"kind":"switchover"}`)); err != nil {
