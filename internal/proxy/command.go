@@ -26,8 +26,9 @@ const (
 )
 
 // kindOf maps a command byte to its response shape. Commands the proxy does
-// not relay (replication, shutdown, process kill by proxy connection id,
-// MariaDB COM_MULTI/bulk which are never negotiated) are rejected.
+// not relay (replication, shutdown, MariaDB COM_MULTI/bulk which are never
+// negotiated) are rejected; COM_PROCESS_KILL and COM_CHANGE_USER are
+// answered by the proxy before kindOf is asked.
 func kindOf(cmd byte) responseKind {
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_PROCESS_INFO:
@@ -99,8 +100,11 @@ func (s *session) loop() string {
 // command handles one client command whose header h and first byte cmd are
 // buffered in cr.
 func (s *session) command(cmd byte, h mysqlproto.Header) string {
-	if cmd == mysql.COM_CHANGE_USER {
+	switch cmd {
+	case mysql.COM_CHANGE_USER:
 		return s.changeUser()
+	case mysql.COM_PROCESS_KILL:
+		return s.processKill()
 	}
 	kind := kindOf(cmd)
 	if kind == respRejected {
@@ -125,8 +129,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
 			s.noteQuery(p[1:])
-			if s.cls == classUse {
+			switch s.cls {
+			case classUse:
 				schema, trackSchema = parseUse(p[1:])
+			case classKill:
+				if answered, reason := s.killQuery(p[1:]); answered {
+					return reason
+				}
 			}
 		} else {
 			s.st.markOpaque("sent a statement too long for the proxy to inspect")

@@ -43,12 +43,24 @@
 // (before such a login, none can). Each session logs into its backend as the
 // client's user with mysql_native_password.
 //
+// Connection ids and KILL (kill.go). The handshake carries the proxy's own
+// connection id; SELECT CONNECTION_ID() and SHOW PROCESSLIST show the
+// backend's thread id (rewriting results would cost the query path), so
+// both are accepted by KILL: KILL [QUERY|CONNECTION] n and
+// COM_PROCESS_KILL are answered by the proxy, which resolves n among the
+// same user's sessions (proxy id first, then backend thread id), runs
+// KILL QUERY on the target's backend node over a short-lived connection as
+// that user, or closes the target session (and kills its backend thread).
+// Another user's session gets ER_KILL_DENIED_ERROR, an id that names no
+// session ER_NO_SUCH_THREAD; the own id closes the session. A KILL never
+// reaches a backend with an id the backend would read differently.
+//
 // Not supported yet: TLS (CLIENT_SSL is not offered; a client that insists
 // gets an error), protocol compression (CLIENT_COMPRESS is not offered),
 // MariaDB extended capabilities (progress reports, bulk execution, metadata
 // caching are not offered), other authentication plugins towards backends,
-// and COM_PROCESS_KILL (the connection id a client sees is the proxy's, not a
-// backend thread id; KILL statements sent as SQL go to the backend unchanged).
+// KILL QUERY ID and KILL USER (relayed to the session's backend unchanged),
+// and KILL of threads not opened through this proxy.
 // Listener changes need a restart (SetConfig applies users and limits only).
 //
 // This package must not talk to etcd outside Follow, decide topology, or

@@ -20,6 +20,7 @@ const (
 	closeRouteChanged   = "route_changed"   // route moved and the session could not be moved with it
 	closeServer         = "server_closed"   // Server.Close
 	closePanic          = "panic"           // recovered panic in the session
+	closeKilled         = "killed"          // KILL of the session's own connection id
 )
 
 // metrics are the proxy's Prometheus collectors. They always exist; they are

@@ -59,6 +59,7 @@ type Server struct {
 	clusters  map[string]*clusterRoute
 	listeners []*listener
 	sessions  map[*session]struct{}
+	owners    map[uint32]owner           // logged-in sessions by proxy connection id, for KILL (kill.go)
 	backends  map[string]*backendCounter // by address
 	closed    bool
 	started   bool
@@ -246,6 +247,7 @@ func (s *Server) acceptLoop(l *listener) {
 func (s *Server) removeSession(sess *session) {
 	s.mu.Lock()
 	delete(s.sessions, sess)
+	delete(s.owners, sess.id)
 	s.mu.Unlock()
 	s.wg.Done()
 }

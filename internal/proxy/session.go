@@ -301,6 +301,7 @@ func (s *session) login() string {
 		return closeClientGone
 	}
 	_ = s.client.SetDeadline(time.Time{})
+	s.srv.setOwner(s, s.user)
 	s.log.Debug("session open", "user", s.user, "backend", t.node, "backend_addr", t.addr)
 	return ""
 }

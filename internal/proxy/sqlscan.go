@@ -24,6 +24,7 @@ const (
 	classLock               // LOCK TABLE(S), FLUSH ... WITH READ LOCK, BACKUP LOCK
 	classUnlock             // UNLOCK TABLE(S), BACKUP UNLOCK
 	classHandler            // HANDLER ...: open table handlers live in the session
+	classKill               // KILL ...: answered by the proxy (kill.go)
 )
 
 // classify returns the class of query q.
@@ -43,6 +44,8 @@ func classify(q []byte) sqlClass {
 			return classSelect
 		case eqFold(w, "lock"):
 			return classLock
+		case eqFold(w, "kill"):
+			return classKill
 		}
 	case 5:
 		if eqFold(w, "flush") && containsFold(rest, "lock") {

@@ -1,0 +1,304 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+func TestParseKill(t *testing.T) {
+	for _, c := range []struct {
+		q     string
+		form  killForm
+		query bool
+		id    uint32
+		self  bool
+	}{
+		{"KILL 42", killByID, false, 42, false},
+		{"kill query 7;", killByID, true, 7, false},
+		{"  /* c */ KILL CONNECTION 9 ; ", killByID, false, 9, false},
+		{"KILL HARD QUERY 3", killByID, true, 3, false},
+		{"KILL SOFT 3", killByID, false, 3, false},
+		{"KILL QUERY CONNECTION_ID()", killByID, true, 0, true},
+		{"KILL connection_id ( )", killByID, false, 0, true},
+		{"KILL QUERY ID 12345", killRelay, true, 0, false},
+		{"KILL USER app", killRelay, false, 0, false},
+		{"KILL 40+2", killRefused, false, 42, false},
+		{"KILL 3; SELECT 1", killRefused, false, 3, false},
+		{"KILL (SELECT 1)", killRefused, false, 0, false},
+		{"KILL 99999999999", killRefused, false, 0, false},
+		{"KILL", killRefused, false, 0, false},
+	} {
+		k, form := parseKill([]byte(c.q))
+		if form != c.form || (form == killByID && (k.query != c.query || k.id != c.id || k.self != c.self)) {
+			t.Errorf("parseKill(%q) = %+v, %d; want form %d query=%v id=%d self=%v", c.q, k, form, c.form, c.query, c.id, c.self)
+		}
+	}
+	if classify([]byte("kill query 1")) != classKill || classify([]byte("KILLER")) == classKill {
+		t.Error("classify does not recognise KILL by its first word")
+	}
+}
+
+// killTarget resolution over in-memory sessions: a proxy id of the same
+// user first, then a backend thread id of the same user's sessions (the
+// killer's node preferred), another user's session is denied, else unknown.
+func TestKillTargetResolution(t *testing.T) {
+	srv := &Server{}
+	mk := func(id uint32, user, node string, thread uint32) *session {
+		s := &session{srv: srv, id: id}
+		if node != "" {
+			s.be = &backend{t: &target{node: node}, threadID: thread}
+		}
+		srv.setOwner(s, user)
+		return s
+	}
+	a := mk(1, "app", "node1", 50)
+	b := mk(2, "app", "node2", 60)
+	c := mk(3, "app", "node1", 60)
+	other := mk(4, "bob", "node1", 70)
+	mk(5, "bob", "", 0)
+	for _, tc := range []struct {
+		user string
+		id   uint32
+		near string
+		want *session
+		code uint16
+	}{
+		{"app", 1, "node1", a, 0},
+		{"app", 50, "node2", a, 0},
+		{"app", 60, "node1", c, 0},
+		{"app", 60, "node2", b, 0},
+		{"app", 4, "node1", nil, gomysql.ER_KILL_DENIED_ERROR},
+		{"app", 70, "node1", nil, gomysql.ER_KILL_DENIED_ERROR},
+		{"app", 5, "node1", nil, gomysql.ER_KILL_DENIED_ERROR},
+		{"bob", 4, "node1", other, 0},
+		{"app", 999, "node1", nil, gomysql.ER_NO_SUCH_THREAD},
+	} {
+		got, merr := srv.killTarget(tc.user, tc.id, tc.near)
+		code := uint16(0)
+		if merr != nil {
+			code = merr.Code
+		}
+		if got != tc.want || code != tc.code {
+			t.Errorf("killTarget(%s, %d, %s) = session %v, error %d; want %v, %d", tc.user, tc.id, tc.near, got, code, tc.want, tc.code)
+		}
+	}
+}
+
+// sleeper runs SELECT SLEEP(secs) on rc in the background and reports the
+// outcome: "interrupted" (ER_QUERY_INTERRUPTED or SLEEP returned 1),
+// "done" (returned 0), or the error.
+func sleeper(rc *rawConn, secs int) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		read := func() ([]byte, error) {
+			p, _, err := mysqlproto.ReadPacket(rc.r, nil, 0)
+			return append([]byte(nil), p...), err
+		}
+		b, _ := mysqlproto.AppendPacket(nil, 0, append([]byte{gomysql.COM_QUERY}, fmt.Sprintf("SELECT SLEEP(%d)", secs)...))
+		if _, err := rc.c.Write(b); err != nil {
+			out <- "connection: " + err.Error()
+			return
+		}
+		outcome := func(p []byte) string {
+			if p[0] != gomysql.ERR_HEADER {
+				return ""
+			}
+			if e := mysqlproto.ParseERR(p); e.Code == gomysql.ER_QUERY_INTERRUPTED {
+				return "interrupted"
+			}
+			return describe(p)
+		}
+		// Column count, one definition, EOF, one row, EOF (no
+		// CLIENT_DEPRECATE_EOF); an ERR may replace the count or the row.
+		var row []byte
+		for i := 0; i < 5; i++ {
+			p, err := read()
+			if err != nil {
+				out <- "connection: " + err.Error()
+				return
+			}
+			if r := outcome(p); r != "" {
+				out <- r
+				return
+			}
+			if i == 3 {
+				row = p
+			}
+		}
+		switch v := string(row[1:]); v {
+		case "1":
+			out <- "interrupted"
+		case "0":
+			out <- "done"
+		default:
+			out <- "SLEEP returned " + v
+		}
+	}()
+	return out
+}
+
+// waitRunning waits until node 0 runs a statement with text q.
+func waitRunning(t *testing.T, h *harness, q string) {
+	t.Helper()
+	root := h.direct(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := root.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = ?", q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q never ran on node1", q)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitOutcome(t *testing.T, ch <-chan string, within time.Duration, what string) string {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(within):
+		t.Fatalf("%s: no answer within %s", what, within)
+		return ""
+	}
+}
+
+// KILL QUERY through the proxy with the handshake id (what the mariadb
+// client's Ctrl-C sends) and with CONNECTION_ID() interrupts that session's
+// query and no other; KILL CONNECTION closes the session; unknown ids and
+// one's own id behave as on the server.
+func TestKillThroughProxy(t *testing.T) {
+	h := newHarness(t, nil)
+	addr := h.srv.ListenerAddr("rw")
+	dial := func() *rawConn {
+		rc, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		return rc
+	}
+	a := dial()
+	aProxyID := a.greeting.ConnectionID
+	aThread, err := strconv.ParseUint(a.query("SELECT CONNECTION_ID()")[0][0], 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint32(aThread) == aProxyID {
+		t.Logf("proxy id and backend thread id coincide (%d)", aProxyID)
+	}
+	c := dial()
+	b := h.db("rw", "", nil)
+	ctx := context.Background()
+
+	for _, by := range []struct {
+		name string
+		id   uint64
+	}{{"handshake id", uint64(aProxyID)}, {"CONNECTION_ID()", aThread}} {
+		aDone := sleeper(a, 20)
+		cDone := sleeper(c, 3)
+		waitRunning(t, h, "SELECT SLEEP(20)")
+		waitRunning(t, h, "SELECT SLEEP(3)")
+		start := time.Now()
+		if _, err := b.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", by.id)); err != nil {
+			t.Fatalf("KILL QUERY by %s: %v", by.name, err)
+		}
+		if r := waitOutcome(t, aDone, 10*time.Second, "killed query"); r != "interrupted" {
+			t.Fatalf("KILL QUERY by %s: session A got %q", by.name, r)
+		}
+		t.Logf("KILL QUERY by %s: session A's SLEEP(20) ended %s after the KILL", by.name, time.Since(start).Round(time.Millisecond))
+		if r := waitOutcome(t, cDone, 30*time.Second, "bystander"); r != "done" {
+			t.Fatalf("KILL QUERY by %s touched session C: %q", by.name, r)
+		}
+		if rows := a.query("SELECT 1"); rows[0][0] != "1" {
+			t.Fatalf("session A after KILL QUERY: %v", rows)
+		}
+	}
+
+	_, err = b.ExecContext(ctx, "KILL QUERY 4000000000")
+	if code, msg := mysqlErr(err); code != gomysql.ER_NO_SUCH_THREAD || msg != "Unknown thread id: 4000000000" {
+		t.Fatalf("KILL of an unknown id: %v", err)
+	}
+	_, err = b.ExecContext(ctx, "KILL 40+2")
+	if code, _ := mysqlErr(err); code != gomysql.ER_NOT_SUPPORTED_YET {
+		t.Fatalf("KILL with an expression: %v", err)
+	}
+
+	// KILL CONNECTION closes A, while it runs a statement; C goes on.
+	aDone := sleeper(a, 20)
+	waitRunning(t, h, "SELECT SLEEP(20)")
+	if _, err := b.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", aProxyID)); err != nil {
+		t.Fatalf("KILL CONNECTION: %v", err)
+	}
+	if r := waitOutcome(t, aDone, 10*time.Second, "killed connection"); r == "done" {
+		t.Fatalf("KILL CONNECTION: A's statement ran to its end")
+	}
+	expectClosed(t, a.c, "killed session")
+	if rows := c.query("SELECT 2"); rows[0][0] != "2" {
+		t.Fatalf("session C after KILL CONNECTION of A: %v", rows)
+	}
+
+	// COM_PROCESS_KILL closes the target too.
+	d := dial()
+	c.cmd(gomysql.COM_PROCESS_KILL, binary.LittleEndian.AppendUint32(nil, d.greeting.ConnectionID)...)
+	if p := c.next(); p[0] != gomysql.OK_HEADER {
+		t.Fatalf("COM_PROCESS_KILL: %s", describe(p))
+	}
+	expectClosed(t, d.c, "session killed by COM_PROCESS_KILL")
+
+	// One's own id: ER_CONNECTION_KILLED, then closed.
+	c.cmd(gomysql.COM_QUERY, []byte("KILL CONNECTION_ID()")...)
+	if p := c.next(); p[0] != gomysql.ERR_HEADER || mysqlproto.ParseERR(p).Code != errConnectionKilled {
+		t.Fatalf("KILL of the own id: %s", describe(p))
+	}
+	expectClosed(t, c.c, "session that killed itself")
+	waitFor(t, "killed sessions gone", func() bool { return h.srv.Stats().Listeners[0].Sessions <= 1 })
+}
+
+// The mariadb client's Ctrl-C (it sends KILL QUERY <handshake id> on a new
+// connection) interrupts its own query through the proxy.
+func TestMariaDBClientCtrlC(t *testing.T) {
+	bin := lookTool(t, "mariadb")
+	h := newHarness(t, nil)
+	host, port := hostPort(t, h.srv.ListenerAddr("rw"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--no-defaults", "-h"+host, "-P"+port, "-u"+h.c.AppUser, "-p"+h.c.AppPassword,
+		"--skip-ssl", "-e", "SELECT SLEEP(30) AS mine")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, h, "SELECT SLEEP(30) AS mine")
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	took := time.Since(start)
+	if took > 10*time.Second {
+		t.Fatalf("mariadb ran %s after Ctrl-C: %v\n%s", took, err, out.String())
+	}
+	var n int
+	if qerr := h.direct(0).QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(30)%'").Scan(&n); qerr != nil || n != 0 {
+		t.Fatalf("the query still runs on node1 after Ctrl-C (%d, %v)", n, qerr)
+	}
+	t.Logf("mariadb after Ctrl-C (%s, %v): %s", took.Round(time.Millisecond), err, strings.TrimSpace(out.String()))
+}
