@@ -123,6 +123,9 @@ func (snap *routeSnapshot) pick(role string, fallback bool) (*target, *mysql.MyE
 		if fallback && snap.primary != nil {
 			return snap.primary, nil
 		}
+		if fallback {
+			return nil, errNoRoute(fmt.Sprintf("switchyard: no healthy replica in cluster %s and no primary known to fall back to; reads are refused until the controller names a serving replica or a primary", snap.state.Cluster))
+		}
 		return nil, errNoRoute(fmt.Sprintf("switchyard: no healthy replica in cluster %s (none is replicating from the current primary within the lag limit) and fallback to the primary is off", snap.state.Cluster))
 	default:
 		if snap.fenced != "" {

@@ -204,13 +204,20 @@ func (s *session) login() string {
 	if merr != nil {
 		t, merr = snap.pick(s.l.role, rc.fallback(s.l.cluster))
 	}
+	// Errors found before the client logged in (no route, backend
+	// unreachable) are sent after its handshake response, as the server
+	// does for most login-time errors: clients then report them as server
+	// errors (1105), not as a failed connection or TLS handshake (2002).
+	var deferred *mysql.MyError
+	var deferredReason string
+	var g *greetingInfo
 	if merr != nil {
-		s.writeError(0, merr)
+		deferred, deferredReason = merr, closeNoRoute
 		s.log.Info("refusing client: no route", "err", merr.Message)
-		return closeNoRoute
+	} else {
+		g, merr = s.greeting(t, snap, rc)
 	}
-	g, merr := s.greeting(t, snap, rc)
-	if merr != nil && s.l.role == roleReplica {
+	if merr != nil && deferred == nil && s.l.role == roleReplica {
 		// The first session of a cluster reads a greeting from its node:
 		// try the other replicas (and the primary) before giving up.
 		tried := map[string]bool{t.addr: true}
@@ -226,9 +233,13 @@ func (s *session) login() string {
 			}
 		}
 	}
-	if merr != nil {
-		s.writeError(0, merr)
-		return closeBackendConnect
+	if merr != nil && deferred == nil {
+		deferred, deferredReason = merr, closeBackendConnect
+	}
+	if g == nil {
+		if g = s.l.route.greeting.Load(); g == nil {
+			g = fallbackGreeting()
+		}
 	}
 	scramble, err := mysqlproto.NewScramble(mysqlproto.ScrambleLen)
 	if err != nil {
@@ -278,6 +289,10 @@ func (s *session) login() string {
 	if !ok {
 		s.denyAccess(seq, resp.User, len(token) > 0)
 		return closeAuthFailed
+	}
+	if deferred != nil {
+		s.writeError(seq, deferred)
+		return deferredReason
 	}
 	s.caps = resp.Capabilities & hs.Capabilities
 	s.charset = resp.Charset
@@ -358,6 +373,14 @@ func clientReason(err error) string {
 		return closeClientGone
 	}
 	return closeClientProtocol
+}
+
+// fallbackGreeting is announced when no backend greeting of the cluster is
+// known and none can be read (the client then gets the connect error after
+// its handshake response): a MariaDB 10.11 server with no optional
+// capabilities, utf8mb4_general_ci.
+func fallbackGreeting() *greetingInfo {
+	return &greetingInfo{version: "5.5.5-10.11.0-MariaDB-switchyard", charset: 45}
 }
 
 func errUnknown(msg string) *mysql.MyError {
