@@ -161,6 +161,13 @@ func (s *switchover) run(ctx context.Context) string {
 		s.req.Message = "refused: " + err.Error()
 		return resultRefused
 	}
+	// Let the candidate apply what it has received before anything is
+	// held, so that the catch-up after the fence (while clients wait) is
+	// only what was written during the drain.
+	if err := s.step(ctx, "pre-catch-up "+s.cand, s.preCatchUp); err != nil {
+		s.req.Message = "refused: " + err.Error()
+		return resultRefused
+	}
 	// 2. Prepare: proxies hold new statements (bounded by max_duration
 	// from here to the release).
 	s.holdID = s.req.ID + "-" + strconv.FormatInt(s.t.c.now().UnixNano(), 36)
@@ -372,6 +379,31 @@ func (s *switchover) fence(ctx context.Context) (string, error) {
 	}
 	killed += n
 	return fmt.Sprintf("read_only=ON, %d client sessions killed", killed), nil
+}
+
+// preCatchUp waits, before statements are held, until the candidate has
+// applied the old primary's current position (bounded by
+// switchover.catchup_timeout). Running behind at the bound is not an
+// error: the catch-up after the fence is bounded on its own.
+func (s *switchover) preCatchUp(ctx context.Context) (string, error) {
+	pos, err := s.oldPr.WrittenGTIDs(ctx)
+	if err != nil {
+		return "", err
+	}
+	if pos == "" {
+		return "nothing written yet", nil
+	}
+	timeout := s.cfg.Switchover.CatchupTimeout.D()
+	start := s.t.c.now()
+	res, err := s.candPr.WaitForGTID(ctx, pos, timeout)
+	if err != nil {
+		return "", err
+	}
+	took := s.t.c.now().Sub(start).Round(100 * time.Microsecond)
+	if res != 0 {
+		return fmt.Sprintf("still behind %s after %s; going on", pos, took), nil
+	}
+	return fmt.Sprintf("applied %s before holding (waited %s)", pos, took), nil
 }
 
 // catchUp waits until the candidate has applied every GTID of the fenced

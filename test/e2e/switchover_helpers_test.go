@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,19 +173,40 @@ func durations(ds []time.Duration) string {
 	return fmt.Sprintf("min %s, median %s, p90 %s, max %s (n=%d)", q(0), q(0.5), q(0.9), q(1), len(s))
 }
 
-// sysbenchErrors extracts "transactions:" and "ignored errors:" of a
-// sysbench run's output.
-func sysbenchFigures(out string) (tx, errs, maxLat string) {
+// sysbenchReport sums sysbench's per-second reports ("[ 5s ] thds: 16
+// tps: 270.10 qps: ... err/s: 0.00 reconn/s: 0.00").
+type sysbenchReport struct {
+	seconds              int
+	transactions, minTPS float64
+	errors, reconnects   float64
+}
+
+func parseSysbenchReports(out string) sysbenchReport {
+	var r sysbenchReport
+	r.minTPS = -1
 	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "[") {
+			continue
+		}
 		f := strings.Fields(line)
-		switch {
-		case len(f) >= 2 && f[0] == "transactions:":
-			tx = f[1]
-		case len(f) >= 3 && f[0] == "ignored" && f[1] == "errors:":
-			errs = f[2]
-		case len(f) >= 2 && f[0] == "max:":
-			maxLat = f[1]
+		for i := 0; i+1 < len(f); i++ {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(f[i+1], ","), 64)
+			if err != nil {
+				continue
+			}
+			switch f[i] {
+			case "tps:":
+				r.seconds++
+				r.transactions += v
+				if r.minTPS < 0 || v < r.minTPS {
+					r.minTPS = v
+				}
+			case "err/s:":
+				r.errors += v
+			case "reconn/s:":
+				r.reconnects += v
+			}
 		}
 	}
-	return tx, errs, maxLat
+	return r
 }

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
 )
 
@@ -20,7 +22,27 @@ import (
 // longest write pause is printed (asserted only against a generous bound).
 func TestSwitchoverUnderLoadS10(t *testing.T) {
 	needSysbench(t)
-	s := startSwitchStack(t, 2, nil)
+	s := startSwitchStack(t, 2, func(c *config.Config) {
+		// A shared CI machine can starve the replicas' SQL threads: give
+		// the catch-up room (held statements wait for it, they do not fail).
+		c.Switchover.CatchupTimeout = config.Duration(15 * time.Second)
+		c.Switchover.MaxHold = config.Duration(20 * time.Second)
+		c.Switchover.MaxDuration = config.Duration(30 * time.Second)
+	})
+	// Parallel (optimistic) replication, as production replicas of a busy
+	// primary run: with one SQL thread per replica the candidate falls
+	// behind 16+8 concurrent writers on two shared cores, and the catch-up
+	// after the fence — which clients wait for — grows with it.
+	for i := range s.sb.Nodes {
+		for _, q := range []string{"STOP SLAVE", "SET GLOBAL slave_parallel_threads = 4", "SET GLOBAL slave_parallel_mode = 'optimistic'", "START SLAVE"} {
+			if i == 0 && (q == "STOP SLAVE" || q == "START SLAVE") {
+				continue
+			}
+			if _, err := s.direct(i).Exec(q); err != nil {
+				t.Fatalf("node%d: %s: %v", i+1, q, err)
+			}
+		}
+	}
 	// The ledger pool goes through the second proxy: the controller must
 	// hold and release both.
 	ledgerRW := s.proxyDSN(1, "primary", "sbtest")
@@ -44,15 +66,23 @@ func TestSwitchoverUnderLoadS10(t *testing.T) {
 	}
 	s.waitServing("node1")
 
-	const runFor = 40 * time.Second
-	sbOut := make(chan string, 1)
-	sbErr := make(chan error, 1)
-	go func() {
-		out, err := exec.CommandContext(pctx, "sysbench", append(args, "--threads=16", "--time="+strings.TrimSuffix(runFor.String(), "s"),
-			"--mysql-ignore-errors=none", "--db-ps-mode=auto", "--report-interval=5", "run")...).CombinedOutput()
-		sbOut <- string(out)
-		sbErr <- err
-	}()
+	// sysbench runs until the switchovers are done and is then stopped:
+	// with --mysql-ignore-errors=none any client error is a FATAL line
+	// (and the end of the run) at once, and the per-second reports show
+	// err/s and reconn/s, so the run proves "no error" without its final
+	// summary.
+	sbCtx, sbStop := context.WithCancel(ctx)
+	defer sbStop()
+	sb := exec.CommandContext(sbCtx, "sysbench", append(args, "--threads=16", "--time=600",
+		"--mysql-ignore-errors=none", "--db-ps-mode=auto", "--report-interval=1", "run")...)
+	sb.Cancel = func() error { return sb.Process.Signal(os.Interrupt) }
+	var sbOut strings.Builder
+	sb.Stdout, sb.Stderr = &sbOut, &sbOut
+	if err := sb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sbDone := make(chan error, 1)
+	go func() { sbDone <- sb.Wait() }()
 	lctx, lcancel := context.WithCancel(ctx)
 	resc := make(chan *loadgen.Result, 1)
 	go func() {
@@ -82,21 +112,26 @@ func TestSwitchoverUnderLoadS10(t *testing.T) {
 		time.Sleep(700 * time.Millisecond)
 	}
 	switchedIn := time.Since(started)
-	if switchedIn > runFor {
-		t.Fatalf("10 switchovers took %s, longer than the sysbench run (%s): raise runFor", switchedIn, runFor)
+	time.Sleep(time.Second)
+	select {
+	case err := <-sbDone:
+		lcancel()
+		t.Fatalf("sysbench ended during the switchovers: %v\n%s", err, sbOut.String())
+	default:
 	}
-	out, err := <-sbOut, <-sbErr
+	sbStop()
+	<-sbDone
 	lcancel()
 	r := <-resc
-	var sb strings.Builder
-	r.Print(&sb, "ledger", map[int64]string{1: "node1", 2: "node2", 3: "node3"})
-	t.Log("\n" + sb.String())
-	tx, errs, maxLat := sysbenchFigures(out)
+	var summary strings.Builder
+	r.Print(&summary, "ledger", map[int64]string{1: "node1", 2: "node2", 3: "node3"})
+	t.Log("\n" + summary.String())
+	rep := parseSysbenchReports(sbOut.String())
 	t.Logf("S10: 10 switchovers in %s; CLI switchover time %s", switchedIn.Round(time.Millisecond), durations(took))
-	t.Logf("S10: sysbench oltp_read_write 16 threads %s: transactions %s, ignored errors %s, max latency %s ms; ledger longest write pause %s",
-		runFor, tx, errs, maxLat, r.LongestWritePause.Round(time.Millisecond))
-	if err != nil || tx == "" || tx == "0" || errs != "0" {
-		t.Fatalf("sysbench: %v, transactions %q, errors %q\n%s", err, tx, errs, out)
+	t.Logf("S10: sysbench oltp_read_write 16 threads for %ds: about %.0f transactions, errors 0, reconnects 0, lowest tps in a second %.0f; ledger longest write pause %s",
+		rep.seconds, rep.transactions, rep.minTPS, r.LongestWritePause.Round(time.Millisecond))
+	if strings.Contains(sbOut.String(), "FATAL") || rep.seconds == 0 || rep.transactions == 0 || rep.errors != 0 || rep.reconnects != 0 {
+		t.Fatalf("sysbench: %+v\n%s", rep, sbOut.String())
 	}
 	if r.Errors() != 0 {
 		t.Fatalf("ledger clients saw %d errors: %v %v", r.Errors(), r.ErrorsByCode, r.FirstErrors)
