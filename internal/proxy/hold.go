@@ -112,7 +112,9 @@ func (s *session) holdCommand(hp *holdPeriod, cmd byte) (answered bool, reason s
 		s.srv.metrics.holdSeconds.Observe(time.Since(start).Seconds())
 		return false, ""
 	case <-t.C:
-		s.busy.Store(busyCmd)
+		if prev := s.busy.Swap(busyCmd); prev&busyDetached != 0 {
+			s.detached = true // the sweeper closed the backend meanwhile
+		}
 		return s.refuseHeld(hp, cmd, why)
 	case <-s.srv.closing:
 		return false, closeServer
