@@ -19,7 +19,7 @@
 // it prints the candidate's warmth at promotion and the read latency on the
 // new primary in the seconds right after the switchover.
 //
-// Usage: go run ./bench/switchover [-part all|pause|warm] [-switchovers 20] [-writers 8] [-sysbench=true]
+// Usage: go run ./bench/switchover [-part all|pause|warm] [-switchovers 20] [-writers 8] [-sysbench=true] [-parallel-replication 0]
 package main
 
 import (
@@ -59,6 +59,7 @@ type options struct {
 	rows        int
 	rangeRows   int
 	readers     int
+	parallel    int
 	verbose     bool
 }
 
@@ -71,6 +72,7 @@ func main() {
 	flag.IntVar(&o.rows, "rows", 200000, "rows of the read table (part warm; about 250 bytes each)")
 	flag.IntVar(&o.rangeRows, "range", 100, "rows each read covers (part warm: SELECT SUM(k) ... WHERE id BETWEEN ? AND ?+range-1, the shape of sysbench's sum_ranges)")
 	flag.IntVar(&o.readers, "readers", 8, "concurrent readers (part warm)")
+	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on every node (optimistic mode); 0 keeps the sandbox's single SQL thread")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
 	flag.Parse()
 	_ = mysql.SetLogger(&mysql.NopLogger{})
@@ -185,6 +187,25 @@ func withStack(o options, f func(*stack) error) (err error) {
 	if err := s.waitServing(ctx, "node1"); err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
+	if o.parallel > 0 {
+		for i := range sb.Nodes {
+			root, err := sql.Open("mysql", sb.RootDSN(i))
+			if err != nil {
+				return err
+			}
+			for _, q := range []string{"STOP SLAVE", fmt.Sprintf("SET GLOBAL slave_parallel_threads = %d", o.parallel),
+				"SET GLOBAL slave_parallel_mode = 'optimistic'", "START SLAVE"} {
+				if i == 0 && strings.HasSuffix(q, "SLAVE") {
+					continue
+				}
+				if _, err := root.ExecContext(ctx, q); err != nil {
+					root.Close()
+					return fmt.Errorf("node%d: %s: %w", i+1, q, err)
+				}
+			}
+			root.Close()
+		}
+	}
 	return f(s)
 }
 
@@ -237,7 +258,12 @@ func pause(s *stack, o options) error {
 	if sysbench {
 		fmt.Print(" + sysbench oltp_read_write 16 threads, prepared statements")
 	}
-	fmt.Printf(") through the rw listener; drain_timeout %s, catchup_timeout %s\n", s.cfg.Switchover.DrainTimeout, s.cfg.Switchover.CatchupTimeout)
+	repl := "one SQL thread per replica"
+	if o.parallel > 0 {
+		repl = fmt.Sprintf("slave_parallel_threads=%d optimistic", o.parallel)
+	}
+	fmt.Printf(") through the rw listener; drain_timeout %s, catchup_timeout %s; replication: %s\n",
+		s.cfg.Switchover.DrainTimeout, s.cfg.Switchover.CatchupTimeout, repl)
 	rw := s.rwDSN("sbtest")
 	if err := loadgen.Setup(ctx, rw, ""); err != nil {
 		return err
