@@ -137,8 +137,16 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 					return reason
 				}
 			}
-		} else {
-			s.st.markOpaque("sent a statement too long for the proxy to inspect")
+		} else if b, err := s.cr.Peek(s.cr.Size()); err == nil {
+			// Longer than the read buffer (a bulk INSERT, say): classify
+			// by its start. Only a long SET cannot be followed.
+			s.cls = classify(b[mysqlproto.HeaderSize+1:])
+			if s.cls == classSet {
+				s.st.markOpaque("sent a SET statement too long for the proxy to follow")
+			}
+			if lock, uv := stickyState(b[mysqlproto.HeaderSize+1:]); lock || uv {
+				s.st.markOpaque("sent a long statement that may take user locks or set user variables")
+			}
 		}
 	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA:
 		p := s.peekPayload(h)

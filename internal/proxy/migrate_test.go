@@ -152,8 +152,8 @@ func TestMigrationTrackingClientAndUnmovable(t *testing.T) {
 	}
 }
 
-// The same session moves back and forth; a LOCK TABLES session is not idle
-// until UNLOCK TABLES.
+// A session that used LOCK TABLES moves once it ran UNLOCK TABLES, and a
+// statement longer than the read buffer does not pin it.
 func TestMigrationLockTables(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
@@ -168,6 +168,11 @@ func TestMigrationLockTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	// A statement longer than the proxy's read buffer does not pin the
+	// session either.
+	if _, err := conn.ExecContext(ctx, "SELECT '"+strings.Repeat("x", 20000)+"'"); err != nil {
 		t.Fatal(err)
 	}
 	h.waitReplicated(1, 2)
