@@ -312,11 +312,11 @@ func (s *session) login() string {
 		s.snap = snap
 	}
 	s.setTracking(be, okPayload)
+	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
 	}
 	_ = s.client.SetDeadline(time.Time{})
-	s.srv.setOwner(s, s.user)
 	s.log.Debug("session open", "user", s.user, "backend", t.node, "backend_addr", t.addr)
 	return ""
 }
