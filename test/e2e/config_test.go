@@ -89,7 +89,7 @@ func TestConfigS8EmptyRoutingPush(t *testing.T) {
 	drop.Listeners = drop.Listeners[:1]
 	dropFile := fl.writeConfigFile("drop90.yaml", drop)
 	out, code := fl.cli("config", "diff", dropFile)
-	if code != 0 || !strings.Contains(out, "guard: apply would REFUSE") {
+	if code != 2 || !strings.Contains(out, "guard: apply would REFUSE") { // diff exits 2 when apply would refuse
 		t.Fatalf("config diff drop90.yaml: exit %d\n%s", code, out)
 	}
 	out, code = fl.cli("config", "apply", dropFile, "--reason", "s8 drop 90% of routes")

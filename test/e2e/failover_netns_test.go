@@ -120,6 +120,13 @@ func newNetLab(t *testing.T, sb *sandbox.Cluster) *netLab {
 		l.rewriteDefaults(i)
 		l.start(i)
 	}
+	// Every sandbox node restarts read-only; node1 is the primary again.
+	primary := l.rootDB(0)
+	_, err := primary.ExecContext(ctx, "SET GLOBAL read_only=0")
+	primary.Close()
+	if err != nil {
+		t.Fatalf("make node1 writable: %v", err)
+	}
 	for i := 1; i < len(sb.Nodes); i++ {
 		db := l.rootDB(i)
 		for _, q := range []string{"STOP SLAVE",
