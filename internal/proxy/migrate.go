@@ -26,6 +26,11 @@ import (
 // excluded).
 const restoreTimeout = 5 * time.Second
 
+// migrateAttempts is how many times a move tries to connect to its new
+// backend when the connect or handshake fails (not when the server refuses
+// the login).
+const migrateAttempts = 3
+
 // setupBackend switches session tracking on for a fresh backend connection
 // and, with restore, rebuilds the session's variables and prepared
 // statements (their new ids go to be.restored).
@@ -264,6 +269,15 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig) string {
 		return closeNoRoute
 	}
 	t, be, _, merr := s.connectRoute(t, snap, rc, true)
+	for attempt := 1; merr != nil && merr.Code == mysql.ER_UNKNOWN_ERROR && attempt < migrateAttempts; attempt++ {
+		// A connect or handshake that timed out (a busy server right
+		// after a promotion): the session waits a little longer rather
+		// than fail. Server refusals (access denied, too many
+		// connections) are not retried.
+		s.log.Info("moving the session: connecting to the new route failed; retrying", "node", t.node, "attempt", attempt, "err", merr.Message)
+		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+		t, be, _, merr = s.connectRoute(t, snap, rc, true)
+	}
 	if merr != nil {
 		s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "restore").Inc()
 		s.writeError(1, merr)
