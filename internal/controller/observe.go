@@ -48,7 +48,8 @@ type clusterMemory struct {
 	deadRounds   int                   // consecutive rounds with DeadPrimary
 	trouble      bool                  // the last round saw trouble on the primary
 	repairAt     map[string]time.Time  // node → last repair attempt
-	primaryGone  string                // the published primary that went unreachable, until it is back
+	primaryWritableAt time.Time       // last complete probe of the published primary with read_only=OFF
+	primaryWritable   string          // the primary primaryWritableAt is about
 	analysis     []topo.AnalysisEntry  // last published codes
 	analysisAt   time.Time             // when they were published
 }

@@ -42,16 +42,14 @@ const repairBackoff = 5 * time.Second
 //     init script or option file that starts it writable) is fenced like a
 //     stray node: a writable replica would take writes meant for nobody and
 //     break replication with errant GTIDs;
-//   - the published primary that went away (unreachable) and came back
-//     read-only and not replicating — a restart with read_only=ON in its
-//     option file, the safe setting — is made writable again, because it is
-//     still the primary of the current epoch and no other node is writable.
-//     A primary an operator set read-only while it stayed up is left alone
-//     (reported as primary_read_only).
+//   - the published primary that restarted (its Uptime says it started
+//     after the last probe that saw it writable) and came back read-only and
+//     not replicating — read_only=ON in its option file, the safe setting —
+//     is made writable again, because it is still the primary of the current
+//     epoch and no other node is writable. A primary an operator set
+//     read-only while it stayed up is left alone (reported as
+//     primary_read_only).
 func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
-	if pp, ok := probes[st.Primary]; st.Primary != "" && ok && !pp.Reachable {
-		m.primaryGone = st.Primary
-	}
 	if st.Phase != topo.PhaseStable || st.Primary == "" {
 		return
 	}
@@ -96,19 +94,22 @@ func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluste
 	}
 }
 
-// restorePrimary makes the published primary writable again after it came
-// back from being unreachable with read_only=ON (a restart), when it is not
-// replicating and no other node is writable; see repair.
+// restorePrimary makes the published primary writable again after it
+// restarted with read_only=ON, when it is not replicating and no other node
+// is writable; see repair.
 func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *config.Cluster, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
 	pp, ok := probes[st.Primary]
 	if !ok || !complete(pp) {
 		return
 	}
-	if !pp.ReadOnly || m.primaryGone != st.Primary {
-		if !pp.ReadOnly {
-			m.primaryGone = ""
-		}
+	now := t.c.now()
+	if !pp.ReadOnly {
+		m.primaryWritable, m.primaryWritableAt = st.Primary, now
 		return
+	}
+	started := now.Add(-time.Duration(pp.UptimeSeconds) * time.Second)
+	if m.primaryWritable != st.Primary || pp.UptimeSeconds == 0 || !started.After(m.primaryWritableAt) {
+		return // never seen writable, or set read-only while it stayed up
 	}
 	code := string(analysis.PrimaryReadOnly)
 	if pp.Replicating {
@@ -134,12 +135,12 @@ func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *confi
 	}
 	if err != nil {
 		t.repairEvent(ctx, st, topo.EventNoAction, code, st.Primary, fmt.Sprintf(
-			"primary %s came back read-only after being unreachable; making it writable failed: %v", st.Primary, err))
+			"primary %s came back read-only after a restart; making it writable failed: %v", st.Primary, err))
 		return
 	}
-	m.primaryGone = ""
+	m.primaryWritableAt = now
 	t.repairEvent(ctx, st, topo.EventDecision, code, st.Primary, fmt.Sprintf(
-		"primary %s came back read-only after being unreachable (restart) and is still the primary of epoch %d with no other writable node: read_only=OFF",
+		"primary %s came back read-only after a restart and is still the primary of epoch %d with no other writable node: read_only=OFF",
 		st.Primary, st.Epoch))
 }
 

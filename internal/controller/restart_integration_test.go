@@ -33,7 +33,7 @@ func TestRestartedPrimaryMadeWritable(t *testing.T) {
 	if err := c.StartNode(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, st, 10*time.Second, "came back read-only after being unreachable (restart)")
+	waitEvent(t, st, 10*time.Second, "came back read-only after a restart")
 	deadline := time.Now().Add(5 * time.Second)
 	for queryInt(t, rootDB(t, c, 0), "SELECT @@read_only") != 0 {
 		if time.Now().After(deadline) {

@@ -199,7 +199,7 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 	}
 
 	const statusQuery = "SHOW GLOBAL STATUS WHERE Variable_name IN " +
-		"('Innodb_buffer_pool_pages_data', 'Innodb_buffer_pool_pages_total', 'Threads_connected', 'Threads_running')"
+		"('Innodb_buffer_pool_pages_data', 'Innodb_buffer_pool_pages_total', 'Threads_connected', 'Threads_running', 'Uptime')"
 	srows, err := conn.QueryContext(ctx, statusQuery)
 	if err != nil {
 		return fail("SHOW GLOBAL STATUS", err)
@@ -220,6 +220,8 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 			pr.ThreadsConnected = n
 		case "Threads_running":
 			pr.ThreadsRunning = n
+		case "Uptime":
+			pr.UptimeSeconds = n
 		}
 	}
 	if err := srows.Err(); err != nil {

@@ -206,6 +206,9 @@ type Probe struct {
 	ErrorKind string `json:"error_kind,omitempty"`
 	// ThreadsRunning is the Threads_running status variable.
 	ThreadsRunning int64 `json:"threads_running,omitempty"`
+	// UptimeSeconds is the Uptime status variable: seconds since the server
+	// started (tells a restart from a slow probe).
+	UptimeSeconds int64 `json:"uptime_seconds,omitempty"`
 	// GTIDIO is MariaDB's Gtid_IO_Pos: the GTIDs the replica has received
 	// into its relay log (applied or not).
 	GTIDIO string `json:"gtid_io,omitempty"`

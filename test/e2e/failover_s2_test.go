@@ -24,7 +24,7 @@ func TestS2FlappingBlockedUntilAck(t *testing.T) {
 	st, took := s.waitState("first failover", 20*time.Second, func(st topo.ClusterState) bool {
 		return st.Primary != "" && st.Primary != "node1" && st.Phase == topo.PhaseStable
 	})
-	first := st.Primary
+	first, firstEpoch := st.Primary, st.Epoch
 	t.Logf("kill -9 node1 → %s published %s later (epoch %d); block until %s", first, took.Round(time.Millisecond), st.Epoch, st.FailoverBlock.Until.Format(time.RFC3339))
 	if st.FailoverBlock == nil {
 		t.Fatal("no failover block after the failover")
@@ -39,7 +39,9 @@ func TestS2FlappingBlockedUntilAck(t *testing.T) {
 	t.Logf("event: %s", blocked.Message)
 	time.Sleep(12 * foInterval) // many rounds of DeadPrimary, blocked
 	st = s.state()
-	if st.Primary != first || st.Epoch != 2 {
+	// firstEpoch is 2, or 3 when a loaded machine cost the controller its
+	// leadership mid-failover and the next leader redid it.
+	if st.Primary != first || st.Epoch != firstEpoch {
 		t.Fatalf("second failover happened within the block period: primary %s epoch %d\n%s", st.Primary, st.Epoch, s.eventText())
 	}
 	if n := s.failovers(); n != 1 {
