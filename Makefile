@@ -17,9 +17,12 @@ deps:
 	$(GO) mod download
 
 # Unit, integration (real mariadbd, embedded etcd) and scenario tests.
+# Packages run one at a time (-p 1): the integration and scenario packages
+# each start their own MariaDB sandboxes and etcd, and timing-based checks
+# (probe timeouts, failure detection) stay meaningful on a small machine.
 test: deps build
 	$(GO) vet ./...
-	$(GO) test -race -timeout 20m ./...
+	$(GO) test -race -p 1 -timeout 25m ./...
 
 # Unit tests only (no mariadbd needed).
 test-short:
