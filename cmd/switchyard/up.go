@@ -274,6 +274,11 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		log.Info("admin endpoint ready", "address", a.Addr())
 	}
 
+	reloadRefused := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "switchyard_config_reload_refused_total",
+		Help: "SIGHUP reloads of the config file that were refused (invalid or destructive file); the running config is unchanged.",
+	})
+	reg.MustRegister(reloadRefused)
 	hup := make(chan os.Signal, 1)
 	if cfgPath != "" {
 		signal.Notify(hup, syscall.SIGHUP)
@@ -295,6 +300,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			// good one like any other revision.
 			res, err := configstore.ReloadFile(ctx, st, keys, cfgPath, configstore.Author())
 			if err != nil {
+				reloadRefused.Inc()
 				log.Error("config reload refused; the running config is unchanged", "file", cfgPath, "err", err)
 				continue
 			}
