@@ -85,6 +85,9 @@ type Node struct {
 	LastLag *int64
 	// Quarantined is why the node is quarantined ("" when it is not).
 	Quarantined string
+	// Drained is set when an operator drained the node (`switchyard drain`):
+	// it is never chosen as a candidate while drained.
+	Drained bool
 }
 
 // Proxy is one live proxy's view of the cluster's nodes.

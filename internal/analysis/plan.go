@@ -180,6 +180,8 @@ func (in PlanInput) hardReject(n *Node) (string, bool) {
 	switch {
 	case n.Quarantined != "":
 		return "quarantined: " + n.Quarantined, false
+	case n.Drained:
+		return "drained (`switchyard undrain` allows it again)", false
 	case n.Promotion == "must_not":
 		return "promotion rule must_not", false
 	case !p.Reachable:

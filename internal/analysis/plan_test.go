@@ -63,6 +63,13 @@ func TestPlan(t *testing.T) {
 			rejected:  map[string]string{"db2": "SQL thread stopped", "db4": "stale"},
 		},
 		{
+			name:      "drained node is not a candidate",
+			nodes:     planNodes(replicaOK(2, "0-1-120"), replicaOK(3, "0-1-120"), replicaOK(4, "0-1-120")),
+			mod:       func(in *PlanInput) { in.Nodes[1].Drained = true },
+			candidate: "db3",
+			rejected:  map[string]string{"db2": "drained"},
+		},
+		{
 			name:      "must_not and unreachable excluded",
 			nodes:     planNodes(replicaOK(2, "0-1-120"), refused(), replicaOK(4, "0-1-118")),
 			mod:       func(in *PlanInput) { in.Nodes[1].Promotion = "must_not" },

@@ -302,6 +302,13 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 		}
 	}
 	f.oldReachable = complete(f.probes[f.old])
+	drained, _, err := drainedNodes(ctx, t.c.store, t.c.keys, f.cl.Name)
+	if err != nil {
+		return "", fmt.Errorf("read drained nodes: %w", err)
+	}
+	for i := range snap.Nodes {
+		_, snap.Nodes[i].Drained = drained.Nodes[snap.Nodes[i].Name]
+	}
 	f.plan = f.makePlan(snap.Nodes)
 	if f.plan.Candidate == "" {
 		return "", fmt.Errorf("no safe candidate: %s\n%s", f.plan.Refusal, analysis.FormatPlan(f.plan))
