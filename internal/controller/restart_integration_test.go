@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,4 +76,55 @@ func TestWritableReplicaFenced(t *testing.T) {
 		n := s.Node("node2")
 		return n != nil && n.Serving
 	})
+}
+
+// TestSwitchoverLeavesStoppedReplicaStopped: a replica an operator stopped
+// is repointed to the new primary by a switchover but its replication stays
+// stopped (the switchover does not undo STOP SLAVE).
+func TestSwitchoverLeavesStoppedReplicaStopped(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	mustExec(t, rootDB(t, c, 2), "STOP SLAVE")
+	waitState(t, st, 20*testInterval, "node3 not serving", func(s topo.ClusterState) bool { return !s.Node("node3").Serving })
+
+	req := doSwitchover(t, st, "node2")
+	if req.State != topo.RequestDone {
+		t.Fatalf("switchover: %s: %s", req.State, req.Message)
+	}
+	var port, io, sqlRun string
+	rows, err := rootDB(t, c, 2).Query("SHOW ALL SLAVES STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, _ := rows.Columns()
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for j := range vals {
+		ptrs[j] = &vals[j]
+	}
+	if !rows.Next() {
+		rows.Close()
+		t.Fatal("node3 has no replication configured after the switchover")
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	for j, col := range cols {
+		switch col {
+		case "Master_Port":
+			port = vals[j].String
+		case "Slave_IO_Running":
+			io = vals[j].String
+		case "Slave_SQL_Running":
+			sqlRun = vals[j].String
+		}
+	}
+	if port != fmt.Sprint(c.Nodes[1].Port) || io != "No" || sqlRun != "No" {
+		t.Fatalf("node3 after switchover: source port %s IO %s SQL %s; want port %d with replication still stopped", port, io, sqlRun, c.Nodes[1].Port)
+	}
+	mustExec(t, rootDB(t, c, 2), "START SLAVE")
+	waitReplicating(t, c, 2, 1)
 }

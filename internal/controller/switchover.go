@@ -473,7 +473,9 @@ func (s *switchover) promote(ctx context.Context) (string, error) {
 // repoint makes node n (a replica or the old primary) read-only and
 // replicate from the new primary with GTID slave_pos. A node that was not
 // replicating (the old primary) first sets gtid_slave_pos from its own
-// binlog (checked on MariaDB 10.11).
+// binlog (checked on MariaDB 10.11). A replica whose replication threads were
+// stopped (by an operator, or by an error) is repointed but left stopped, so
+// the switchover does not undo the operator's STOP SLAVE.
 func (s *switchover) repoint(ctx context.Context, n config.Node) (string, error) {
 	pr, err := s.t.c.prober(s.cfg, s.cl, &n)
 	if err != nil {
@@ -507,6 +509,10 @@ func (s *switchover) repoint(ctx context.Context, n config.Node) (string, error)
 	}
 	if err := pr.ChangeSource(ctx, host, port, s.replUser, s.replPwd, probe.GTIDSlavePos); err != nil {
 		return "", err
+	}
+	if p.Replicating && (p.IORunning == "No" || !p.SQLRunning) {
+		return fmt.Sprintf("points at %s (%s), read_only=ON; replication left stopped as it was (IO %s, SQL %s): START SLAVE when ready",
+			candNode.Address, how, orDash(p.IORunning), yesNo(p.SQLRunning)), nil
 	}
 	if err := pr.StartReplica(ctx); err != nil {
 		return "", err
