@@ -41,17 +41,17 @@ type termFailover struct {
 // clusterMemory is what the leader remembers about one cluster between
 // rounds.
 type clusterMemory struct {
-	ioSig        map[string]string     // node → IO progress signature
-	ioAt         map[string]time.Time  // node → when the signature last changed
-	lastLag      map[string]int64      // node → last non-NULL lag
-	lastComplete map[string]topo.Probe // node → last complete probe
-	deadRounds   int                   // consecutive rounds with DeadPrimary
-	trouble      bool                  // the last round saw trouble on the primary
-	repairAt     map[string]time.Time  // node → last repair attempt
-	primaryWritableAt time.Time       // last complete probe of the published primary with read_only=OFF
-	primaryWritable   string          // the primary primaryWritableAt is about
-	analysis     []topo.AnalysisEntry  // last published codes
-	analysisAt   time.Time             // when they were published
+	ioSig             map[string]string     // node → IO progress signature
+	ioAt              map[string]time.Time  // node → when the signature last changed
+	lastLag           map[string]int64      // node → last non-NULL lag
+	lastComplete      map[string]topo.Probe // node → last complete probe
+	deadRounds        int                   // consecutive rounds with DeadPrimary
+	trouble           bool                  // the last round saw trouble on the primary
+	repairAt          map[string]time.Time  // node → last repair attempt
+	primaryWritableAt time.Time             // last complete probe of the published primary with read_only=OFF
+	primaryWritable   string                // the primary primaryWritableAt is about
+	analysis          []topo.AnalysisEntry  // last published codes
+	analysisAt        time.Time             // when they were published
 }
 
 func newTermFailover(t *term) *termFailover {
