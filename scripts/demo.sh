@@ -62,6 +62,23 @@ cat "$SB/during.txt"
 say "Ledger workload after the switchover"
 $LG "${LGARGS[@]}" --duration 5s --label after || true
 
+say "Crash: kill -9 of the primary ($TARGET) while the ledger workload runs (failover.mode is manual: a human decides)"
+$LG "${LGARGS[@]}" --duration 12s --label crash --check=false >"$SB/crash.txt" 2>&1 &
+LGPID=$!
+sleep 2
+TIDX=${TARGET#node}
+kill -9 "$(cat "$SB/node$TIDX/mariadbd.pid")"
+sleep 2
+$SY status --config "$CFG" | sed -n '/^cluster/,/^$/p' | head -12
+say "switchyard failover --plan, then switchyard failover"
+$SY failover --config "$CFG" --cluster main --plan || true
+$SY failover --config "$CFG" --cluster main
+wait $LGPID || true
+cat "$SB/crash.txt"
+say "Restart the crashed node: it comes back read-only and rejoins as a replica"
+$SY sandbox up --dir "$SB" >/dev/null
+sleep 4
+
 say "Cluster now"
 $SY status --config "$CFG"
 
