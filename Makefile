@@ -41,8 +41,12 @@ demo: deps build
 down:
 	./scripts/down.sh
 
+# Proxy throughput against direct and HAProxy, switchover write pauses and
+# warm-vs-cold reads, crash-failover times; each starts its own sandboxes.
 bench: deps build
 	./bench/proxy.sh
+	$(GO) run ./bench/switchover
+	$(GO) run ./bench/failover -trials 10
 
 fuzz:
 	$(GO) test ./internal/gtid -run '^$$' -fuzz FuzzParseMariaDB -fuzztime 20s
