@@ -325,7 +325,9 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 }
 
 func (f *failoverRun) makePlan(nodes []analysis.Node) topo.FailoverPlan {
+	f.m.mu.Lock()
 	last := f.m.lastComplete[f.old]
+	f.m.mu.Unlock()
 	if p := f.probes[f.old]; complete(p) {
 		last = p
 	}

@@ -41,6 +41,9 @@ type termFailover struct {
 // clusterMemory is what the leader remembers about one cluster between
 // rounds.
 type clusterMemory struct {
+	// mu guards ioSig, ioAt, lastLag and lastComplete: a failover run reads
+	// and refreshes them from its own goroutine while probe rounds go on.
+	mu                sync.Mutex
 	ioSig             map[string]string     // node → IO progress signature
 	ioAt              map[string]time.Time  // node → when the signature last changed
 	lastLag           map[string]int64      // node → last non-NULL lag
@@ -85,6 +88,8 @@ func (f *termFailover) memory(cluster string) *clusterMemory {
 
 // observe records what a round's probes say about progress and lag.
 func (m *clusterMemory) observe(probes map[string]topo.Probe, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for name, p := range probes {
 		if !complete(p) {
 			continue
@@ -201,6 +206,8 @@ func (t *term) analysisSnapshot(cfg *config.Config, cl *config.Cluster, st *topo
 			MinIOSilence:      2 * cfg.Probe.Interval.D(),
 		},
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, n := range cl.Nodes {
 		p, ok := probes[n.Name]
 		if !ok {
