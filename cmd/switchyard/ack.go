@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -28,13 +27,11 @@ re-enables automatic failover and clears the recovery alarms.`,
 			if cluster == "" {
 				return fmt.Errorf("--cluster is required")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			req, err := controller.RequestAck(ctx, st, keys, cluster, reason, operatorName())
 			if err != nil {
 				return err

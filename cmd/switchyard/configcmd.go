@@ -209,13 +209,11 @@ func newConfigRollbackCmd(g *globalFlags) *cobra.Command {
 			if err := f.check(); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), configOpTimeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			res, err := configstore.Rollback(ctx, st, keys, to, configstore.Change{
 				Reason: f.reason, Author: configstore.Author(), AllowDestructive: f.allowDestructive,
 				OverrideHint: fmt.Sprintf("to roll back anyway: switchyard config rollback --to %d --reason TEXT --allow-destructive (the override and its reason are recorded in the history)", to),
@@ -331,13 +329,11 @@ func newConfigShowCmd(g *globalFlags) *cobra.Command {
 		Short: "Print the current revision (or revision N) as YAML, passwords redacted",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), configOpTimeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			var r *configstore.Revision
 			if rev > 0 {
 				if r, _, err = configstore.Get(ctx, st, keys, rev); err != nil {
@@ -390,13 +386,11 @@ func newConfigHistoryCmd(g *globalFlags) *cobra.Command {
 		Short: "List the config revisions kept in etcd, newest first (* marks the current one)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), configOpTimeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), configOpTimeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			s, err := configstore.Load(ctx, st, keys)
 			if err != nil {
 				return err

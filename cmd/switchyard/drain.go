@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -34,13 +33,11 @@ NODE and says it is safe to stop (exit 1 on timeout). Undo with
 			if cluster == "" {
 				return fmt.Errorf("--cluster is required")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			out := cmd.OutOrStdout()
 			o := controller.DrainOptions{By: operatorName(), Reason: reason, Wait: wait}
 			if !asJSON {
@@ -79,13 +76,11 @@ func newUndrainCmd(g *globalFlags) *cobra.Command {
 			if cluster == "" {
 				return fmt.Errorf("--cluster is required")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), 30*time.Second)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			was, err := controller.Undrain(ctx, st, keys, cluster, args[0])
 			if err != nil {
 				return exitError{code: 1, msg: err.Error()}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -51,13 +50,11 @@ recorded in the events.`,
 			if force && reason == "" {
 				return fmt.Errorf("--force-stale needs --reason (recorded in the events)")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			req, err := controller.RequestFailover(ctx, st, keys, cluster, controller.FailoverOptions{
 				Target: to, PlanOnly: plan, Force: force, Reason: reason, By: operatorName(),
 			})

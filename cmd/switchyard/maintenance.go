@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -37,13 +36,11 @@ status and recorded in the events. "on" needs --reason.`,
 			if on && reason == "" {
 				return fmt.Errorf("maintenance on: --reason is required (shown in status and the events)")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			req, err := controller.RequestMaintenance(ctx, st, keys, cluster, on, reason, operatorName())
 			if err != nil {
 				return err

@@ -167,6 +167,19 @@ func (g *globalFlags) openStore(ctx context.Context, log *slog.Logger) (topo.Sto
 	return st, keys, nil
 }
 
+// storeFor opens the topology store for one operator command, under a
+// context bounded by timeout. done closes the store and releases the
+// context; on error nothing is left open.
+func (g *globalFlags) storeFor(parent context.Context, timeout time.Duration) (context.Context, topo.Store, topo.Keys, func(), error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	st, keys, err := g.openStore(ctx, quietLogger())
+	if err != nil {
+		cancel()
+		return nil, nil, topo.Keys{}, nil, err
+	}
+	return ctx, st, keys, func() { st.Close(); cancel() }, nil
+}
+
 // quietLogger is for operator commands: warnings and errors only, to stderr.
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

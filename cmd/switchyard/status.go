@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,13 +15,11 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		Short: "Show clusters, nodes (role, lag, GTID position, last probe), proxies and the controller leader",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), 10*time.Second)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			r, err := status.Collect(ctx, st, keys, time.Now())
 			if err != nil {
 				return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -42,13 +41,11 @@ replaying the proxies' hot read set, --require-warm refuses a cold candidate.`,
 			if cluster == "" {
 				return fmt.Errorf("--cluster is required")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, keys, err := g.openStore(ctx, quietLogger())
+			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer done()
 			req, err := controller.RequestSwitchoverWith(ctx, st, keys, cluster,
 				controller.SwitchoverOptions{Target: to, Warm: warm, RequireWarm: requireWarm, By: operatorName()})
 			if asJSON {
