@@ -8,7 +8,17 @@
 // trial uses a fresh sandbox. It prints each trial and the median, p90 and
 // max.
 //
-// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true]
+// With -fault stop the primary is frozen (SIGSTOP) instead of killed, for
+// -stop-for, and then woken (SIGCONT): the figures are then also the
+// acknowledged writes missing from the final primary, the writes
+// acknowledged after the new epoch that the old primary executed (late
+// successes: must be 0), the writes the old primary committed on waking
+// that no client saw succeed, and the most nodes that answered
+// read_only=OFF at one 100 ms probe (read directly, as root) and that took
+// routed writes within one 100 ms window (read from the ledger's server_id
+// and commit time).
+//
+// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true] [-fault kill|stop] [-stop-for 15s]
 package main
 
 import (
@@ -25,6 +35,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -43,6 +54,8 @@ type options struct {
 	semiSync bool
 	writers  int
 	verbose  bool
+	fault    string
+	stopFor  time.Duration
 }
 
 type trial struct {
@@ -52,6 +65,12 @@ type trial struct {
 	lost       int
 	errors     int64
 	newPrimary string
+
+	// -fault stop only.
+	late        int // acknowledged after the new epoch, executed by the old primary
+	wokeCommits int // committed by the old primary after the new epoch, never acknowledged
+	maxWritable int // most nodes answering read_only=OFF at one 100 ms probe
+	maxRouted   int // most nodes executing routed writes within one 100 ms window
 }
 
 func main() {
@@ -61,6 +80,8 @@ func main() {
 	flag.BoolVar(&o.semiSync, "semisync", true, "semi-synchronous replication (AFTER_SYNC)")
 	flag.IntVar(&o.writers, "writers", 4, "concurrent writers through the rw listener")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
+	flag.StringVar(&o.fault, "fault", "kill", "kill (SIGKILL the primary) or stop (SIGSTOP it for -stop-for, then SIGCONT)")
+	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
 	flag.Parse()
 	// Clients see the kill as broken connections; the driver's own log of
 	// them is noise here (the figures count them).
@@ -74,6 +95,12 @@ func main() {
 func run(o options) error {
 	if err := sandbox.CheckBinaries(); err != nil {
 		return err
+	}
+	if o.fault == "stop" {
+		return runStop(o)
+	}
+	if o.fault != "kill" {
+		return fmt.Errorf("-fault %q: want kill or stop", o.fault)
 	}
 	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, %d writers, failover.mode auto (confirm_rounds 2)\n",
 		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, o.writers)
@@ -115,40 +142,67 @@ func probeTimeout(interval time.Duration) time.Duration {
 	return min(500*time.Millisecond, interval*4/5)
 }
 
-func runTrial(o options) (tr trial, err error) {
+// stack is one trial's sandbox, etcd, controller and proxy.
+type stack struct {
+	sb    *sandbox.Cluster
+	store topo.Store // the controller's client, also used to read state
+	keys  topo.Keys
+	srv   *proxy.Server
+	rw    string // DSN of the rw listener (ledger database)
+	close func() error
+}
+
+func startStack(ctx context.Context, o options) (_ *stack, err error) {
+	var closers []func() error
+	cleanup := func() error {
+		var first error
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i](); cerr != nil && first == nil {
+				first = cerr
+			}
+		}
+		return first
+	}
+	defer func() {
+		if err != nil {
+			_ = cleanup()
+		}
+	}()
 	dir, err := os.MkdirTemp("", "sy-bench-failover")
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	closers = append(closers, func() error { return os.RemoveAll(dir) })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	addrs, err := freeAddrs(6)
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
 	sb, err := sandbox.Up(ctx, sandbox.Options{Dir: filepath.Join(dir, "sb"), Nodes: 3, SemiSync: o.semiSync, StopWithParent: true,
 		TemplateDir: filepath.Join(os.TempDir(), "switchyard-sandbox-template-"+strconv.Itoa(os.Getuid())),
 		ListenerRW:  addrs[0], ListenerRO: addrs[1], AdminAddress: addrs[2], EtcdClientAddress: addrs[3], EtcdPeerAddress: addrs[4]})
 	if err != nil {
-		return tr, fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	defer func() {
+	closers = append(closers, func() error {
+		// A frozen node must be woken before it can be stopped.
+		for i := range sb.Nodes {
+			if pid := sb.PID(i); pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		}
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer dcancel()
-		if derr := sandbox.Down(dctx, sb.Dir, true); derr != nil && err == nil {
-			err = derr
-		}
-	}()
+		return sandbox.Down(dctx, sb.Dir, true)
+	})
 	etcd, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: filepath.Join(dir, "etcd"), ClientAddress: addrs[3], PeerAddress: addrs[4], UnsafeNoFsync: true})
 	if err != nil {
-		return tr, fmt.Errorf("etcd: %w", err)
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	defer etcd.Close()
+	closers = append(closers, func() error { etcd.Close(); return nil })
 
 	cfg := sb.Config()
 	cfg.Etcd.Endpoints = etcd.Endpoints()
@@ -158,7 +212,7 @@ func runTrial(o options) (tr trial, err error) {
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 	if err := cfg.Validate(); err != nil {
-		return tr, err
+		return nil, err
 	}
 	keys := topo.Keys{Prefix: cfg.Etcd.Prefix}
 	newStore := func() (topo.Store, error) {
@@ -166,53 +220,84 @@ func runTrial(o options) (tr trial, err error) {
 	}
 	cst, err := newStore()
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
-	defer cst.Close()
+	closers = append(closers, cst.Close)
 	pst, err := newStore()
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
-	defer pst.Close()
+	closers = append(closers, pst.Close)
 	ctl, err := controller.New(controller.Options{Config: cfg, Store: cst, Keys: keys, ID: "bench-ctl", Log: log})
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
 	srv, err := proxy.New(proxy.Options{Config: cfg, ID: "bench-proxy", Log: log})
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
 	if err := srv.Start(); err != nil {
-		return tr, err
+		return nil, err
 	}
-	rctx, rcancel := context.WithCancel(ctx)
+	rctx, rcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = ctl.Run(rctx) }()
 	go func() { defer wg.Done(); _ = proxy.Follow(rctx, pst, keys, srv) }()
-	defer func() {
+	closers = append(closers, func() error {
 		rcancel()
 		srv.Close()
 		wg.Wait()
-	}()
+		return nil
+	})
 	var st topo.ClusterState
 	if err := waitFor(ctx, 30*time.Second, func() bool {
 		_, gerr := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st)
 		return gerr == nil && st.Primary == "node1" && srv.Epochs()["main"] == st.Epoch && st.Node("node2").Serving && st.Node("node3").Serving
 	}); err != nil {
-		return tr, fmt.Errorf("discovery: %w", err)
+		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	rw := fmt.Sprintf("%s:%s@tcp(%s)/sbtest?timeout=1s&readTimeout=5s&writeTimeout=5s", sb.AppUser, sb.AppPassword, srv.ListenerAddr("rw"))
+	// With a frozen primary, a client that gives up after a few seconds
+	// never sees what the proxy would relay when it wakes: the writers wait
+	// a minute, as an application without a read timeout would.
+	readTimeout := 5 * time.Second
+	if o.fault == "stop" {
+		readTimeout = time.Minute
+	}
+	rw := fmt.Sprintf("%s:%s@tcp(%s)/sbtest?timeout=1s&readTimeout=%s&writeTimeout=5s", sb.AppUser, sb.AppPassword, srv.ListenerAddr("rw"), readTimeout)
 	if err := loadgen.Setup(ctx, rw, ""); err != nil {
+		return nil, err
+	}
+	return &stack{sb: sb, store: cst, keys: keys, srv: srv, rw: rw, close: cleanup}, nil
+}
+
+func (s *stack) state(ctx context.Context) (topo.ClusterState, error) {
+	var st topo.ClusterState
+	_, err := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
+	return st, err
+}
+
+func nodeIndex(name string) int { return map[string]int{"node1": 0, "node2": 1, "node3": 2}[name] }
+
+func runTrial(o options) (tr trial, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := startStack(ctx, o)
+	if err != nil {
 		return tr, err
 	}
-	w := newWriters(rw, o.writers)
+	defer func() {
+		if cerr := s.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	w := newWriters(s.rw, o.writers)
 	wctx, wcancel := context.WithCancel(ctx)
 	w.start(wctx)
 	time.Sleep(2 * time.Second)
 
 	killAt := time.Now()
-	if err := sb.KillNode(0); err != nil {
+	if err := s.sb.KillNode(0); err != nil {
 		wcancel()
 		w.wait()
 		return tr, err
@@ -229,16 +314,15 @@ func runTrial(o options) (tr trial, err error) {
 	time.Sleep(time.Second)
 	wcancel()
 	w.wait()
-	if _, err := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st); err != nil {
+	st, err := s.state(ctx)
+	if err != nil {
 		return tr, err
 	}
 	tr.newPrimary = st.Primary
 	if st.LastFailover != nil {
 		tr.failoverMS = st.LastFailover.DurationMS
 	}
-	idx := map[string]int{"node1": 0, "node2": 1, "node3": 2}[st.Primary]
-	rootDSN := sb.RootDSN(idx)
-	missing, err := loadgen.Check(ctx, withDB(rootDSN, "sbtest"), "", w.acked())
+	missing, err := loadgen.Check(ctx, withDB(s.sb.RootDSN(nodeIndex(st.Primary)), "sbtest"), "", w.acked())
 	if err != nil {
 		return tr, err
 	}
@@ -348,7 +432,7 @@ func (w *writers) wait() { w.wg.Wait() }
 // its acknowledgement time.
 func (w *writers) firstAfter(ctx context.Context, t time.Time, timeout time.Duration) (time.Time, bool) {
 	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for {
 		w.mu.Lock()
 		for i, sent := range w.sent {
 			if sent.After(t) {
@@ -358,9 +442,11 @@ func (w *writers) firstAfter(ctx context.Context, t time.Time, timeout time.Dura
 			}
 		}
 		w.mu.Unlock()
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return time.Time{}, false
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return time.Time{}, false
 }
 
 func (w *writers) acked() []int64 {
@@ -373,4 +459,15 @@ func (w *writers) errors() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.errs
+}
+
+// ackTimes maps every acknowledged id to when its acknowledgement arrived.
+func (w *writers) ackTimes() map[int64]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := make(map[int64]time.Time, len(w.ids))
+	for i, id := range w.ids {
+		m[id] = w.at[i]
+	}
+	return m
 }
