@@ -270,7 +270,7 @@ func describeHolder(id int64, mode string, ms float64, user, host, cmd, info str
 		h, _, _ := strings.Cut(host, ":")
 		who = user + "@" + h + " thread"
 	}
-	s := fmt.Sprintf("%s held by %s %d for %s", what, who, id, (time.Duration(ms) * time.Millisecond).Round(time.Second))
+	s := fmt.Sprintf("%s held by %s %d for %s", what, who, id, (time.Duration(ms) * time.Millisecond).Round(100*time.Millisecond))
 	if cmd != "" {
 		s += " (" + cmd
 		if info != "" {
