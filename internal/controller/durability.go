@@ -22,7 +22,9 @@ const alarmDurabilityDrift = "durability_drift"
 // a repair before its drift alarm is cleared.
 const durabilityQuiet = time.Minute
 
-// durabilityRetry bounds how often the settings of one node are applied.
+// durabilityRetry bounds how often the settings of one node are applied
+// while they do not take (a failing SET GLOBAL, a replica whose semi-sync
+// status stays OFF); a node seen right in between is repaired at once.
 const durabilityRetry = 5 * time.Second
 
 // primaryDrift lists how a primary's semi-sync state differs from what
@@ -156,6 +158,7 @@ func (t *term) durabilityCheck(ctx context.Context, cfg *config.Config, cl *conf
 	repairedAt, alarmed := ch.driftAt[n.Name]
 	if len(drift) == 0 {
 		ch.durability[n.Name] = role
+		delete(ch.applyAt, n.Name) // a new drift is repaired at once
 		clear := alarmed && now.Sub(repairedAt) >= durabilityQuiet
 		if clear {
 			delete(ch.driftAt, n.Name)
