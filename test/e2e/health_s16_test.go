@@ -306,3 +306,43 @@ func TestS16DurableSemiSync(t *testing.T) {
 		t.Fatalf("%d failovers", s.failovers())
 	}
 }
+
+// TestS16DurableSemiSyncAfterFailover: durability semi_sync_durable, auto
+// mode, writers running; kill -9 the primary. The promoted node gets the
+// durable settings (timeout 4294967295 ms, wait_no_slave ON, AFTER_SYNC),
+// the remaining replica acknowledges, writes commit through the proxy and
+// no acknowledged write is missing on the new primary.
+func TestS16DurableSemiSyncAfterFailover(t *testing.T) {
+	s := startFO(t, foOpts{SemiSync: true, Mutate: func(c *config.Config) {
+		c.Clusters[0].Durability = config.DurabilitySemiSyncDurable
+	}})
+	waitDurable(t, s, 0, 20*time.Second)
+	w := s.startWorkload(4)
+	time.Sleep(2 * time.Second)
+	killed := time.Now()
+	if err := s.sb.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	st, took := s.waitState("failover", 40*time.Second, func(st topo.ClusterState) bool {
+		return st.Primary != "" && st.Primary != "node1" && st.Phase == topo.PhaseStable
+	})
+	t.Logf("kill -9 node1 → %s published %s later (epoch %d)", st.Primary, took.Round(time.Millisecond), st.Epoch)
+	i := nodeIdx(st.Primary)
+	d := waitDurable(t, s, i, 20*time.Second)
+	ev := s.waitEvent("durability semi_sync_durable applied after the promotion of "+st.Primary, 10*time.Second)
+	t.Logf("durable settings on %s %s after publication (%s after the kill): %s", st.Primary, d.Round(time.Millisecond),
+		time.Since(killed).Round(time.Millisecond), ev.Message)
+	time.Sleep(2 * time.Second)
+	w.stop(i)
+	root := s.root(i)
+	defer root.Close()
+	var name string
+	var yes, clients int64
+	if err := root.QueryRow("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_yes_tx'").Scan(&name, &yes); err != nil || yes < 1 {
+		t.Fatalf("Rpl_semi_sync_master_yes_tx on %s = %d (%v): want acknowledged commits after the failover", st.Primary, yes, err)
+	}
+	if err := root.QueryRow("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'").Scan(&name, &clients); err != nil || clients < 1 {
+		t.Fatalf("Rpl_semi_sync_master_clients on %s = %d (%v): want the remaining replica acknowledging", st.Primary, clients, err)
+	}
+	t.Logf("%s: %d acknowledged commits, %d semi-sync replica(s)", st.Primary, yes, clients)
+}
