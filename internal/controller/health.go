@@ -102,12 +102,21 @@ func (t *term) checkWritePath(ctx context.Context, cfg *config.Config, cl *confi
 		t.c.metrics.heartbeatLatency.WithLabelValues(cl.Name).Set(hb.LatencyMS / 1000)
 		h.mu.Lock()
 		ch := h.cluster(cl.Name)
+		before := ch.hbFailures[primary]
 		if analysis.HeartbeatFailed(p) {
 			ch.hbFailures[primary]++
 		} else {
 			delete(ch.hbFailures, primary)
 		}
 		h.mu.Unlock()
+		switch {
+		case before == 0 && !hb.OK:
+			t.log.Warn("heartbeat write on the primary failed", "cluster", cl.Name, "node", primary, "kind", hb.Kind,
+				"err", hb.Error, "blockers", strings.Join(hb.Blockers, "; "), "latency_ms", hb.LatencyMS)
+		case before > 0 && hb.OK:
+			t.log.Info("heartbeat write on the primary succeeds again", "cluster", cl.Name, "node", primary,
+				"failed_rounds", before, "latency_ms", hb.LatencyMS)
+		}
 	}
 	if p.Reachable || p.ErrorKind == string(probe.KindTooManyConnections) {
 		p.AppLogins = t.loginChecks(ctx, cfg, cl.Name, pr)

@@ -23,6 +23,10 @@ import (
 // post-promotion write share it.
 const HeartbeatSchema = "switchyard"
 
+// blockerTimeout is the least time given to reading write blockers after
+// a failed heartbeat (connect included).
+const blockerTimeout = 500 * time.Millisecond
+
 // Heartbeat kinds (topo.Heartbeat.Kind).
 const (
 	HeartbeatLockWait = "lock_wait"
@@ -68,14 +72,14 @@ const heartbeatCreate = "CREATE TABLE IF NOT EXISTS " + HeartbeatTable + " (clus
 // primary's heartbeat too.
 //
 // After a failure Blockers names what holds writes up (see
-// topo.Heartbeat); reading them is bounded by the probe timeout too.
+// topo.Heartbeat); reading them is bounded by max(probe timeout, 500ms).
 func (p *Prober) Heartbeat(ctx context.Context, row Heartbeat) topo.Heartbeat {
 	start := time.Now()
 	hb := p.heartbeat(ctx, row)
 	hb.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 	p.hbFailed.Store(!hb.OK)
 	if !hb.OK && hb.Kind != HeartbeatDenied {
-		ectx, cancel := context.WithTimeout(ctx, p.timeout)
+		ectx, cancel := context.WithTimeout(ctx, max(p.timeout, blockerTimeout))
 		defer cancel()
 		hb.Blockers = append(hb.Blockers, p.writeBlockers(ectx)...)
 	}
@@ -159,7 +163,7 @@ func (p *Prober) createHeartbeatTable(ctx context.Context, conn *sql.Conn) error
 func (p *Prober) pendingHeartbeat(ctx context.Context, conn *sql.Conn) string {
 	const q = "SELECT ID, TIME_MS, COALESCE(STATE, '') FROM information_schema.PROCESSLIST " +
 		"WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) " +
-		"AND INFO LIKE '%INTO " + HeartbeatTable + "%' ORDER BY TIME_MS DESC LIMIT 1"
+		"AND (INFO LIKE '%INTO " + HeartbeatTable + "%' OR INFO LIKE '%IF NOT EXISTS " + HeartbeatSchema + "%') ORDER BY TIME_MS DESC LIMIT 1"
 	var (
 		id    int64
 		ms    float64
@@ -202,7 +206,7 @@ func heartbeatFailure(what string, err error) topo.Heartbeat {
 func (p *Prober) writeBlockers(ctx context.Context) []string {
 	conn, err := p.probeDB.Conn(ctx)
 	if err != nil {
-		return nil
+		return []string{"(could not read the blockers: " + describe("connect", err) + ")"}
 	}
 	defer conn.Close()
 	var out []string
@@ -230,7 +234,10 @@ func (p *Prober) writeBlockers(ctx context.Context) []string {
 		"WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND (STATE LIKE 'Waiting for semi-sync%' " +
 		"OR STATE LIKE 'Waiting for backup lock%' OR STATE LIKE 'Waiting for global read lock%' " +
 		"OR STATE LIKE 'Waiting for table metadata lock%' OR STATE LIKE 'Waiting for commit lock%') GROUP BY STATE"
-	if rows, err := conn.QueryContext(ctx, waiters); err == nil {
+	rows, err := conn.QueryContext(ctx, waiters)
+	if err != nil {
+		out = append(out, "(could not read the processlist: "+describe("processlist", err)+")")
+	} else {
 		for rows.Next() {
 			var (
 				state string

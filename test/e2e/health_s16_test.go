@@ -346,3 +346,105 @@ func TestS16DurableSemiSyncAfterFailover(t *testing.T) {
 	}
 	t.Logf("%s: %d acknowledged commits, %d semi-sync replica(s)", st.Primary, yes, clients)
 }
+
+// TestS16SemiSyncFallbackVersusDurable shows the fault that separates the
+// two semi-sync modes: both replicas stop acknowledging (IO threads
+// stopped). Under semi_sync (server timeout, here 1 s) a commit returns
+// after the timeout, unacknowledged: the primary fell back to async, and
+// an event says so. Under semi_sync_durable the commit waits until a
+// replica is back; meanwhile PrimaryWritesBlocked names the semi-sync wait;
+// no failover in either.
+func TestS16SemiSyncFallbackVersusDurable(t *testing.T) {
+	stopIO := func(s *foStack) {
+		for _, i := range []int{1, 2} {
+			s.exec(i, "STOP SLAVE IO_THREAD")
+		}
+	}
+	write := func(s *foStack, id int) (time.Duration, error) {
+		db, err := sql.Open("mysql", s.dsn(0, "primary"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err = db.ExecContext(ctx, "INSERT INTO sbtest.s16fb VALUES (?)", id)
+		return time.Since(start), err
+	}
+	t.Run("semi_sync", func(t *testing.T) {
+		s := startFO(t, foOpts{SemiSync: true, Mode: config.FailoverManual, Mutate: func(c *config.Config) {
+			c.Clusters[0].Durability = config.DurabilitySemiSync
+		}})
+		s.exec(0, "CREATE TABLE sbtest.s16fb (id INT PRIMARY KEY)")
+		s.exec(0, "SET GLOBAL rpl_semi_sync_master_timeout = 1000")
+		if d, err := write(s, 1); err != nil || d > 900*time.Millisecond {
+			t.Fatalf("write with replicas acknowledging took %s (%v)", d, err)
+		}
+		stopIO(s)
+		d, err := write(s, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("semi_sync: a commit with no replica acknowledging returned after %s (rpl_semi_sync_master_timeout 1000 ms): acknowledged, on the primary only", d.Round(time.Millisecond))
+		if d < 900*time.Millisecond {
+			t.Fatalf("commit returned after %s, before the 1 s semi-sync timeout", d)
+		}
+		ev := s.waitEvent("fell back to asynchronous replication", 40*foInterval+10*time.Second)
+		t.Logf("event: %s", ev.Message)
+		for _, i := range []int{1, 2} {
+			s.exec(i, "START SLAVE IO_THREAD")
+		}
+		ev = s.waitEvent("is synchronous again", 40*foInterval+20*time.Second)
+		t.Logf("event: %s", ev.Message)
+		if s.failovers() != 0 {
+			t.Fatalf("%d failovers", s.failovers())
+		}
+	})
+	t.Run("semi_sync_durable", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		s := startFO(t, foOpts{SemiSync: true, Mode: config.FailoverAuto, Registry: reg, Mutate: func(c *config.Config) {
+			c.Clusters[0].Durability = config.DurabilitySemiSyncDurable
+		}})
+		metrics := metricsServer(t, reg)
+		waitDurable(t, s, 0, 20*time.Second)
+		s.exec(0, "CREATE TABLE sbtest.s16fb (id INT PRIMARY KEY)")
+		waitMetric(t, metrics, `switchyard_controller_heartbeats_total{cluster="main",result="ok"}`, 10*time.Second)
+		stopIO(s)
+		stopped := time.Now()
+		type res struct {
+			d   time.Duration
+			err error
+		}
+		done := make(chan res, 1)
+		go func() { d, err := write(s, 2); done <- res{d, err} }()
+		st, took := s.waitState("PrimaryWritesBlocked by the semi-sync wait", 40*foInterval+10*time.Second, func(st topo.ClusterState) bool {
+			f := finding(st, "PrimaryWritesBlocked", "node1")
+			return f != nil && strings.Contains(f.Detail, "semi-sync")
+		})
+		t.Logf("semi_sync_durable: PrimaryWritesBlocked %s after the replicas stopped acknowledging: %s", took.Round(time.Millisecond),
+			finding(st, "PrimaryWritesBlocked", "node1").Detail)
+		select {
+		case r := <-done:
+			t.Fatalf("a commit returned after %s (%v) with no replica acknowledging under semi_sync_durable", r.d, r.err)
+		case <-time.After(time.Until(stopped.Add(8 * time.Second))):
+		}
+		st = s.state()
+		if st.Primary != "node1" || st.Epoch != 1 || s.failovers() != 0 {
+			t.Fatalf("blocked commits led to a failover: primary %s epoch %d\n%s", st.Primary, st.Epoch, s.eventText())
+		}
+		resumed := time.Now()
+		s.exec(1, "START SLAVE IO_THREAD")
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("the waiting commit failed: %v", r.err)
+		}
+		t.Logf("semi_sync_durable: the commit waited %s and returned %s after one replica's IO thread restarted",
+			r.d.Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+		_, took = s.waitState("PrimaryWritesBlocked cleared", 40*foInterval+10*time.Second, func(st topo.ClusterState) bool {
+			return finding(st, "PrimaryWritesBlocked", "node1") == nil
+		})
+		t.Logf("finding cleared %s after the replica resumed", took.Round(time.Millisecond))
+		s.exec(2, "START SLAVE IO_THREAD")
+	})
+}
