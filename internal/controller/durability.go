@@ -159,6 +159,7 @@ func (t *term) durabilityCheck(ctx context.Context, cfg *config.Config, cl *conf
 	if len(drift) == 0 {
 		ch.durability[n.Name] = role
 		delete(ch.applyAt, n.Name) // a new drift is repaired at once
+		delete(ch.lastDrift, n.Name)
 		clear := alarmed && now.Sub(repairedAt) >= durabilityQuiet
 		if clear {
 			delete(ch.driftAt, n.Name)
@@ -173,11 +174,18 @@ func (t *term) durabilityCheck(ctx context.Context, cfg *config.Config, cl *conf
 		h.mu.Unlock()
 		return false
 	}
+	what := strings.Join(drift, "; ")
+	// The same drift again (a setting that does not take, a fallback
+	// that lasts until a replica catches up) is re-applied quietly; it is
+	// reported again when it changes or after eventRelog.
+	quiet := ch.lastDrift[n.Name] == what && now.Sub(ch.reportedAt[n.Name]) < eventRelog
+	if !quiet {
+		ch.lastDrift[n.Name], ch.reportedAt[n.Name] = what, now
+	}
 	ch.applyAt[n.Name] = now
 	isDrift := prevRole == role
 	h.mu.Unlock()
 
-	what := strings.Join(drift, "; ")
 	pr, err := t.c.prober(cfg, cl, &n)
 	if err == nil {
 		actx, cancel := context.WithTimeout(ctx, stepTimeout)
@@ -194,6 +202,7 @@ func (t *term) durabilityCheck(ctx context.Context, cfg *config.Config, cl *conf
 		outcome = "could not re-apply: " + err.Error()
 	}
 	switch {
+	case quiet:
 	case err != nil || isDrift:
 		msg := fmt.Sprintf("durability %s drifted on %s %s: %s; %s", cl.Durability, role, n.Name, what, outcome)
 		if !isDrift {

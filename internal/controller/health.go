@@ -35,6 +35,8 @@ type clusterHealth struct {
 	driftAt    map[string]time.Time   // node → last drift repair (alarm kept until quiet)
 	applyAt    map[string]time.Time   // node → last apply attempt (rate limit)
 	fellBack   map[string]bool        // node → semi-sync fallback reported
+	lastDrift  map[string]string      // node → drift last reported
+	reportedAt map[string]time.Time   // node → when lastDrift was reported
 }
 
 func (h *healthMemory) cluster(name string) *clusterHealth {
@@ -45,7 +47,7 @@ func (h *healthMemory) cluster(name string) *clusterHealth {
 	if !ok {
 		c = &clusterHealth{hbFailures: map[string]int{}, active: map[string]time.Time{}, codes: map[analysis.Code]bool{},
 			durability: map[string]string{}, driftAt: map[string]time.Time{}, applyAt: map[string]time.Time{},
-			fellBack: map[string]bool{}}
+			fellBack: map[string]bool{}, lastDrift: map[string]string{}, reportedAt: map[string]time.Time{}}
 		h.clusters[name] = c
 	}
 	return c
