@@ -49,6 +49,17 @@ const (
 	ReplicaWrongSource Code = "ReplicaWrongSource"
 	// ErrantGTID: a node holds transactions the primary does not have.
 	ErrantGTID Code = "ErrantGTID"
+	// PrimaryWritesBlocked: the primary answers probes but the controller's
+	// heartbeat write does not complete (a global read lock, a semi-sync
+	// commit waiting for an acknowledgement no replica gives, a full disk,
+	// ...). Detail names the blocker when the server shows it. Alert only:
+	// busy or blocked is not dead (see health.go).
+	PrimaryWritesBlocked Code = "PrimaryWritesBlocked"
+	// ApplicationLoginsRefused: the primary refuses the application
+	// account's login (1040 too many connections, 1203
+	// max_user_connections, 1226 a resource limit, 1045, 1129) while the
+	// monitor gets in. Alert only.
+	ApplicationLoginsRefused Code = "ApplicationLoginsRefused"
 )
 
 // Snapshot is what Analyze looks at for one cluster.
@@ -88,6 +99,9 @@ type Node struct {
 	// Drained is set when an operator drained the node (`switchyard drain`):
 	// it is never chosen as a candidate while drained.
 	Drained bool
+	// HeartbeatFailures is how many consecutive rounds the heartbeat write
+	// on this node (the primary) failed, this round's included.
+	HeartbeatFailures int
 }
 
 // Proxy is one live proxy's view of the cluster's nodes.
@@ -117,6 +131,10 @@ type Limits struct {
 	// MinIOSilence is the least silence that counts (at least two probe
 	// intervals, so one slow round never counts).
 	MinIOSilence time.Duration
+	// HeartbeatFailures is how many consecutive failed heartbeat writes
+	// make PrimaryWritesBlocked when the server shows no blocker (one
+	// failure with a named blocker is enough); 0 means 2.
+	HeartbeatFailures int
 }
 
 // Finding is one code about the cluster or one node.
@@ -189,7 +207,8 @@ func Analyze(s Snapshot) Result {
 }
 
 var ranks = map[Code]int{DeadPrimary: 0, TwoWritablePrimaries: 1, NoPrimary: 2, UnreachablePrimary: 3,
-	PrimaryReadOnly: 4, PrimaryOverloaded: 5, ErrantGTID: 6, ReplicaWrongSource: 7, ReplicaNotReplicating: 8, ReplicaLagging: 9}
+	PrimaryReadOnly: 4, PrimaryOverloaded: 5, ErrantGTID: 6, ReplicaWrongSource: 7, ReplicaNotReplicating: 8, ReplicaLagging: 9,
+	PrimaryWritesBlocked: 4, ApplicationLoginsRefused: 5}
 
 func rank(c Code) int { return ranks[c] }
 
@@ -256,6 +275,7 @@ func (s Snapshot) analyzePrimary(p *Node, r *Result, add func(Code, string, stri
 			r.Trouble = true
 		}
 	}
+	s.analyzeWritePath(p, add)
 }
 
 // deadOrUnreachable decides between DeadPrimary and UnreachablePrimary for a

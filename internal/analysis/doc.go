@@ -3,7 +3,8 @@
 // Analyze turns the controller's last probes of every node, the
 // controller's memory of each replica's IO-thread progress and every live
 // proxy's reachability reports into typed codes (DeadPrimary,
-// UnreachablePrimary, PrimaryOverloaded, ReplicaLagging, ...), and Plan
+// UnreachablePrimary, PrimaryOverloaded, PrimaryWritesBlocked,
+// ApplicationLoginsRefused, ReplicaLagging, ...), and Plan
 // orders and vets failover candidates (GTID position first, then promotion
 // rule; must_not, errant GTIDs, stopped SQL threads, lag and staleness
 // excluded) and estimates the data a failover would lose.

@@ -191,7 +191,34 @@ type Cluster struct {
 	// Failover is the cluster's failure detection and failover policy.
 	// Type: mapping (failover).
 	Failover FailoverConfig `yaml:"failover"`
+	// Durability is what the controller enforces about acknowledged
+	// commits: "async" (it leaves the servers' semi-sync settings alone; an
+	// acknowledged write not yet shipped to a replica is lost at failover),
+	// "semi_sync" (it turns semi-sync on, AFTER_SYNC, on the primary and
+	// every replica, keeping the server's rpl_semi_sync_master_timeout: a
+	// primary that waits longer than that for an acknowledgement falls back
+	// to asynchronous replication, and writes committed then can be lost)
+	// or "semi_sync_durable" (as semi_sync, plus
+	// rpl_semi_sync_master_timeout=4294967295 ms and wait_no_slave=ON: a
+	// commit returns only once a replica has it; without a replica, writes
+	// wait — availability is traded for durability). The settings are
+	// applied at start and after every promotion, checked every probe
+	// round, and re-applied with an alarm when they drift.
+	// Type: string. Default: "async".
+	Durability string `yaml:"durability"`
 }
+
+// Durability modes (clusters[].durability).
+const (
+	// DurabilityAsync: Switchyard does not manage semi-sync.
+	DurabilityAsync = "async"
+	// DurabilitySemiSync: semi-sync on, AFTER_SYNC, the server's timeout
+	// (fallback to async after it).
+	DurabilitySemiSync = "semi_sync"
+	// DurabilitySemiSyncDurable: semi-sync that never falls back: a commit
+	// waits until a replica acknowledges it.
+	DurabilitySemiSyncDurable = "semi_sync_durable"
+)
 
 // Failover modes (clusters[].failover.mode).
 const (
@@ -504,6 +531,9 @@ func (c *Config) ApplyDefaults() {
 		if cl.ReadRouting.FallbackToPrimary == nil {
 			t := true
 			cl.ReadRouting.FallbackToPrimary = &t
+		}
+		if cl.Durability == "" {
+			cl.Durability = DurabilityAsync
 		}
 		f := &cl.Failover
 		if f.Mode == "" {

@@ -248,6 +248,9 @@ func ComputeDiff(old, new *Config) Diff {
 		if o, ok := oldCl[c.Name]; ok {
 			pol = append(pol, leafDiff("clusters["+c.Name+"].read_routing", reflect.ValueOf(o.ReadRouting), reflect.ValueOf(c.ReadRouting))...)
 			pol = append(pol, leafDiff("clusters["+c.Name+"].failover", reflect.ValueOf(o.Failover), reflect.ValueOf(c.Failover))...)
+			if o.Durability != c.Durability {
+				pol = append(pol, fmt.Sprintf("clusters[%s].durability: %s -> %s", c.Name, o.Durability, c.Durability))
+			}
 		}
 	}
 	ov, nv := reflect.ValueOf(*old), reflect.ValueOf(*new)

@@ -54,3 +54,38 @@ clusters:
 		t.Errorf("diff does not report the failover mode change: %+v", d.Policies)
 	}
 }
+
+func TestDurabilityDefaultAndDiff(t *testing.T) {
+	old, err := Parse([]byte(`
+clusters:
+  - name: main
+    nodes: [{name: db1, address: "127.0.0.1:3306"}, {name: db2, address: "127.0.0.1:3307"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := old.Clusters[0].Durability; d != DurabilityAsync {
+		t.Errorf("default durability = %q, want %q", d, DurabilityAsync)
+	}
+	nw, err := Parse([]byte(`
+clusters:
+  - name: main
+    durability: semi_sync_durable
+    nodes: [{name: db1, address: "127.0.0.1:3306"}, {name: db2, address: "127.0.0.1:3307"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := nw.Clusters[0].Durability; d != DurabilitySemiSyncDurable {
+		t.Errorf("durability = %q, want %q", d, DurabilitySemiSyncDurable)
+	}
+	found := false
+	for _, p := range ComputeDiff(old, nw).Policies {
+		if p.Name == "clusters[main].durability" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("diff does not report the durability change: %+v", ComputeDiff(old, nw).Policies)
+	}
+}

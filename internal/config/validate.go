@@ -346,6 +346,7 @@ func (c *Config) validateClusters(v *validator) {
 			v.add(f+".read_routing.max_lag", "%s must not be negative", cl.ReadRouting.MaxLag)
 		}
 		validateFailover(v, f+".failover", cl.Failover)
+		validateDurability(v, f+".durability", cl)
 	}
 }
 
@@ -642,6 +643,30 @@ func validateFailover(v *validator, f string, fo FailoverConfig) {
 	}{{"block_period", fo.BlockPeriod}, {"max_lag", fo.MaxLag}, {"recovery_timeout", fo.RecoveryTimeout}} {
 		if d.v < 0 {
 			v.add(f+"."+d.name, "%s must not be negative", d.v)
+		}
+	}
+}
+
+// validateDurability checks a cluster's durability mode: a known name, and
+// semi-sync only where a replica can acknowledge and the flavor is one the
+// controller manages semi-sync on.
+func validateDurability(v *validator, f string, cl Cluster) {
+	switch cl.Durability {
+	case DurabilityAsync:
+		return
+	case DurabilitySemiSync, DurabilitySemiSyncDurable:
+	default:
+		v.add(f, "%q is not a durability mode (use %s, %s or %s)", cl.Durability, DurabilityAsync, DurabilitySemiSync, DurabilitySemiSyncDurable)
+		return
+	}
+	if cl.Flavor == "mysql" {
+		v.add(f, "%s is managed on MariaDB only (flavor mysql: configure the semi-sync plugin yourself and use %s)", cl.Durability, DurabilityAsync)
+	}
+	if len(cl.Nodes) == 1 {
+		if cl.Durability == DurabilitySemiSyncDurable {
+			v.add(f, "%s needs at least one replica: with a single node every commit would wait forever for an acknowledgement", cl.Durability)
+		} else {
+			v.add(f, "%s needs at least one replica: with a single node every commit would wait rpl_semi_sync_master_timeout, then fall back to async", cl.Durability)
 		}
 	}
 }

@@ -37,6 +37,15 @@
 // included: a stray writable node is fenced, a returning old primary is
 // rejoined or quarantined, a replica with the wrong source is repointed.
 //
+// Write-path health and durability (health.go, durability.go): every round
+// the leader writes a bounded heartbeat row on the published primary and
+// logs in as the application accounts, which give PrimaryWritesBlocked and
+// ApplicationLoginsRefused (events when they start and end, gauges; never
+// a failover, and never seen by failure detection), and it enforces
+// clusters[].durability: semi-sync settings checked every round, re-applied
+// with a durability_drift alarm when they drift, applied after every
+// promotion.
+//
 // It must not act without leadership: every store write goes through the
 // Leader, and all leader work stops when leadership is lost (a failover
 // stops at the next step; a leader-conditioned write precedes promotion;

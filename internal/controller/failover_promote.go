@@ -316,8 +316,10 @@ func (f *failoverRun) proxiesOnEpoch(ctx context.Context) (string, error) {
 	}
 }
 
-// afterPublish raises the alarms of a completed failover.
+// afterPublish raises the alarms of a completed failover and applies
+// clusters[].durability to the new primary.
 func (f *failoverRun) afterPublish(ctx context.Context) {
+	defer f.t.applyDurability(ctx, f.cfg, f.cl, f.plan.Candidate)
 	for _, a := range f.plan.Ahead {
 		f.t.raiseAlarm(ctx, f.cr, topo.Alarm{Code: topo.AlarmAheadOfPrimary, Node: a, Message: fmt.Sprintf(
 			"%s holds transactions the new primary %s lacks (it was ahead of the promoted candidate): quarantined, not reset; reconcile or rebuild it",

@@ -163,6 +163,7 @@ func (t *term) round(ctx context.Context) {
 		go func(i int) {
 			defer wg.Done()
 			results[i].probes = t.probeNodes(ctx, cfg, cl, nodeNames(cl))
+			t.checkWritePath(ctx, cfg, cl, cr, results[i].probes)
 		}(i)
 	}
 	wg.Wait()

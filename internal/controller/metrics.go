@@ -23,6 +23,14 @@ type metrics struct {
 	publishes    *prometheus.CounterVec
 	failovers    *prometheus.CounterVec
 	events       *prometheus.CounterVec
+
+	// Write-path health and durability (health.go, durability.go).
+	heartbeats       *prometheus.CounterVec
+	heartbeatLatency *prometheus.GaugeVec
+	loginRefusals    *prometheus.CounterVec
+	findings         *prometheus.GaugeVec
+	durabilityOK     *prometheus.GaugeVec
+	durabilityDrift  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,11 +64,36 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_controller_events_total",
 			Help: "Events written to the cluster event log by cluster and kind (decision, no_action, recovery, alarm, operator).",
 		}, []string{"cluster", "kind"}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_heartbeats_total",
+			Help: "Heartbeat writes on the primary by cluster and result (ok, timeout, lock_wait, pending, disk_full, read_only, denied, error).",
+		}, []string{"cluster", "result"}),
+		heartbeatLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_controller_heartbeat_seconds",
+			Help: "Duration of the last heartbeat write on the primary (until its error, if it failed), in seconds.",
+		}, []string{"cluster"}),
+		loginRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_app_login_refusals_total",
+			Help: "Application-account logins to the primary the server refused, by cluster, user and MySQL error number (1040, 1203, 1226, 1045, ...).",
+		}, []string{"cluster", "user", "code"}),
+		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_controller_finding",
+			Help: "1 while the last probe round's analysis has the code (PrimaryWritesBlocked, ApplicationLoginsRefused, ...) for the cluster, else 0.",
+		}, []string{"cluster", "code"}),
+		durabilityOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_controller_durability_ok",
+			Help: "1 when every probed node had the semi-sync settings of clusters[].durability in the last round, 0 when one did not (absent for durability async).",
+		}, []string{"cluster"}),
+		durabilityDrift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_durability_repairs_total",
+			Help: "Semi-sync settings found different from clusters[].durability and (re-)applied, by cluster, node and setting.",
+		}, []string{"cluster", "node", "setting"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events} {
+	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events,
+		m.heartbeats, m.heartbeatLatency, m.loginRefusals, m.findings, m.durabilityOK, m.durabilityDrift} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

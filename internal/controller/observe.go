@@ -36,6 +36,8 @@ type termFailover struct {
 	mu       sync.Mutex
 	proxies  map[string]topo.ProxyRegistration // by proxy id (live registrations)
 	clusters map[string]*clusterMemory
+
+	health healthMemory // write-path health and durability (health.go)
 }
 
 // clusterMemory is what the leader remembers about one cluster between
@@ -218,6 +220,7 @@ func (t *term) analysisSnapshot(cfg *config.Config, cl *config.Cluster, st *topo
 		if l, ok := m.lastLag[n.Name]; ok {
 			an.LastLag = &l
 		}
+		an.HeartbeatFailures = t.fo.health.heartbeatFailures(cl.Name, n.Name)
 		s.Nodes = append(s.Nodes, an)
 	}
 	return s

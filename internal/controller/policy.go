@@ -72,9 +72,11 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	}
 	res := analysis.Analyze(t.analysisSnapshot(cfg, cl, &st, probes, m, now))
 	t.publishAnalysis(ctx, cr, m, res)
+	t.writePathEvents(ctx, cl, &st, res)
 	if busy {
 		return // a switchover or failover of this cluster is running; it decides
 	}
+	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
 	if res.Trouble && !m.trouble {
 		t.fo.extraRound()
 	}

@@ -247,6 +247,7 @@ func (s *switchover) run(ctx context.Context) string {
 			repointErrs = append(repointErrs, fmt.Sprintf("%s: %v", n.Name, err))
 		}
 	}
+	s.t.applyDurability(ctx, s.cfg, s.cl, s.cand)
 	s.req.FromEpoch, s.req.ToEpoch = s.fromEpoch, toEpoch
 	s.req.Message = fmt.Sprintf("switched over from %s to %s, epoch %d → %d, in %s (statements held %s)",
 		s.old, s.cand, s.fromEpoch, toEpoch, s.t.c.now().Sub(s.start).Round(time.Millisecond), s.heldFor.Round(time.Millisecond))

@@ -279,7 +279,56 @@ func (p *Prober) CheckGrants(ctx context.Context) ([]string, error) {
 	if err := rows.Err(); err != nil {
 		return nil, p.wrap("SHOW GRANTS", err)
 	}
-	return missingPrivileges(lines, p.d.requiredPrivileges()), nil
+	missing := missingPrivileges(lines, p.d.requiredPrivileges())
+	if !heartbeatGranted(lines) {
+		missing = append(missing, heartbeatGrant)
+	}
+	return missing, nil
+}
+
+// heartbeatGrant names what the heartbeat write needs when it is missing.
+const heartbeatGrant = "SELECT, INSERT, UPDATE, CREATE ON " + HeartbeatSchema + ".* (heartbeat write)"
+
+// heartbeatGranted reports whether the grants allow the heartbeat write:
+// INSERT, UPDATE and CREATE (SELECT too) on *.* or on the switchyard
+// schema (ALL PRIVILEGES on either covers them).
+func heartbeatGranted(lines []string) bool {
+	have := globalPrivileges(lines)
+	for k, v := range schemaPrivileges(lines, HeartbeatSchema) {
+		have[k] = v
+	}
+	if have["ALL PRIVILEGES"] || have["ALL"] {
+		return true
+	}
+	return have["SELECT"] && have["INSERT"] && have["UPDATE"] && have["CREATE"]
+}
+
+// schemaPrivileges extracts the privileges of every "GRANT ... ON
+// `schema`.* TO" line, upper-cased.
+func schemaPrivileges(lines []string, schema string) map[string]bool {
+	have := map[string]bool{}
+	for _, l := range lines {
+		u := strings.ToUpper(l)
+		if !strings.HasPrefix(u, "GRANT ") {
+			continue
+		}
+		on := -1
+		for _, form := range []string{" ON `" + strings.ToUpper(schema) + "`.* TO ", " ON " + strings.ToUpper(schema) + ".* TO "} {
+			if i := strings.Index(u, form); i >= 0 {
+				on = i
+				break
+			}
+		}
+		if on < 0 {
+			continue
+		}
+		for _, priv := range strings.Split(u[len("GRANT "):on], ",") {
+			if priv = strings.Join(strings.Fields(priv), " "); priv != "" {
+				have[priv] = true
+			}
+		}
+	}
+	return have
 }
 
 // globalPrivileges extracts the privileges of every "GRANT ... ON *.* TO"

@@ -1,7 +1,9 @@
 // Package probe owns the controller's conversation with one mysqld: it probes
 // a node with the monitor account (reachability, server_id, version,
 // read_only, replication threads and source, lag, GTID positions, buffer-pool
-// pages, connected threads) into a topo.Probe, checks the monitor account's
+// pages, connected threads, semi-sync settings and status) into a
+// topo.Probe, writes the bounded heartbeat (switchyard.heartbeat) and names
+// what blocks writes, checks application logins, checks the monitor account's
 // grants, and offers the small set of administrative statements a reparent
 // needs (read_only, STOP/START/RESET replica, CHANGE MASTER, MASTER_GTID_WAIT,
 // killing client sessions).

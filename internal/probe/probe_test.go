@@ -235,3 +235,22 @@ func TestProbeTimeout(t *testing.T) {
 		t.Fatalf("probe took %.0f ms with a 200 ms timeout", r.Probe.LatencyMS)
 	}
 }
+
+func TestHeartbeatGranted(t *testing.T) {
+	cases := []struct {
+		lines []string
+		want  bool
+	}{
+		{[]string{"GRANT SUPER, PROCESS ON *.* TO `m`@`%`"}, false},
+		{[]string{"GRANT SUPER ON *.* TO `m`@`%`", "GRANT SELECT, INSERT, UPDATE, CREATE ON `switchyard`.* TO `m`@`%`"}, true},
+		{[]string{"GRANT SELECT, INSERT, UPDATE ON `switchyard`.* TO `m`@`%`"}, false},
+		{[]string{"GRANT SELECT, INSERT, UPDATE, CREATE ON *.* TO `m`@`%`"}, true},
+		{[]string{"GRANT ALL PRIVILEGES ON `switchyard`.* TO `m`@`%`"}, true},
+		{[]string{"GRANT SELECT, INSERT, UPDATE, CREATE ON `other`.* TO `m`@`%`"}, false},
+	}
+	for _, c := range cases {
+		if got := heartbeatGranted(c.lines); got != c.want {
+			t.Errorf("heartbeatGranted(%q) = %v, want %v", c.lines, got, c.want)
+		}
+	}
+}

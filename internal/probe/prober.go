@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -37,6 +38,10 @@ type Prober struct {
 	adminOnce sync.Once
 	adminDB   *sql.DB
 	flavorErr error
+
+	// hbFailed is set while the last heartbeat failed: the next one first
+	// checks whether its predecessor is still in the server.
+	hbFailed atomic.Bool
 }
 
 // Result is a probe with the classification of its outcome.
@@ -199,7 +204,10 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 	}
 
 	const statusQuery = "SHOW GLOBAL STATUS WHERE Variable_name IN " +
-		"('Innodb_buffer_pool_pages_data', 'Innodb_buffer_pool_pages_total', 'Threads_connected', 'Threads_running', 'Uptime')"
+		"('Innodb_buffer_pool_pages_data', 'Innodb_buffer_pool_pages_total', 'Threads_connected', 'Threads_running', 'Uptime', " +
+		"'Rpl_semi_sync_master_status', 'Rpl_semi_sync_slave_status', 'Rpl_semi_sync_master_clients', " +
+		"'Rpl_semi_sync_master_wait_sessions', 'Rpl_semi_sync_master_no_tx')"
+	ss := &topo.SemiSync{}
 	srows, err := conn.QueryContext(ctx, statusQuery)
 	if err != nil {
 		return fail("SHOW GLOBAL STATUS", err)
@@ -222,10 +230,19 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 			pr.ThreadsRunning = n
 		case "Uptime":
 			pr.UptimeSeconds = n
+		default:
+			semiSyncStatus(ss, name, value, n)
 		}
 	}
 	if err := srows.Err(); err != nil {
 		return fail("SHOW GLOBAL STATUS", err)
+	}
+	srows.Close()
+	// Semi-sync settings are informative for the probe: a server without
+	// them (MySQL without the plugin) or a refusal leaves SemiSync nil and
+	// the probe complete.
+	if readSemiSyncVariables(ctx, conn, ss) {
+		pr.SemiSync = ss
 	}
 	return KindOK
 }

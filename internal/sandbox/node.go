@@ -205,6 +205,11 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	kv("innodb-log-file-size", "16M")
 	kv("character-set-server", "utf8mb4")
 	kv("collation-server", "utf8mb4_general_ci")
+	// information_schema.METADATA_LOCK_INFO names the holder of a global
+	// read lock (FLUSH TABLES WITH READ LOCK) when writes are blocked; the
+	// plugin ships with mariadb-server. A server without the library
+	// starts anyway (it logs the failed plugin load).
+	kv("plugin-load-add", "metadata_lock_info")
 	if c.SemiSync {
 		kv("rpl-semi-sync-master-wait-point", "AFTER_SYNC")
 		kv("rpl-semi-sync-slave-enabled", "ON")

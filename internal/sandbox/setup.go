@@ -27,6 +27,11 @@ const AppPrivileges = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTE
 const MonitorPrivileges = "PROCESS, RELOAD, REPLICATION CLIENT, READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, " +
 	"SLAVE MONITOR, BINLOG MONITOR, REPLICATION MASTER ADMIN, CONNECTION ADMIN, SUPER"
 
+// MonitorHeartbeatPrivileges are granted to the monitor account on the
+// switchyard schema, where the controller writes its per-round heartbeat
+// (probe.HeartbeatTable) and creates the table when missing.
+const MonitorHeartbeatPrivileges = "SELECT, INSERT, UPDATE, CREATE"
+
 // catchupTimeout bounds waiting for a replica to apply the primary's GTIDs
 // during Up.
 const catchupTimeout = 30 * time.Second
@@ -140,6 +145,8 @@ func (c *Cluster) setupReplication(ctx context.Context) error {
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY %s", quote(c.MonitorUser), quote(c.MonitorPassword)),
 		fmt.Sprintf("GRANT %s ON *.* TO %s@'%%'", MonitorPrivileges, quote(c.MonitorUser)),
 		fmt.Sprintf("GRANT SELECT ON mysql.* TO %s@'%%'", quote(c.MonitorUser)),
+		// The controller's heartbeat table (probe.HeartbeatTable).
+		fmt.Sprintf("GRANT %s ON `switchyard`.* TO %s@'%%'", MonitorHeartbeatPrivileges, quote(c.MonitorUser)),
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY %s", quote(c.ReplUser), quote(c.ReplPassword)),
 		fmt.Sprintf("GRANT REPLICATION SLAVE ON *.* TO %s@'%%'", quote(c.ReplUser)),
 	}

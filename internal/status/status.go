@@ -165,6 +165,15 @@ func WriteTable(w io.Writer, r *Report) error {
 			probe := fmt.Sprintf("ok %.1fms, %s ago", p.LatencyMS, age(r.CollectedAt, p.At))
 			if !p.Reachable {
 				probe = "UNREACHABLE: " + p.Error
+			} else if hb := p.Heartbeat; hb != nil && hb.OK {
+				probe += fmt.Sprintf(", write %.1fms", hb.LatencyMS)
+			} else if hb != nil && hb.Kind != "read_only" {
+				probe += ", WRITES BLOCKED (" + hb.Kind + ")"
+			}
+			for _, lc := range p.AppLogins {
+				if !lc.OK && lc.Code != 0 {
+					probe += fmt.Sprintf(", %s REFUSED (%d)", lc.User, lc.Code)
+				}
 			}
 			ro := "-"
 			if p.Reachable {

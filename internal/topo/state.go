@@ -220,6 +220,84 @@ type Probe struct {
 	HeartbeatPeriod    float64 `json:"heartbeat_period,omitempty"`
 	SourceLogFile      string  `json:"source_log_file,omitempty"`
 	ReadSourceLogPos   int64   `json:"read_source_log_pos,omitempty"`
+
+	// SemiSync is the node's semi-sync settings and status (MariaDB
+	// rpl_semi_sync_* variables and Rpl_semi_sync_* status); nil when the
+	// server has none (MySQL without the plugin) or they were not read.
+	SemiSync *SemiSync `json:"semi_sync,omitempty"`
+	// Heartbeat is the result of the controller's heartbeat write on the
+	// published primary in this round; nil on other nodes or when no write
+	// was attempted (not the primary, read_only=ON, a change in progress).
+	Heartbeat *Heartbeat `json:"heartbeat,omitempty"`
+	// AppLogins are the controller's login checks as the application
+	// accounts on the published primary in this round (nil elsewhere).
+	AppLogins []LoginCheck `json:"app_logins,omitempty"`
+}
+
+// SemiSync is what a node reports about semi-synchronous replication
+// (MariaDB 10.11 built-in semi-sync; names from SHOW GLOBAL VARIABLES and
+// SHOW GLOBAL STATUS).
+type SemiSync struct {
+	// MasterEnabled is rpl_semi_sync_master_enabled.
+	MasterEnabled bool `json:"master_enabled"`
+	// MasterTimeoutMS is rpl_semi_sync_master_timeout in milliseconds:
+	// after this long without an acknowledgement the primary falls back to
+	// asynchronous replication.
+	MasterTimeoutMS uint64 `json:"master_timeout_ms"`
+	// WaitPoint is rpl_semi_sync_master_wait_point (AFTER_SYNC or
+	// AFTER_COMMIT).
+	WaitPoint string `json:"wait_point,omitempty"`
+	// WaitNoSlave is rpl_semi_sync_master_wait_no_slave.
+	WaitNoSlave bool `json:"wait_no_slave"`
+	// SlaveEnabled is rpl_semi_sync_slave_enabled.
+	SlaveEnabled bool `json:"slave_enabled"`
+	// MasterStatus is Rpl_semi_sync_master_status: OFF on an enabled
+	// primary means it fell back to asynchronous replication.
+	MasterStatus bool `json:"master_status"`
+	// SlaveStatus is Rpl_semi_sync_slave_status (the IO thread
+	// acknowledges).
+	SlaveStatus bool `json:"slave_status"`
+	// Clients is Rpl_semi_sync_master_clients (connected semi-sync
+	// replicas) and WaitSessions Rpl_semi_sync_master_wait_sessions
+	// (commits waiting for an acknowledgement now).
+	Clients      int64 `json:"clients"`
+	WaitSessions int64 `json:"wait_sessions"`
+	// NoTx is Rpl_semi_sync_master_no_tx: commits not acknowledged by any
+	// replica since the server started.
+	NoTx int64 `json:"no_tx"`
+}
+
+// Heartbeat is one bounded write of the controller into
+// switchyard.heartbeat on the primary.
+type Heartbeat struct {
+	// OK is true when the row was written (committed) within the bound.
+	OK bool `json:"ok"`
+	// LatencyMS is how long the write took (until the error, if any).
+	LatencyMS float64 `json:"latency_ms"`
+	// Error is why the write failed; Kind classifies it: lock_wait
+	// (lock_wait_timeout, e.g. FLUSH TABLES WITH READ LOCK), timeout
+	// (max_statement_time or the probe bound), pending (the previous
+	// heartbeat is still waiting in the server, e.g. for a semi-sync
+	// acknowledgement), disk_full, read_only, denied (missing privileges),
+	// error (anything else).
+	Error string `json:"error,omitempty"`
+	Kind  string `json:"kind,omitempty"`
+	// Blockers name what holds writes up, read from the server after a
+	// failure: lock holders (information_schema.METADATA_LOCK_INFO),
+	// sessions waiting for a semi-sync acknowledgement, read_only.
+	Blockers []string `json:"blockers,omitempty"`
+}
+
+// LoginCheck is one login attempt as an application account.
+type LoginCheck struct {
+	User string `json:"user"`
+	// OK is true when the server accepted the login.
+	OK bool `json:"ok"`
+	// Code is the server's error number when refused (1040 too many
+	// connections, 1203 max_user_connections, 1226 resource limit, 1045
+	// access denied, 1129 host blocked); 0 for network errors.
+	Code  uint16 `json:"code,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // ProxyRegistration is what a live proxy writes under its lease.

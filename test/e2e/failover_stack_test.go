@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
@@ -42,6 +43,8 @@ type foOpts struct {
 	// ProxyEtcd, when set, gives proxy i the etcd endpoints to use (e.g.
 	// through a relay that can be cut).
 	ProxyEtcd func(i int, endpoints []string) []string
+	// Registry, when set, receives the controller's metrics.
+	Registry prometheus.Registerer
 }
 
 // foStack is a sandbox with etcd, one controller and N proxies in-process,
@@ -101,7 +104,7 @@ func startFO(t *testing.T, o foOpts) *foStack {
 	var wg sync.WaitGroup
 	log := topotest.Logger(t)
 	ctrl, err := controller.New(controller.Options{Config: cfg, Store: topotest.Connect(t, s.endpoints), Keys: s.keys,
-		ID: "ctrl-1", Log: log.With("role", "controller")})
+		ID: "ctrl-1", Log: log.With("role", "controller"), Registry: o.Registry})
 	if err != nil {
 		t.Fatal(err)
 	}

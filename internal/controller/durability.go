@@ -1,0 +1,332 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/probe"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// alarmDurabilityDrift is the alarm raised when a node's semi-sync settings
+// drifted from clusters[].durability (someone changed them, a restart reset
+// them, the primary fell back to asynchronous replication) or could not be
+// applied. It stays in the state until the settings have held for
+// durabilityQuiet.
+const alarmDurabilityDrift = "durability_drift"
+
+// durabilityQuiet is how long a node's durability settings must hold after
+// a repair before its drift alarm is cleared.
+const durabilityQuiet = time.Minute
+
+// durabilityRetry bounds how often the settings of one node are applied
+// while they do not take (a failing SET GLOBAL, a replica whose semi-sync
+// status stays OFF); a node seen right in between is repaired at once.
+const durabilityRetry = 5 * time.Second
+
+// primaryDrift lists how a primary's semi-sync state differs from what
+// mode requires ("" entries never appear). MariaDB 10.11 variables.
+func primaryDrift(mode string, ss *topo.SemiSync) []string {
+	var d []string
+	if !ss.MasterEnabled {
+		d = append(d, "rpl_semi_sync_master_enabled=OFF (want ON)")
+	}
+	if ss.WaitPoint != "AFTER_SYNC" {
+		d = append(d, fmt.Sprintf("rpl_semi_sync_master_wait_point=%s (want AFTER_SYNC)", orDash(ss.WaitPoint)))
+	}
+	if mode != config.DurabilitySemiSyncDurable {
+		return d
+	}
+	if ss.MasterTimeoutMS < probe.DurableSemiSyncTimeoutMS {
+		d = append(d, fmt.Sprintf("rpl_semi_sync_master_timeout=%d ms (want %d: a primary waiting longer falls back to async)",
+			ss.MasterTimeoutMS, probe.DurableSemiSyncTimeoutMS))
+	}
+	if !ss.WaitNoSlave {
+		d = append(d, "rpl_semi_sync_master_wait_no_slave=OFF (want ON)")
+	}
+	if ss.MasterEnabled && !ss.MasterStatus {
+		d = append(d, "Rpl_semi_sync_master_status=OFF: the primary fell back to asynchronous replication")
+	}
+	return d
+}
+
+// replicaDrift lists how a replica's semi-sync state differs from a
+// semi-sync replica's, and whether fixing it needs an IO thread restart.
+func replicaDrift(p topo.Probe) (drift []string, restartIO bool) {
+	ss := p.SemiSync
+	if ss.MasterEnabled {
+		// A replica with the master switch on makes its own applier wait
+		// for acknowledgements it never gets (checked on 10.11: the SQL
+		// thread sits in "Waiting for semi-sync ACK from slave").
+		drift = append(drift, "rpl_semi_sync_master_enabled=ON on a replica (its applier would wait for acknowledgements)")
+	}
+	if !ss.SlaveEnabled {
+		drift = append(drift, "rpl_semi_sync_slave_enabled=OFF (want ON)")
+		restartIO = p.IORunning == "Yes"
+	} else if p.IORunning == "Yes" && !ss.SlaveStatus {
+		drift = append(drift, "Rpl_semi_sync_slave_status=OFF with the IO thread running (it connected before semi-sync was enabled)")
+		restartIO = true
+	}
+	return drift, restartIO
+}
+
+// durableSettings are the primary settings for mode.
+func durableSettings(mode string) probe.SemiSyncSettings {
+	on := true
+	s := probe.SemiSyncSettings{MasterEnabled: &on, WaitPoint: "AFTER_SYNC"}
+	if mode == config.DurabilitySemiSyncDurable {
+		to := probe.DurableSemiSyncTimeoutMS
+		s.TimeoutMS, s.WaitNoSlave = &to, &on
+	}
+	return s
+}
+
+// enforceDurability checks every probed node's semi-sync settings against
+// clusters[].durability and applies them where they differ: replicas
+// first (so a durable primary has a replica to acknowledge), then the
+// published primary. A node seen with the right settings before and
+// differing now is drift: alarm, event and metric, then re-applied (the
+// event says so). The first application to a node in a role is an event
+// only. Mode async touches nothing.
+func (t *term) enforceDurability(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe) {
+	mode := cl.Durability
+	if mode == "" || mode == config.DurabilityAsync || ctx.Err() != nil {
+		t.c.metrics.durabilityOK.DeleteLabelValues(cl.Name)
+		return
+	}
+	if st.Phase != topo.PhaseStable || st.Primary == "" {
+		return
+	}
+	allOK := true
+	for _, n := range cl.Nodes {
+		p, ok := probes[n.Name]
+		if !ok || !complete(p) || p.SemiSync == nil || st.Quarantined[n.Name] != "" {
+			continue
+		}
+		switch {
+		case n.Name == st.Primary && !p.ReadOnly && !p.Replicating:
+			// handled below, after the replicas
+		case p.Replicating:
+			drift, restart := replicaDrift(p)
+			if !t.durabilityCheck(ctx, cfg, cl, cr, n, topo.RoleReplica, drift, func(pr *nodeProber, ctx context.Context) error {
+				if p.SemiSync.MasterEnabled {
+					if err := pr.DisableSemiSyncPrimary(ctx); err != nil {
+						return err
+					}
+				}
+				if !p.SemiSync.SlaveEnabled || restart {
+					return pr.EnableSemiSyncReplica(ctx, restart)
+				}
+				return nil
+			}) {
+				allOK = false
+			}
+		}
+	}
+	if n := cl.Node(st.Primary); n != nil {
+		if p, ok := probes[n.Name]; ok && complete(p) && p.SemiSync != nil && !p.ReadOnly && !p.Replicating {
+			drift := primaryDrift(mode, p.SemiSync)
+			if mode == config.DurabilitySemiSync {
+				t.reportFallback(ctx, cl, st, n.Name, p.SemiSync)
+			}
+			if !t.durabilityCheck(ctx, cfg, cl, cr, *n, topo.RolePrimary, drift, func(pr *nodeProber, ctx context.Context) error {
+				return pr.ApplySemiSyncPrimary(ctx, durableSettings(mode))
+			}) {
+				allOK = false
+			}
+		}
+	}
+	v := 0.0
+	if allOK {
+		v = 1
+	}
+	t.c.metrics.durabilityOK.WithLabelValues(cl.Name).Set(v)
+}
+
+// durabilityCheck handles one node's drift list; it reports whether the
+// node's settings were right this round.
+func (t *term) durabilityCheck(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, n config.Node, role string,
+	drift []string, apply func(*nodeProber, context.Context) error) bool {
+	h := &t.fo.health
+	now := t.c.now()
+	h.mu.Lock()
+	ch := h.cluster(cl.Name)
+	prevRole := ch.durability[n.Name]
+	repairedAt, alarmed := ch.driftAt[n.Name]
+	if len(drift) == 0 {
+		ch.durability[n.Name] = role
+		delete(ch.applyAt, n.Name) // a new drift is repaired at once
+		delete(ch.lastDrift, n.Name)
+		clear := alarmed && now.Sub(repairedAt) >= durabilityQuiet
+		if clear {
+			delete(ch.driftAt, n.Name)
+		}
+		h.mu.Unlock()
+		if clear {
+			t.clearDurabilityAlarm(ctx, cr, n.Name, role)
+		}
+		return true
+	}
+	if last, ok := ch.applyAt[n.Name]; ok && now.Sub(last) < durabilityRetry {
+		h.mu.Unlock()
+		return false
+	}
+	what := strings.Join(drift, "; ")
+	// The same drift again (a setting that does not take, a fallback
+	// that lasts until a replica catches up) is re-applied quietly; it is
+	// reported again when it changes or after eventRelog.
+	quiet := ch.lastDrift[n.Name] == what && now.Sub(ch.reportedAt[n.Name]) < eventRelog
+	if !quiet {
+		ch.lastDrift[n.Name], ch.reportedAt[n.Name] = what, now
+	}
+	ch.applyAt[n.Name] = now
+	isDrift := prevRole == role
+	h.mu.Unlock()
+
+	pr, err := t.c.prober(cfg, cl, &n)
+	if err == nil {
+		actx, cancel := context.WithTimeout(ctx, stepTimeout)
+		err = apply(pr, actx)
+		cancel()
+	}
+	for _, d := range drift {
+		setting, _, _ := strings.Cut(d, "=")
+		t.c.metrics.durabilityDrift.WithLabelValues(cl.Name, n.Name, setting).Inc()
+	}
+	ev := topo.Event{Cluster: cl.Name, Code: "durability", Node: n.Name, Epoch: epochOf(cr)}
+	outcome := "re-applied"
+	if err != nil {
+		outcome = "could not re-apply: " + err.Error()
+	}
+	switch {
+	case quiet:
+	case err != nil || isDrift:
+		msg := fmt.Sprintf("durability %s drifted on %s %s: %s; %s", cl.Durability, role, n.Name, what, outcome)
+		if !isDrift {
+			msg = fmt.Sprintf("durability %s not in force on %s %s (%s); %s", cl.Durability, role, n.Name, what, strings.Replace(outcome, "re-apply", "apply", 1))
+		}
+		h.mu.Lock()
+		h.cluster(cl.Name).driftAt[n.Name] = now
+		h.mu.Unlock()
+		// The alarm goes into the state; every drift is its own event (the
+		// alarm event of raiseAlarm is rate-limited).
+		a := topo.Alarm{Code: alarmDurabilityDrift, Node: n.Name, Message: msg, Since: now}
+		if _, uerr := t.update(ctx, cr, func(st *topo.ClusterState) error {
+			st.Alarms = addAlarm(st.Alarms, a)
+			return nil
+		}); uerr != nil && ctx.Err() == nil {
+			t.log.Error("cannot record alarm in the cluster state", "cluster", cl.Name, "alarm", a.Code, "err", uerr)
+		}
+		ev.Kind, ev.Message = topo.EventAlarm, msg
+		if eerr := t.fo.events.emit(ctx, ev); eerr != nil && ctx.Err() == nil {
+			t.log.Warn("cannot write event", "err", eerr)
+		}
+	default:
+		ev.Kind = topo.EventRecovery
+		ev.Message = fmt.Sprintf("applying durability %s to %s %s: %s; applied", cl.Durability, role, n.Name, what)
+		if eerr := t.fo.events.emit(ctx, ev); eerr != nil && ctx.Err() == nil {
+			t.log.Warn("cannot write event", "err", eerr)
+		}
+	}
+	if err == nil {
+		h.mu.Lock()
+		h.cluster(cl.Name).durability[n.Name] = role
+		h.mu.Unlock()
+	}
+	return false
+}
+
+// clearDurabilityAlarm removes a node's drift alarm once its settings held
+// for durabilityQuiet, with an event.
+func (t *term) clearDurabilityAlarm(ctx context.Context, cr *clusterRun, node, role string) {
+	_, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
+		st.Alarms = removeNodeAlarm(st.Alarms, alarmDurabilityDrift, node)
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cr.name, Kind: topo.EventRecovery, Code: "durability", Node: node, Epoch: epochOf(cr),
+		Message: fmt.Sprintf("durability settings on %s %s held for %s since the last repair; alarm cleared", role, node, durabilityQuiet)})
+}
+
+// reportFallback writes an event when a semi_sync primary falls back to
+// asynchronous replication (rpl_semi_sync_master_timeout expired without an
+// acknowledgement) and when it is semi-synchronous again. In mode
+// semi_sync that is the documented contract, so it is not an alarm.
+func (t *term) reportFallback(ctx context.Context, cl *config.Cluster, st *topo.ClusterState, node string, ss *topo.SemiSync) {
+	h := &t.fo.health
+	fell := ss.MasterEnabled && !ss.MasterStatus
+	h.mu.Lock()
+	ch := h.cluster(cl.Name)
+	was := ch.fellBack[node]
+	ch.fellBack[node] = fell
+	h.mu.Unlock()
+	if fell == was {
+		return
+	}
+	msg := fmt.Sprintf("semi-sync on primary %s fell back to asynchronous replication after rpl_semi_sync_master_timeout=%d ms without an acknowledgement "+
+		"(Rpl_semi_sync_master_no_tx=%d): commits are not protected until a replica catches up; durability semi_sync_durable never falls back",
+		node, ss.MasterTimeoutMS, ss.NoTx)
+	if !fell {
+		msg = fmt.Sprintf("semi-sync on primary %s is synchronous again (%d semi-sync replica(s))", node, ss.Clients)
+	}
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventNoAction, Code: "semi_sync_fallback", Node: node, Epoch: st.Epoch, Message: msg})
+}
+
+// applyDurability applies clusters[].durability right after a promotion:
+// the new primary gets the primary settings and every other node has the
+// master switch turned off (a demoted primary with it on would stall its
+// own applier). Called by switchover and failover once the new primary is
+// published; failures are events (the next probe round retries).
+func (t *term) applyDurability(ctx context.Context, cfg *config.Config, cl *config.Cluster, primary string) {
+	mode := cl.Durability
+	if mode == "" || mode == config.DurabilityAsync || ctx.Err() != nil {
+		return
+	}
+	cr, err := t.cluster(ctx, cl.Name)
+	if err != nil {
+		return
+	}
+	var done, failed []string
+	for _, n := range cl.Nodes {
+		pr, err := t.c.prober(cfg, cl, &n)
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, stepTimeout)
+			if n.Name == primary {
+				err = pr.ApplySemiSyncPrimary(actx, durableSettings(mode))
+			} else if err = pr.DisableSemiSyncPrimary(actx); err == nil {
+				err = pr.EnableSemiSyncReplica(actx, false)
+			}
+			cancel()
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", n.Name, err))
+			continue
+		}
+		done = append(done, n.Name)
+	}
+	h := &t.fo.health
+	h.mu.Lock()
+	ch := h.cluster(cl.Name)
+	for _, name := range done {
+		role := topo.RoleReplica
+		if name == primary {
+			role = topo.RolePrimary
+		}
+		ch.durability[name] = role
+	}
+	h.mu.Unlock()
+	msg := fmt.Sprintf("durability %s applied after the promotion of %s (primary: semi-sync master ON, AFTER_SYNC", mode, primary)
+	if mode == config.DurabilitySemiSyncDurable {
+		msg += fmt.Sprintf(", timeout %d ms, wait_no_slave ON", probe.DurableSemiSyncTimeoutMS)
+	}
+	msg += "; others: semi-sync replica, master switch OFF) on " + strings.Join(done, ", ")
+	if len(failed) > 0 {
+		msg += "; not applied (the next probe round retries): " + strings.Join(failed, "; ")
+	}
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Code: "durability", Node: primary, Epoch: epochOf(cr), Message: msg})
+}
