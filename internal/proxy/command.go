@@ -90,7 +90,19 @@ func (s *session) loop() string {
 				continue
 			}
 		}
-		if reason := s.command(cmd, h); reason != "" {
+		if !s.beginRelay() {
+			// The route changed between the check above and now: reroute
+			// before anything is forwarded.
+			s.snap = nil
+			continue
+		}
+		reason := s.command(cmd, h)
+		if why, _ := s.endRelay(); why != "" && reason == "" {
+			// Cut after the whole response had reached the client: the
+			// backend is closed, move at the next command.
+			s.detached = true
+		}
+		if reason != "" {
 			return reason
 		}
 		s.busy.Store(s.txBits())
@@ -331,7 +343,7 @@ func (s *session) acquire() {
 	s.br = s.srv.readers.Get().(*bufio.Reader)
 	s.br.Reset(s.be.conn)
 	s.cw = s.srv.writers.Get().(*bufio.Writer)
-	s.cw.Reset(s.client)
+	s.cw.Reset(clientGate{s})
 }
 
 // release flushes the client writer and returns both buffers to the pools.
@@ -363,6 +375,9 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
 // client itself is intact).
 func (s *session) failCommand(err error) string {
+	if why, wrote := s.endRelay(); why != "" {
+		return s.afterCut(why, wrote)
+	}
 	reason := clientReason(err)
 	switch {
 	case errors.Is(err, errResponseOverrun):
