@@ -325,6 +325,9 @@ func (s *Server) Epochs() map[string]int64 {
 	defer s.mu.Unlock()
 	out := make(map[string]int64, len(s.clusters))
 	for name, cr := range s.clusters {
+		if cr.snap.Load() == nil {
+			continue
+		}
 		if snap := cr.acked.Load(); snap != nil {
 			out[name] = snap.state.Epoch
 		}
