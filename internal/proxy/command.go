@@ -97,7 +97,7 @@ func (s *session) loop() string {
 			continue
 		}
 		reason := s.command(cmd, h)
-		if why, _ := s.endRelay(); why != "" && reason == "" {
+		if why, _, _ := s.endRelay(); why != "" && reason == "" {
 			// Cut after the whole response had reached the client: the
 			// backend is closed, move at the next command.
 			s.detached = true
@@ -375,8 +375,8 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
 // client itself is intact).
 func (s *session) failCommand(err error) string {
-	if why, wrote := s.endRelay(); why != "" {
-		return s.afterCut(why, wrote)
+	if why, lost, wrote := s.endRelay(); why != "" {
+		return s.afterCut(why, lost, wrote)
 	}
 	reason := clientReason(err)
 	switch {

@@ -22,6 +22,14 @@ import (
 //     last probe failed: Probe.Reachable false with Probe.At set) or
 //     quarantined it.
 //
+// Besides, the proxy's own backend check (reachability.go, every
+// probe.interval) cuts the commands in flight on a node it cannot even
+// connect to — no TCP answer within proxy.connect_timeout, host or network
+// unreachable: a blackholed or vanished host — on every listener, so no
+// client waits longer than about connect_timeout + probe.interval for a
+// dead address; and backend sockets carry TCP keepalive and
+// TCP_USER_TIMEOUT (tcp.go) as the last bound.
+//
 // A slow or busy node is never cut (its probes succeed), nor a drained one
 // (drained nodes let commands in flight finish), nor a replica that stopped
 // serving for lag or replication state.
@@ -37,7 +45,7 @@ import (
 //
 // The client then gets, in place of the response, MySQL error 1105
 // (ER_UNKNOWN_ERROR, SQLSTATE HY000) with a message saying what happened
-// (errCutPrimary, errCutReplica) — or, if part of the response had already
+// (errCutPrimary, errCutLost, errCutReplica) — or, if part of the response had already
 // reached it, its connection is closed (it cannot parse an error in the
 // middle of a packet). The session itself continues: its transaction, if
 // one was open, is gone with the backend connection, and its next command
@@ -58,6 +66,7 @@ type inflight struct {
 	on    bool     // a command is being forwarded or relayed on be
 	be    *backend // the backend it runs on
 	cut   string   // why the command was cut ("" while it was not)
+	lost  bool     // cut because the node stopped answering (not a route change)
 	wrote bool     // bytes of the response reached the client
 }
 
@@ -115,7 +124,7 @@ func (snap *routeSnapshot) cutReason(role string, t *target) string {
 // session see the new snapshot.
 func (s *session) beginRelay() bool {
 	s.fl.mu.Lock()
-	s.fl.on, s.fl.be, s.fl.cut, s.fl.wrote = true, s.be, "", false
+	s.fl.on, s.fl.be, s.fl.cut, s.fl.lost, s.fl.wrote = true, s.be, "", false, false
 	s.fl.mu.Unlock()
 	if s.be == nil {
 		return true
@@ -127,19 +136,46 @@ func (s *session) beginRelay() bool {
 	return true
 }
 
-// endRelay ends the in-flight mark and returns why the command was cut ("")
-// and whether part of the response reached the client.
-func (s *session) endRelay() (cut string, wrote bool) {
+// endRelay ends the in-flight mark and returns why the command was cut
+// ("" if it was not), whether because its node stopped answering, and
+// whether part of the response reached the client.
+func (s *session) endRelay() (cut string, lost, wrote bool) {
 	s.fl.mu.Lock()
 	defer s.fl.mu.Unlock()
-	cut, wrote = s.fl.cut, s.fl.wrote
-	s.fl.on, s.fl.be, s.fl.cut, s.fl.wrote = false, nil, "", false
-	return cut, wrote
+	cut, lost, wrote = s.fl.cut, s.fl.lost, s.fl.wrote
+	s.fl.on, s.fl.be, s.fl.cut, s.fl.lost, s.fl.wrote = false, nil, "", false, false
+	return cut, lost, wrote
 }
 
 // cutInFlight cuts every command in flight in cluster on a node snap no
 // longer allows, and returns when all are cut.
 func (s *Server) cutInFlight(cluster string, snap *routeSnapshot) {
+	if n := s.cutWhere(cluster, snap.cutReason, false); n > 0 {
+		s.log.Warn("cut commands in flight on nodes that left the route", "cluster", cluster,
+			"epoch", snap.state.Epoch, "primary", snap.state.Primary, "sessions", n)
+	}
+}
+
+// cutUnreachable cuts every command in flight on node of cluster, which
+// this proxy's own check could not even connect to (no TCP answer within
+// proxy.connect_timeout: a blackholed or vanished host). A server that
+// accepts connections but is slow or frozen is never cut this way.
+func (s *Server) cutUnreachable(cluster, node, detail string) {
+	why := fmt.Sprintf("this proxy cannot connect to %s any more (%s)", node, detail)
+	n := s.cutWhere(cluster, func(_ string, t *target) string {
+		if t.node == node {
+			return why
+		}
+		return ""
+	}, true)
+	if n > 0 {
+		s.log.Warn("cut commands in flight on an unreachable backend", "cluster", cluster, "node", node, "sessions", n, "err", detail)
+	}
+}
+
+// cutWhere cuts the commands in flight in cluster for which rule gives a
+// reason, waits until all are cut and returns how many were.
+func (s *Server) cutWhere(cluster string, rule func(role string, t *target) string, lost bool) int {
 	s.mu.Lock()
 	var list []*session
 	for sess := range s.sessions {
@@ -151,14 +187,14 @@ func (s *Server) cutInFlight(cluster string, snap *routeSnapshot) {
 	}
 	s.mu.Unlock()
 	if len(list) == 0 {
-		return
+		return 0
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	cut := 0
 	for _, sess := range list {
 		wg.Go(func() {
-			if sess.cut(snap) {
+			if sess.cut(rule, lost) {
 				mu.Lock()
 				cut++
 				mu.Unlock()
@@ -166,15 +202,12 @@ func (s *Server) cutInFlight(cluster string, snap *routeSnapshot) {
 		})
 	}
 	wg.Wait()
-	if cut > 0 {
-		s.log.Warn("cut commands in flight on nodes that left the route", "cluster", cluster,
-			"epoch", snap.state.Epoch, "primary", snap.state.Primary, "sessions", cut)
-	}
+	return cut
 }
 
-// cut cuts the session's command in flight if snap no longer allows its
+// cut cuts the session's command in flight if rule gives a reason for its
 // backend, and reports whether it did.
-func (s *session) cut(snap *routeSnapshot) bool {
+func (s *session) cut(rule func(role string, t *target) string, lost bool) bool {
 	if !s.fl.mu.TryLock() {
 		// A write to the client is in progress: wait for it, closing a
 		// client that does not read.
@@ -185,10 +218,10 @@ func (s *session) cut(snap *routeSnapshot) bool {
 	be := s.fl.be
 	why := ""
 	if s.fl.on && s.fl.cut == "" && be != nil {
-		why = snap.cutReason(s.l.role, be.t)
+		why = rule(s.l.role, be.t)
 	}
 	if why != "" {
-		s.fl.cut = why
+		s.fl.cut, s.fl.lost = why, lost
 	}
 	s.fl.mu.Unlock()
 	if why == "" {
@@ -196,7 +229,7 @@ func (s *session) cut(snap *routeSnapshot) bool {
 	}
 	be.close(false) // unblocks the relay's read or write
 	s.srv.metrics.commandsCut.WithLabelValues(s.l.name).Inc()
-	s.log.Warn("command in flight cut: its node left the route", "node", be.t.node, "why", why)
+	s.log.Warn("command in flight cut", "node", be.t.node, "why", why)
 	return true
 }
 
@@ -204,7 +237,7 @@ func (s *session) cut(snap *routeSnapshot) bool {
 // dropped, the transaction state forgotten, and the client gets the error
 // in place of the response (or, with part of the response already sent,
 // is closed). It returns the close reason ("" to continue).
-func (s *session) afterCut(why string, wrote bool) string {
+func (s *session) afterCut(why string, lost, wrote bool) string {
 	old, _ := s.setBackend(nil)
 	node := ""
 	if old != nil {
@@ -220,9 +253,12 @@ func (s *session) afterCut(why string, wrote bool) string {
 		s.log.Info("closing session: its command was cut after part of the response was sent", "node", node, "why", why)
 		return closeRouteChanged
 	}
-	if s.l.role == roleReplica {
+	switch {
+	case s.l.role == roleReplica:
 		s.writeError(1, errCutReplica(s.l.cluster, why))
-	} else {
+	case lost:
+		s.writeError(1, errCutLost(s.l.cluster, node, why, inTx))
+	default:
 		s.writeError(1, errCutPrimary(s.l.cluster, why, inTx))
 	}
 	return ""
@@ -239,6 +275,19 @@ func errCutPrimary(cluster, why string, inTx bool) *mysql.MyError {
 	return errUnknown(fmt.Sprintf("switchyard: the primary of cluster %s changed while this statement ran; its outcome is unknown "+
 		"(it may or may not have been committed on the old primary): %s.%s Check before retrying; the session continues on the new primary.",
 		cluster, why, tx))
+}
+
+// errCutLost is the error a client of a primary listener gets when its
+// statement was cut because this proxy cannot connect to the primary any
+// more: MySQL error 1105 (ER_UNKNOWN_ERROR, SQLSTATE HY000).
+func errCutLost(cluster, node, why string, inTx bool) *mysql.MyError {
+	tx := ""
+	if inTx {
+		tx = " Your open transaction was rolled back (its connection is gone)."
+	}
+	return errUnknown(fmt.Sprintf("switchyard: primary %s of cluster %s stopped answering while this statement ran; its outcome is unknown "+
+		"(it may or may not have been committed): %s.%s Check before retrying; the session continues on the primary the controller names.",
+		node, cluster, why, tx))
 }
 
 // errCutReplica is the error a client of a replica listener gets when its
