@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"golang.org/x/sys/unix"
 
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -204,5 +205,51 @@ func TestHeldStatementAfterAbortedSwitchover(t *testing.T) {
 	var sid int
 	if err := root.QueryRow("SELECT sid FROM sbtest.cut3 WHERE id = 1").Scan(&sid); err != nil || sid != 1 {
 		t.Fatalf("held INSERT: row sid %d, err %v; want it written on node1", sid, err)
+	}
+}
+
+// Backend sockets carry TCP keepalive and TCP_USER_TIMEOUT sized from
+// proxy.connect_timeout and probe.interval.
+func TestBackendSocketLiveness(t *testing.T) {
+	h := newHarness(t, nil)
+	c := conn1(t, h.db("rw", "", nil))
+	if id := serverID(t, c); id != 1 {
+		t.Fatalf("rw on server_id %d", id)
+	}
+	var be *backend
+	h.srv.mu.Lock()
+	for sess := range h.srv.sessions {
+		sess.mu.Lock()
+		if sess.be != nil {
+			be = sess.be
+		}
+		sess.mu.Unlock()
+	}
+	h.srv.mu.Unlock()
+	if be == nil {
+		t.Fatal("no backend connection")
+	}
+	raw, err := be.conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ut, ka, idle int
+	var serr error
+	_ = raw.Control(func(fd uintptr) {
+		if ut, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT); serr != nil {
+			return
+		}
+		if ka, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE); serr != nil {
+			return
+		}
+		idle, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+	})
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	want := h.cfg.Proxy.ConnectTimeout.D() + h.cfg.Probe.Interval.D()
+	t.Logf("backend socket: TCP_USER_TIMEOUT %d ms, SO_KEEPALIVE %d, TCP_KEEPIDLE %d s", ut, ka, idle)
+	if time.Duration(ut)*time.Millisecond != want || ka != 1 || idle < 1 {
+		t.Fatalf("TCP_USER_TIMEOUT %d ms (want %s), SO_KEEPALIVE %d (want 1), TCP_KEEPIDLE %d s (want ≥ 1)", ut, want, ka, idle)
 	}
 }
