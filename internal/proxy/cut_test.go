@@ -150,6 +150,17 @@ func TestCutInFlightReadOnUnreachableReplica(t *testing.T) {
 	}
 	h.srv.SetClusterState(sandboxState(h.c, 1, 0, 1, 2))
 
+	// The replica refuses the monitor with 1040: alive, not cut.
+	busyRead := execAsync(c, "SELECT SLEEP(1.5)")
+	time.Sleep(300 * time.Millisecond)
+	st = sandboxState(h.c, 1, 0, 1, 2)
+	st.Nodes[idx].Probe = topo.Probe{Reachable: false, At: time.Now(), Error: "too many connections", ErrorKind: "too_many_connections"}
+	h.srv.SetClusterState(st)
+	if r := waitResult(t, busyRead, 30*time.Second, "read on a replica refusing the monitor"); r.err != nil {
+		t.Fatalf("read in flight on a replica that answers 1040 to the monitor failed: %v (it is alive)", r.err)
+	}
+	h.srv.SetClusterState(sandboxState(h.c, 1, 0, 1, 2))
+
 	// The replica itself is reported unreachable: cut.
 	if got := serverID(t, c); got != id {
 		t.Fatalf("ro session moved to server_id %d after the drain ended; want it to stay on %d", got, id)

@@ -104,8 +104,10 @@ func buildSnapshot(st topo.ClusterState, addrOf func(node string) string, draine
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		// A node never probed (Probe.At zero: a hand-written state, the
-		// first state of a new leader) is not reported unreachable.
-		if !n.Probe.Reachable && !n.Probe.At.IsZero() {
+		// first state of a new leader) is not reported unreachable, nor
+		// one that answered with an error (too many connections, access
+		// denied, a query error): it is alive.
+		if !n.Probe.Reachable && !n.Probe.At.IsZero() && unreachableKind(n.Probe.ErrorKind) {
 			if snap.unreachable == nil {
 				snap.unreachable = map[string]string{}
 			}
@@ -333,4 +335,15 @@ func (s *Server) Epochs() map[string]int64 {
 		}
 	}
 	return out
+}
+
+// unreachableKind reports whether a failed probe's error kind (probe.Kind)
+// means the node did not answer: refused, timeout, network, or not
+// classified.
+func unreachableKind(kind string) bool {
+	switch kind {
+	case "", "refused", "timeout", "network":
+		return true
+	}
+	return false
 }
