@@ -235,6 +235,11 @@ func (s *Server) route(name string) *clusterRoute {
 // keep their session state and prepared statements, see migrate.go); a
 // session in a transaction on a primary listener gets one error (its
 // transaction is gone with the old primary's connection) and continues.
+// Commands in flight on a node that st no longer allows (cutReason: a
+// former primary, a node reported unreachable on replica listeners, a
+// quarantined node) are cut before SetClusterState returns and before the
+// epoch is acknowledged (Epochs; cut.go). st is not validated here: Follow
+// checks every state it reads with topo.DecodeState first.
 // While st is in PhaseSwitching and the switchover document
 // (SetSwitchover) announces the same epoch, primary listeners hold
 // statements (hold.go).
