@@ -52,6 +52,7 @@ func kindOf(cmd byte) responseKind {
 
 // loop reads client commands until the session ends and returns the reason.
 func (s *session) loop() string {
+	rerouted := false // the pending command was sent back to reroute once
 	for {
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
@@ -92,10 +93,15 @@ func (s *session) loop() string {
 		}
 		if !s.beginRelay() {
 			// The route changed between the check above and now: reroute
-			// before anything is forwarded.
+			// before anything is forwarded (and move, the second time).
 			s.snap = nil
+			if rerouted {
+				s.detached = true
+			}
+			rerouted = true
 			continue
 		}
+		rerouted = false
 		reason := s.command(cmd, h)
 		if why, _, _ := s.endRelay(); why != "" && reason == "" {
 			// Cut after the whole response had reached the client: the
