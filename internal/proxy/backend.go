@@ -184,8 +184,7 @@ func (s *session) connectRoute(first *target, snap *routeSnapshot, rc *runtimeCo
 
 func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *backend, *mysql.MyError) {
 	start := time.Now()
-	d := net.Dialer{Timeout: rc.connectTimeout}
-	conn, err := d.Dial("tcp", t.addr)
+	conn, err := rc.tcp.dialer(rc.connectTimeout).Dial("tcp", t.addr)
 	if err != nil {
 		return nil, nil, dialError(t, snap, rc.connectTimeout, err)
 	}

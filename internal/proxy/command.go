@@ -52,6 +52,7 @@ func kindOf(cmd byte) responseKind {
 
 // loop reads client commands until the session ends and returns the reason.
 func (s *session) loop() string {
+	rerouted := false // the pending command was sent back to reroute once
 	for {
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
@@ -90,7 +91,24 @@ func (s *session) loop() string {
 				continue
 			}
 		}
-		if reason := s.command(cmd, h); reason != "" {
+		if !s.beginRelay() {
+			// The route changed between the check above and now: reroute
+			// before anything is forwarded (and move, the second time).
+			s.snap = nil
+			if rerouted {
+				s.detached = true
+			}
+			rerouted = true
+			continue
+		}
+		rerouted = false
+		reason := s.command(cmd, h)
+		if why, _, _ := s.endRelay(); why != "" && reason == "" {
+			// Cut after the whole response had reached the client: the
+			// backend is closed, move at the next command.
+			s.detached = true
+		}
+		if reason != "" {
 			return reason
 		}
 		s.busy.Store(s.txBits())
@@ -331,7 +349,7 @@ func (s *session) acquire() {
 	s.br = s.srv.readers.Get().(*bufio.Reader)
 	s.br.Reset(s.be.conn)
 	s.cw = s.srv.writers.Get().(*bufio.Writer)
-	s.cw.Reset(s.client)
+	s.cw.Reset(clientGate{s})
 }
 
 // release flushes the client writer and returns both buffers to the pools.
@@ -363,6 +381,9 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
 // client itself is intact).
 func (s *session) failCommand(err error) string {
+	if why, lost, wrote := s.endRelay(); why != "" {
+		return s.afterCut(why, lost, wrote)
+	}
 	reason := clientReason(err)
 	switch {
 	case errors.Is(err, errResponseOverrun):

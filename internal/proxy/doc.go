@@ -26,6 +26,22 @@
 // sessions' connections to backends that left the route are closed at once
 // (the sweeper), so a drained or switched-over node empties.
 //
+// Route fencing (cut.go). When a snapshot says a node is no longer a valid
+// route — on primary listeners: not the primary any more (new epoch,
+// PhaseFailover, the proxy's own write fence) or quarantined; on replica
+// listeners: reported unreachable by the controller or quarantined — every
+// command in flight on it is cut before the proxy acknowledges the
+// snapshot's epoch: its backend connection is closed, the client gets
+// error 1105 saying the outcome is unknown (primary) or the statement was
+// abandoned (replica), and the session continues, moving at its next
+// command. Writes of a relayed response to the client and the cut are
+// serialised per session, so no response of a demoted node reaches a
+// client once its epoch is acknowledged. Commands in flight on a node the
+// proxy's own check cannot connect to (blackholed) are cut too, and backend
+// sockets carry TCP keepalive and TCP_USER_TIMEOUT (tcp.go). Cluster state
+// documents are checked (topo.DecodeState) before they are applied; an
+// invalid one is not applied and raises an alarm (statealarm.go).
+//
 // Switchover. During a coordinated switchover (topo.SwitchoverProgress,
 // hold.go, coordinate.go) primary listeners hold new statements at
 // transaction boundaries within the switchover limits, let open

@@ -39,7 +39,10 @@ func defaultID() string {
 //   - it watches keys.ClustersPrefix() and applies every
 //     "<prefix>/clusters/<cluster>/state" document with SetClusterState (other
 //     keys under the prefix, e.g. requests/, are ignored; a document that does
-//     not decode is logged and the last good snapshot kept);
+//     not pass topo.DecodeState — unparsable, empty, another cluster, an
+//     epoch going back, a primary dropped without a failover, unknown nodes
+//     — is not applied: the last good snapshot is kept and an alarm raised,
+//     see statealarm.go);
 //   - it registers a topo.ProxyRegistration under keys.Proxy(s.ID()) with a
 //     lease of RegistrationTTL and rewrites it when the applied epochs change;
 //     a lost lease is registered again;
@@ -171,18 +174,7 @@ func (s *Server) applyStateKV(prefix string, kv topo.KV) {
 		s.SetDrained(d)
 		return
 	}
-	var cs topo.ClusterState
-	if err := json.Unmarshal(kv.Value, &cs); err != nil {
-		s.log.Warn("cluster state does not decode; keeping the last known routing", "cluster", name, "err", err)
-		return
-	}
-	if cs.Cluster != name {
-		if cs.Cluster != "" {
-			s.log.Warn("cluster state names another cluster than its key; using the key", "key", kv.Key, "cluster", cs.Cluster)
-		}
-		cs.Cluster = name
-	}
-	s.SetClusterState(cs)
+	s.applyState(name, kv.Value)
 }
 
 // register keeps the proxy's registration alive until ctx ends.
@@ -290,6 +282,7 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		UpdatedAt: s.now(),
 		Backends:  s.backendReport(),
 
+		StateAlarms:     s.StateAlarms(),
 		Switchovers:     s.acks.snapshot(),
 		BackendSessions: s.backendSessions(),
 		Sessions:        s.listenerSessions(),

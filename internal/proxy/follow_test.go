@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,4 +161,89 @@ func TestFollowReRegistersAfterLeaseLoss(t *testing.T) {
 		reg, ok := readRegistration(t, st, keys.Proxy("p1"))
 		return ok && reg.Epochs["c"] == 7
 	})
+}
+
+// Cluster states written straight into the store that fail validation —
+// empty, garbage, an epoch going back, the primary dropped without a
+// failover, an unknown primary — are not applied: sessions keep working on
+// the last good routing, the registration carries the alarm and the metrics
+// count it; a valid state clears the alarm.
+func TestFollowRefusesInvalidStates(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.route("main").snap.Store(nil)
+	st := topotest.NewStore(t)
+	keys := topo.Keys{Prefix: "/switchyard"}
+	key := keys.ClusterState("main")
+	putState(t, st, key, sandboxState(h.c, 3, 0, 1, 2))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Follow(ctx, st, keys, h.srv) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "epoch 3 applied", func() bool { return h.srv.Epochs()["main"] == 3 })
+	rw := h.db("rw", "", nil)
+	ro := h.db("ro", "", nil)
+
+	putRaw := func(b []byte) {
+		t.Helper()
+		kv, err := st.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Update(ctx, key, b, kv.Version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc := func(cs topo.ClusterState) []byte {
+		b, err := json.Marshal(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	regress := sandboxState(h.c, 2, 0, 1, 2)
+	drop := sandboxState(h.c, 4, 0, 1, 2)
+	drop.Primary = ""
+	unknown := sandboxState(h.c, 4, 0, 1, 2)
+	unknown.Primary = "node9"
+	bad := []struct {
+		name, want string
+		raw        []byte
+	}{
+		{"empty", "empty", nil},
+		{"garbage", "does not decode", []byte("{not json")},
+		{"the issue's write", "no nodes", []byte(`{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[]}`)},
+		{"epoch regress", "lower than the applied epoch", enc(regress)},
+		{"primary dropped", "drops primary node1", enc(drop)},
+		{"unknown primary", "node9", enc(unknown)},
+	}
+	for i, b := range bad {
+		putRaw(b.raw)
+		waitFor(t, b.name+": alarm in the registration", func() bool {
+			reg, ok := readRegistration(t, st, keys.Proxy("test-proxy"))
+			return ok && strings.Contains(reg.StateAlarms["main"], b.want)
+		})
+		if e := h.srv.Epochs()["main"]; e != 3 {
+			t.Fatalf("%s: epoch %d applied, want 3 (last good)", b.name, e)
+		}
+		if id := serverID(t, rw); id != 1 {
+			t.Fatalf("%s: rw on server_id %d, want 1", b.name, id)
+		}
+		if id := serverID(t, ro); id != 2 && id != 3 {
+			t.Fatalf("%s: ro on server_id %d, want a replica", b.name, id)
+		}
+		if n := counterValue(t, h, "switchyard_cluster_state_rejected_total"); n < float64(i+1) {
+			t.Fatalf("%s: switchyard_cluster_state_rejected_total = %v, want ≥ %d", b.name, n, i+1)
+		}
+	}
+	if g := counterValue(t, h, "switchyard_cluster_state_alarm"); g != 1 {
+		t.Fatalf("switchyard_cluster_state_alarm = %v while refused, want 1", g)
+	}
+	putState(t, st, key, sandboxState(h.c, 4, 1, 2))
+	waitFor(t, "epoch 4 applied and alarm cleared", func() bool {
+		reg, ok := readRegistration(t, st, keys.Proxy("test-proxy"))
+		return ok && reg.Epochs["main"] == 4 && len(reg.StateAlarms) == 0
+	})
+	if g := counterValue(t, h, "switchyard_cluster_state_alarm"); g != 0 {
+		t.Fatalf("switchyard_cluster_state_alarm = %v after a valid state, want 0", g)
+	}
 }

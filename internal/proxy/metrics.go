@@ -41,6 +41,9 @@ type metrics struct {
 	holdSeconds      prometheus.Histogram
 	holdRefused      prometheus.Counter
 	hotSamples       prometheus.Counter
+	commandsCut      *prometheus.CounterVec
+	stateRejected    *prometheus.CounterVec
+	stateAlarm       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -106,6 +109,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_hot_read_samples_total",
 			Help: "Read statements sampled for the hot read set.",
 		}),
+		commandsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_commands_cut_total",
+			Help: "Commands in flight cut because their node left the route (a new primary, a failover, a node the controller reports unreachable or quarantined); the client got an error, never a late response. By listener.",
+		}, []string{"listener"}),
+		stateRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_cluster_state_rejected_total",
+			Help: "Cluster state documents read from the store that failed validation and were not applied (the last known good state kept routing), by cluster.",
+		}, []string{"cluster"}),
+		stateAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_cluster_state_alarm",
+			Help: "1 while the latest cluster state in the store is rejected and the proxy routes by the last known good one, else 0, by cluster.",
+		}, []string{"cluster"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -133,6 +148,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.sessionsClosed)
 	reg1(&m.migrationsFailed)
 	reg1(&m.txAborted)
+	reg1(&m.commandsCut)
+	reg1(&m.stateRejected)
+	reg2(&m.stateAlarm)
 	if err == nil {
 		m.holdSeconds, err = register(reg, m.holdSeconds)
 	}

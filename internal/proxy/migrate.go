@@ -179,15 +179,27 @@ func (s *session) answerPing() (bool, string) {
 
 // follow makes the session route by snap: it stays when its backend is
 // still valid, otherwise moves (idle), finishes its transaction where it is
-// (replica listeners) or has its transaction ended (primary listeners).
+// (replica listeners) or has its transaction ended (primary listeners). A
+// backend that is still the route but whose server closed the connection
+// (checked without blocking each time the snapshot changed: a switchover
+// that fenced the old primary, killing its client connections, and then
+// rolled back leaves the same primary) is reconnected like a move, so
+// statements held by the aborted switchover run on the old primary.
 func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
 	rc := s.srv.rc.Load()
 	fallback := rc.fallback(s.l.cluster)
 	if s.be != nil && !s.detached && snap.valid(s.l.role, fallback, s.be) {
-		if snap.hold == nil || s.l.role != rolePrimary {
-			s.snap = snap
+		if !peerClosed(s.be.conn) {
+			if snap.hold == nil || s.l.role != rolePrimary {
+				s.snap = snap
+			}
+			return false, ""
 		}
-		return false, ""
+		// The route is the same but the server closed this connection
+		// meanwhile (the fence of a switchover that was rolled back
+		// killed it): reconnect like a move.
+		s.log.Info("backend connection closed by the server while the session was idle; reconnecting", "node", s.be.t.node)
+		s.detached = true
 	}
 	if (s.inTx() || s.st.locked) && s.be != nil {
 		if s.l.role == roleReplica && !s.detached {

@@ -166,6 +166,16 @@ func (s *Server) checkAll(ctx context.Context) {
 		}
 	}
 	s.reach.mu.Unlock()
+	for _, r := range results {
+		var cf *connectFailed
+		if errors.As(r.err, &cf) {
+			// Nothing answers at the TCP level: commands in flight there
+			// cannot complete; cut them now rather than at the kernel's
+			// timeout (a slow or frozen server accepts connections and is
+			// not cut).
+			s.cutUnreachable(r.cluster, r.node, r.err.Error())
+		}
+	}
 	if changed {
 		select {
 		case s.reach.changed <- struct{}{}:
@@ -186,7 +196,11 @@ func checkBackend(ctx context.Context, addr string, rc *runtimeConfig) error {
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return reachError(err, timeout)
+		rerr := reachError(err, timeout)
+		if noTCPAnswer(err) {
+			return &connectFailed{rerr}
+		}
+		return rerr
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
@@ -249,6 +263,21 @@ func (rc *runtimeConfig) checkUser() (string, [mysqlproto.HashLen]byte, bool) {
 		}
 	}
 	return "", [mysqlproto.HashLen]byte{}, false
+}
+
+// connectFailed is a check whose TCP connect got no answer (timeout, host
+// or network unreachable): the node's host or the path to it is gone.
+type connectFailed struct{ err error }
+
+func (c *connectFailed) Error() string { return c.err.Error() }
+func (c *connectFailed) Unwrap() error { return c.err }
+
+// noTCPAnswer reports whether a dial error means nothing answered at the
+// TCP level (as opposed to a refusal: the host is up, the server is not).
+func noTCPAnswer(err error) bool {
+	var ne net.Error
+	return (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH)
 }
 
 // reachError words a failed check: refused, timeout or reset.

@@ -47,6 +47,12 @@ type routeSnapshot struct {
 	gen uint64
 	// drained are the nodes drained by an operator.
 	drained map[string]bool
+	// quarantined and unreachable name the nodes the controller reports
+	// quarantined (never routed to) or unreachable (its last probe failed),
+	// with the reason. Commands in flight on them are cut (cut.go); they
+	// are never a route.
+	quarantined map[string]string
+	unreachable map[string]string
 }
 
 // clusterRoute holds the current snapshot and what the proxy learnt about a
@@ -59,6 +65,11 @@ type clusterRoute struct {
 	// The inputs a snapshot is built from, under mu (never taken per
 	// query): the published state, the switchover in progress, the drained
 	// nodes, the hold period and the primary generation.
+	// acked is the snapshot whose epoch the proxy acknowledges in its
+	// registration (Epochs): installed after the commands in flight on
+	// nodes that left the route were cut (cut.go).
+	acked atomic.Pointer[routeSnapshot]
+
 	mu       sync.Mutex
 	state    *topo.ClusterState
 	progress *topo.SwitchoverProgress
@@ -84,12 +95,32 @@ func buildSnapshot(st topo.ClusterState, addrOf func(node string) string, draine
 		}
 		return addrOf(n.Name)
 	}
-	if p := st.Node(st.Primary); p != nil && addr(p) != "" {
+	for name, why := range st.Quarantined {
+		if snap.quarantined == nil {
+			snap.quarantined = map[string]string{}
+		}
+		snap.quarantined[name] = why
+	}
+	for i := range st.Nodes {
+		n := &st.Nodes[i]
+		// A node never probed (Probe.At zero: a hand-written state, the
+		// first state of a new leader) is not reported unreachable, nor
+		// one that answered with an error (too many connections, access
+		// denied, a query error): it is alive.
+		if !n.Probe.Reachable && !n.Probe.At.IsZero() && unreachableKind(n.Probe.ErrorKind) {
+			if snap.unreachable == nil {
+				snap.unreachable = map[string]string{}
+			}
+			snap.unreachable[n.Name] = orText(n.Probe.Error, "its last probe failed")
+		}
+	}
+	if p := st.Node(st.Primary); p != nil && addr(p) != "" && snap.quarantined[p.Name] == "" {
 		snap.primary = &target{cluster: st.Cluster, node: p.Name, addr: addr(p)}
 	}
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		if !n.Serving || n.Name == st.Primary || addr(n) == "" || drained[n.Name] {
+		if !n.Serving || n.Name == st.Primary || addr(n) == "" || drained[n.Name] ||
+			snap.quarantined[n.Name] != "" || snap.unreachable[n.Name] != "" {
 			continue
 		}
 		snap.replicas = append(snap.replicas, &target{cluster: st.Cluster, node: n.Name, addr: addr(n)})
@@ -173,7 +204,8 @@ func (snap *routeSnapshot) valid(role string, fallback bool, be *backend) bool {
 				return true
 			}
 		}
-		return len(snap.replicas) == 0 && fallback && snap.primary.same(t) && be.gen == snap.gen
+		return len(snap.replicas) == 0 && fallback && snap.primary.same(t) && be.gen == snap.gen &&
+			snap.unreachable[t.node] == ""
 	default:
 		return snap.primary.same(t) && be.gen == snap.gen
 	}
@@ -203,6 +235,11 @@ func (s *Server) route(name string) *clusterRoute {
 // keep their session state and prepared statements, see migrate.go); a
 // session in a transaction on a primary listener gets one error (its
 // transaction is gone with the old primary's connection) and continues.
+// Commands in flight on a node that st no longer allows (cutReason: a
+// former primary, a node reported unreachable on replica listeners, a
+// quarantined node) are cut before SetClusterState returns and before the
+// epoch is acknowledged (Epochs; cut.go). st is not validated here: Follow
+// checks every state it reads with topo.DecodeState first.
 // While st is in PhaseSwitching and the switchover document
 // (SetSwitchover) announces the same epoch, primary listeners hold
 // statements (hold.go).
@@ -259,6 +296,10 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	snap.hold = cr.hold
 	snap.gen = cr.gen
 	old := cr.snap.Swap(snap)
+	// Commands in flight on nodes that stopped being a route are cut
+	// before the snapshot is acknowledged (Epochs).
+	s.cutInFlight(cr.name, snap)
+	cr.acked.Store(snap)
 	if ended != nil {
 		close(ended.done) // after the swap: released sessions see the new snapshot
 		s.log.Info("switchover: released held statements", "cluster", cr.name, "switchover", ended.id,
@@ -282,15 +323,32 @@ func (s *Server) rebuild(cr *clusterRoute) {
 }
 
 // Epochs returns the epoch of the routing snapshot applied per cluster
-// (clusters without a snapshot are absent).
+// (clusters without a snapshot are absent). A snapshot counts as applied
+// once every command in flight on a node it no longer routes to was cut
+// (cut.go), so a controller that waits for this acknowledgement knows no
+// response from the old primary reaches a client after it.
 func (s *Server) Epochs() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]int64, len(s.clusters))
 	for name, cr := range s.clusters {
-		if snap := cr.snap.Load(); snap != nil {
+		if cr.snap.Load() == nil {
+			continue
+		}
+		if snap := cr.acked.Load(); snap != nil {
 			out[name] = snap.state.Epoch
 		}
 	}
 	return out
+}
+
+// unreachableKind reports whether a failed probe's error kind (probe.Kind)
+// means the node did not answer: refused, timeout, network, or not
+// classified.
+func unreachableKind(kind string) bool {
+	switch kind {
+	case "", "refused", "timeout", "network":
+		return true
+	}
+	return false
 }

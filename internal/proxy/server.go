@@ -74,6 +74,8 @@ type Server struct {
 	reach reachState // backend reachability as this proxy sees it (reachability.go)
 	fence writeFence // set while the registration lease is lost (lease.go)
 
+	stateAlarm stateAlarms // cluster states refused (statealarm.go)
+
 	limits  atomic.Pointer[holdLimits] // switchover limits (hold.go)
 	heldNow atomic.Int64               // commands held right now, all clusters
 	acks    ackState                   // switchover acknowledgements (coordinate.go)
@@ -276,6 +278,7 @@ func (s *Server) SetConfig(c *config.Config) error {
 	s.cfg.Store(c)
 	lim := newHoldLimits(c)
 	s.limits.Store(&lim)
+	s.recheckStates()
 	return nil
 }
 

@@ -66,6 +66,8 @@ type session struct {
 	// session and read (or swapped, by the sweeper) from other goroutines.
 	busy     atomic.Uint32
 	detached bool // the sweeper closed be: move at the next command
+	// fl is the command in flight, shared with the cutter (cut.go).
+	fl inflight
 
 	// Session state to rebuild on another backend (sessionstate.go,
 	// stmts.go).

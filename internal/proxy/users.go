@@ -27,6 +27,7 @@ type userEntry struct {
 type runtimeConfig struct {
 	users          map[string]*userEntry
 	connectTimeout time.Duration
+	tcp            backendTCP // keepalive and TCP_USER_TIMEOUT of backend sockets (tcp.go)
 	maxPerBackend  int
 	clusters       map[string]*config.Cluster
 }
@@ -62,6 +63,11 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 	if rc.connectTimeout <= 0 {
 		rc.connectTimeout = time.Second
 	}
+	interval := c.Probe.Interval.D()
+	if interval <= 0 {
+		interval = time.Second
+	}
+	rc.tcp = newBackendTCP(rc.connectTimeout, interval)
 	for i := range c.Clusters {
 		cl := c.Clusters[i]
 		rc.clusters[cl.Name] = &cl

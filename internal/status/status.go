@@ -32,6 +32,12 @@ type Report struct {
 	CollectedAt time.Time `json:"collected_at"`
 	// Drained are the drained nodes of each cluster (switchyard drain).
 	Drained map[string]map[string]topo.DrainRecord `json:"drained,omitempty"`
+	// StateProblems says, per cluster, why the state document in the store
+	// is invalid (topo.DecodeState without the config: unparsable, empty,
+	// another cluster, inconsistent, or an epoch below what a proxy
+	// acknowledged). Proxies do not apply such a state; see also each
+	// proxy's StateAlarms.
+	StateProblems map[string]string `json:"state_problems,omitempty"`
 }
 
 // Collect reads the report from the store. A missing leader or an empty
@@ -61,9 +67,14 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 		if !strings.HasSuffix(kv.Key, "/state") {
 			continue
 		}
-		var cs topo.ClusterState
-		if err := json.Unmarshal(kv.Value, &cs); err != nil {
-			return nil, fmt.Errorf("status: %s: %w", kv.Key, err)
+		name := strings.TrimSuffix(strings.TrimPrefix(kv.Key, keys.ClustersPrefix()), "/state")
+		cs, err := topo.DecodeState(kv.Value, name, nil, nil)
+		if err != nil {
+			r.addStateProblem(name, err.Error())
+			// Show what can be read of it.
+			cs = topo.ClusterState{}
+			_ = json.Unmarshal(kv.Value, &cs)
+			cs.Cluster = name
 		}
 		r.Clusters = append(r.Clusters, cs)
 		evs, err := recentEvents(ctx, st, keys, cs.Cluster)
@@ -89,6 +100,7 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 		r.Proxies = append(r.Proxies, p)
 	}
 	sort.Slice(r.Proxies, func(i, j int) bool { return r.Proxies[i].ID < r.Proxies[j].ID })
+	r.checkEpochs()
 	if err := collectDrained(ctx, st, keys, r); err != nil {
 		return nil, err
 	}
@@ -131,6 +143,9 @@ func WriteTable(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(w, "\ncluster %s   primary: %s   epoch: %d   phase: %s   updated: %s ago\n",
 			cs.Cluster, primary, cs.Epoch, phase, age(r.CollectedAt, cs.UpdatedAt))
+		if why := r.StateProblems[cs.Cluster]; why != "" {
+			fmt.Fprintf(w, "STATE INVALID: %s (proxies keep routing by the last valid state)\n", why)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tSERVING\tREAD_ONLY\tSOURCE\tIO/SQL\tLAG\tGTID\tPROBE")
 		for _, n := range cs.Nodes {
@@ -205,6 +220,9 @@ func WriteTable(w io.Writer, r *Report) error {
 			if p.ConfigAlarm != "" {
 				cfg += " ALARM: " + p.ConfigAlarm
 			}
+			for _, c := range sortedKeys(p.StateAlarms) {
+				cfg += fmt.Sprintf(" STATE ALARM %s: %s", c, p.StateAlarms[c])
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", p.ID, strings.Join(p.Listeners, ","), strings.Join(eps, ","), cfg, age(r.CollectedAt, p.UpdatedAt))
 		}
 		return tw.Flush()
@@ -228,4 +246,38 @@ func age(now, t time.Time) string {
 		d = 0
 	}
 	return d.Round(100 * time.Millisecond).String()
+}
+
+func (r *Report) addStateProblem(cluster, why string) {
+	if r.StateProblems == nil {
+		r.StateProblems = map[string]string{}
+	}
+	r.StateProblems[cluster] = why
+}
+
+// checkEpochs flags a cluster state whose epoch is below the epoch a live
+// proxy acknowledged: epochs never go back, so the document was written by
+// hand (the proxies keep routing by the last valid state).
+func (r *Report) checkEpochs() {
+	for _, cs := range r.Clusters {
+		if r.StateProblems[cs.Cluster] != "" {
+			continue
+		}
+		for _, p := range r.Proxies {
+			if e, ok := p.Epochs[cs.Cluster]; ok && e > cs.Epoch {
+				r.addStateProblem(cs.Cluster, fmt.Sprintf("%v: epoch %d is lower than epoch %d acknowledged by proxy %s (epochs never go back)",
+					topo.ErrStateInvalid, cs.Epoch, e, p.ID))
+				break
+			}
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

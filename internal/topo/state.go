@@ -316,6 +316,10 @@ type ProxyRegistration struct {
 	// ConfigAlarm says why the proxy refused the current config revision and
 	// keeps serving ConfigRev ("" when it applied the current one).
 	ConfigAlarm string `json:"config_alarm,omitempty"`
+	// StateAlarms says, per cluster, why the proxy refused the latest
+	// cluster state in the store (topo.DecodeState) and keeps routing by
+	// the last valid one; absent when every state was applied.
+	StateAlarms map[string]string `json:"state_alarms,omitempty"`
 	// Backends is the proxy's own view of whether each node answers,
 	// rewritten when a node's reachability changes. Failure detection
 	// counts it: a primary is dead only if a quorum of proxies cannot

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"net"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Backend socket liveness. A backend whose packets are dropped (a
+// blackholed network path, a dead host) never answers and never refuses:
+// without a bound a command in flight on it waits for the kernel's
+// retransmission timeout (about 15 minutes on Linux). Every backend
+// connection therefore gets
+//
+//   - TCP keepalive with idle time and probe interval = max(probe.interval,
+//     1s) (the kernel counts in whole seconds), so an idle or waiting
+//     connection (a long statement running) sends probes;
+//   - TCP_USER_TIMEOUT (tcp(7)) = proxy.connect_timeout + probe.interval:
+//     the kernel aborts the connection when data it sent (a command, a
+//     keepalive probe) stays unacknowledged that long.
+//
+// With the defaults (1 s, 1 s) a command in flight on a blackholed backend
+// fails within about 2-3 s (user timeout, plus up to one keepalive
+// interval for the next probe to be sent), i.e. within connect_timeout + 2
+// probe intervals. A busy or frozen (SIGSTOP) server is not affected: its
+// kernel acknowledges both data and probes.
+
+// backendTCP is the liveness settings of backend sockets.
+type backendTCP struct {
+	keepAlive   time.Duration // TCP_KEEPIDLE and TCP_KEEPINTVL
+	userTimeout time.Duration // TCP_USER_TIMEOUT
+}
+
+func newBackendTCP(connectTimeout, probeInterval time.Duration) backendTCP {
+	ka := max(probeInterval, time.Second).Round(time.Second)
+	return backendTCP{keepAlive: ka, userTimeout: connectTimeout + max(probeInterval, 100*time.Millisecond)}
+}
+
+// dialer returns the dialer for backend connections.
+func (b backendTCP) dialer(timeout time.Duration) *net.Dialer {
+	count := int(b.userTimeout/b.keepAlive) + 2 // TCP_USER_TIMEOUT decides first
+	return &net.Dialer{
+		Timeout: timeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: b.keepAlive, Interval: b.keepAlive, Count: count,
+		},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(b.userTimeout.Milliseconds()))
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+}
+
+// peerClosed reports whether the server closed conn (or sent something
+// while the connection was idle, which it does only when it kills it, e.g.
+// the fence of a switchover that was then rolled back). It peeks without
+// blocking; connections it cannot inspect count as open.
+func peerClosed(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	var buf [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+		case err != nil || n >= 0:
+			closed = true // EOF (n 0), pending data or a socket error
+		}
+		return true // never wait for readiness
+	})
+	return closed
+}
