@@ -69,7 +69,8 @@ func newTerm(c *Controller, leader topo.Leader) *term {
 
 func (t *term) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); t.guardStates(ctx) }()
 	go func() { defer wg.Done(); t.watchRequests(ctx) }()
 	go func() { defer wg.Done(); t.serveRequests(ctx) }()
 	go func() { defer wg.Done(); t.watchProxies(ctx) }()
@@ -125,16 +126,65 @@ func (t *term) reload(ctx context.Context, cr *clusterRun) error {
 	if err != nil {
 		return fmt.Errorf("read state of cluster %s: %w", cr.name, err)
 	}
-	var st topo.ClusterState
-	if err := json.Unmarshal(kv.Value, &st); err != nil {
-		// A corrupt document is overwritten by the next write, keeping
-		// nothing of it; say so loudly.
-		t.log.Error("cluster state in the store is not valid JSON; it will be replaced", "cluster", cr.name, "err", err)
-		cr.state, cr.version = nil, kv.Version
+	st, err := topo.DecodeState(kv.Value, cr.name, cr.state, t.nodeAddrs(cr.name))
+	if err != nil {
+		// Only the leader writes this key, with compare-and-swap: a
+		// document that does not decode, or that no controller could have
+		// written after the state this leader holds (an epoch going back,
+		// a primary dropped outside a failover, unknown nodes), was written
+		// by hand. It is never adopted: the next write replaces it with
+		// the last good state (or, with none, a state rebuilt from the
+		// probes), as proxies keep their last good state meanwhile.
+		t.log.Error("cluster state in the store is invalid; not adopted, the controller rebuilds it from its probes",
+			"cluster", cr.name, "err", err, "store_version", kv.Version)
+		t.c.metrics.stateRejected.WithLabelValues(cr.name).Inc()
+		t.fo.events.emitOnce(ctx, cr.name+"|alarm|invalid_state", eventRelog, topo.Event{
+			Cluster: cr.name, Kind: topo.EventAlarm, Code: topo.AlarmInvalidState, Message: fmt.Sprintf(
+				"the cluster state was not written by a controller (%v): not adopted; the controller rebuilds it from its probes; find who writes %s",
+				err, t.c.keys.ClusterState(cr.name))})
+		cr.version = kv.Version
+		if cr.state == nil {
+			// No good state to fall back on (a new leader): start from
+			// the highest epoch any proxy routes by, so that the state
+			// rebuilt from the probes carries a later epoch than every
+			// proxy's last good state and is accepted by them.
+			cr.state = &topo.ClusterState{Cluster: cr.name, Phase: topo.PhaseStable, Epoch: t.proxiesEpoch(ctx, cr.name)}
+		}
 		return nil
 	}
 	cr.state, cr.version = &st, kv.Version
 	return nil
+}
+
+// proxiesEpoch is the highest epoch of cluster that a registered proxy
+// routes by (0 when none is known or the store cannot be read).
+func (t *term) proxiesEpoch(ctx context.Context, cluster string) int64 {
+	kvs, err := t.c.store.List(ctx, t.c.keys.Proxies())
+	if err != nil {
+		return 0
+	}
+	var most int64
+	for _, kv := range kvs {
+		var reg topo.ProxyRegistration
+		if decodeJSON(kv.Value, &reg) == nil {
+			most = max(most, reg.Epochs[cluster])
+		}
+	}
+	return most
+}
+
+// nodeAddrs maps the configured nodes of cluster to their addresses (nil
+// when the cluster is not configured).
+func (t *term) nodeAddrs(cluster string) topo.NodeAddrs {
+	cl := t.c.config().Cluster(cluster)
+	if cl == nil {
+		return nil
+	}
+	out := make(topo.NodeAddrs, len(cl.Nodes))
+	for _, n := range cl.Nodes {
+		out[n.Name] = n.Address
+	}
+	return out
 }
 
 // round probes every node of every cluster in parallel and publishes each
@@ -326,7 +376,19 @@ func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState)
 		return nil
 	case errors.Is(err, topo.ErrBadVersion) || errors.Is(err, topo.ErrExists) || errors.Is(err, topo.ErrNotFound):
 		t.c.metrics.publishes.WithLabelValues(cr.name, "conflict").Inc()
-		if rerr := t.reload(ctx, cr); rerr != nil {
+		if cr.state != nil {
+			// Only this term writes the key while it holds a state: the
+			// write that came between was made outside the controller.
+			kv, gerr := t.c.store.Get(ctx, key)
+			switch {
+			case errors.Is(gerr, topo.ErrNotFound):
+				t.disown(ctx, cr, nil, 0)
+			case gerr != nil:
+				return errors.Join(err, gerr)
+			default:
+				t.disown(ctx, cr, kv.Value, kv.Version)
+			}
+		} else if rerr := t.reload(ctx, cr); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return fmt.Errorf("state of cluster %s changed in the store meanwhile: %w", cr.name, err)

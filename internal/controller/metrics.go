@@ -23,6 +23,9 @@ type metrics struct {
 	publishes    *prometheus.CounterVec
 	failovers    *prometheus.CounterVec
 	events       *prometheus.CounterVec
+	// stateRejected counts cluster states read from the store that failed
+	// topo.CheckState and were not adopted.
+	stateRejected *prometheus.CounterVec
 
 	// Write-path health and durability (health.go, durability.go).
 	heartbeats       *prometheus.CounterVec
@@ -64,6 +67,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_controller_events_total",
 			Help: "Events written to the cluster event log by cluster and kind (decision, no_action, recovery, alarm, operator).",
 		}, []string{"cluster", "kind"}),
+		stateRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_cluster_state_rejected_total",
+			Help: "Cluster states read from the store that no controller could have written (unparsable, epoch going back, primary dropped outside a failover, unknown nodes), by cluster; never adopted.",
+		}, []string{"cluster"}),
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_controller_heartbeats_total",
 			Help: "Heartbeat writes on the primary by cluster and result (ok, timeout, lock_wait, pending, disk_full, read_only, denied, error).",
@@ -92,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events,
+	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events, m.stateRejected,
 		m.heartbeats, m.heartbeatLatency, m.loginRefusals, m.findings, m.durabilityOK, m.durabilityDrift} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -65,6 +65,10 @@ const (
 	// AlarmAheadOfPrimary: a replica holds transactions the new primary
 	// lacks (it was ahead of the promoted candidate).
 	AlarmAheadOfPrimary = "ahead_of_primary"
+	// AlarmInvalidState: the cluster state key held a document no
+	// controller could have written (see CheckState); proxies kept their
+	// last good state and the controller overwrote it.
+	AlarmInvalidState = "invalid_state"
 )
 
 // AnalysisEntry is one analysis code of a cluster as published (see

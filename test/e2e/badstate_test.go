@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/status"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
-// TestBadClusterStateWrites (issue 8, case 5): while clients write and read
+// TestBadClusterStateWrites: while clients write and read
 // through two proxies, the cluster state key is overwritten directly (not
 // by the controller) with an empty document, garbage, a state that drops
 // the primary without a failover (the issue's write) and one whose epoch
@@ -42,6 +43,16 @@ func TestBadClusterStateWrites(t *testing.T) {
 		if p == 0 {
 			if _, err := rw.Exec("CREATE TABLE bs (id BIGINT AUTO_INCREMENT PRIMARY KEY, p INT)"); err != nil {
 				t.Fatal(err)
+			}
+			// Readers start once the table has reached both replicas.
+			for i := 1; i < 3; i++ {
+				deadline := time.Now().Add(10 * time.Second)
+				for s.rootInt(i, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sbtest' AND TABLE_NAME = 'bs'") == 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("table bs not replicated to %s within 10s", s.sb.Nodes[i].Name)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
 		}
 		for _, c := range []struct {
@@ -96,8 +107,6 @@ func TestBadClusterStateWrites(t *testing.T) {
 		{"empty document", "empty", []byte{}},
 		{"garbage", "does not decode", []byte("\x00\x01 this is not a cluster state")},
 		{"primary dropped without failover, no nodes", "no nodes", drop},
-		// Last: the controller adopts what it reads back after a write
-		// conflict, so the regressed epoch may stay in the store.
 		{"epoch going back", "lower than the applied epoch", regressRaw},
 	}
 	for _, c := range cases {
@@ -141,9 +150,38 @@ func TestBadClusterStateWrites(t *testing.T) {
 		time.Sleep(time.Second)
 		t.Logf("%s: %d client operations meanwhile, %d errors so far", c.name, ops.Load()-before, errs.Load())
 	}
-	last, _ := status.Collect(ctx, s.store, s.keys, time.Now())
+	// Everything converges: the controller never adopts a bad document,
+	// overwrites it with its last good state, and every proxy applies
+	// that and clears its alarm.
+	var last *status.Report
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := status.Collect(ctx, s.store, s.keys, time.Now())
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		last = r
+		clean := r.StateProblems["main"] == ""
+		for _, p := range r.Proxies {
+			a := p.StateAlarms["main"]
+			clean = clean && (a == "" || strings.Contains(a, "a valid state has been applied since")) && p.Epochs["main"] >= cur.Epoch
+		}
+		if clean || time.Now().After(deadline) {
+			if !clean {
+				t.Errorf("not converged 15s after the last bad write: state problem %q", r.StateProblems["main"])
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, p := range last.Proxies {
 		t.Logf("at the end %s: epochs %v, state alarms %v", p.ID, p.Epochs, p.StateAlarms)
+	}
+	if st := last.Clusters; len(st) > 0 {
+		t.Logf("at the end the store holds primary %s epoch %d", st[0].Primary, st[0].Epoch)
+	}
+	if !strings.Contains(s.eventText(), "not written by a controller") {
+		t.Errorf("no controller event about the invalid state")
 	}
 	stopClients()
 	errMu.Lock()
@@ -151,5 +189,71 @@ func TestBadClusterStateWrites(t *testing.T) {
 	t.Logf("%d client operations, %d errors", ops.Load(), errs.Load())
 	if errs.Load() > 0 {
 		t.Errorf("clients saw %d errors while bad states were written (first: %s)", errs.Load(), errList[0])
+	}
+}
+
+// TestForgedClusterStateOverwritten: a well-formed state written straight
+// into etcd that names a replica as primary at a higher epoch (what a
+// controller could have written, so proxies apply it) is never adopted by
+// the controller: it overwrites it at once, with an epoch above the forged
+// one so that proxies move back, and the real primary is never fenced.
+// Plain deletion of the key is undone the same way.
+func TestForgedClusterStateOverwritten(t *testing.T) {
+	s := startFO(t, foOpts{})
+	ctx := context.Background()
+	key := s.keys.ClusterState("main")
+	ww := s.watchWritable()
+	for _, c := range []string{"forged primary", "deleted key"} {
+		cur := s.state()
+		if cur.Primary != "node1" {
+			t.Fatalf("%s: primary %q before the write, want node1", c, cur.Primary)
+		}
+		forgedEpoch := cur.Epoch - 1 // deletion: the state comes back at the same epoch
+		kv, err := s.store.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote := time.Now()
+		if c == "forged primary" {
+			forged := cur
+			forged.Primary, forged.Epoch, forged.Leader = "node3", cur.Epoch+1, "someone"
+			forgedEpoch = forged.Epoch
+			raw, _ := json.Marshal(forged)
+			if _, err := s.store.Update(ctx, key, raw, kv.Version); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := s.store.Delete(ctx, key, kv.Version); err != nil {
+			t.Fatal(err)
+		}
+		st, took := s.waitState(c+": overwritten", 10*time.Second, func(st topo.ClusterState) bool {
+			// (the state comes back at an epoch above the forged one)
+			return st.Primary == "node1" && st.Epoch > forgedEpoch && st.Leader != "someone"
+		})
+		t.Logf("%s: overwritten after %s (written %s ago): primary %s epoch %d", c, took, time.Since(wrote).Round(time.Millisecond), st.Primary, st.Epoch)
+		deadline := time.Now().Add(10 * time.Second)
+		for s.proxies[0].Epochs()["main"] < st.Epoch {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the proxy still routes by epoch %d, want %d", c, s.proxies[0].Epochs()["main"], st.Epoch)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		db, err := sql.Open("mysql", s.dsn(0, "primary"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sid int
+		if err := db.QueryRow("SELECT @@server_id").Scan(&sid); err != nil || sid != 1 {
+			t.Fatalf("%s: rw reaches server_id %d (%v), want node1", c, sid, err)
+		}
+		db.Close()
+		if ro := s.rootInt(0, "SELECT @@read_only"); ro != 0 {
+			t.Fatalf("%s: node1 was fenced (read_only=%d) because of a forged state", c, ro)
+		}
+	}
+	if samples, most, over := ww.stop(); most != 1 {
+		t.Errorf("%d nodes writable at one probe (of %d), want exactly 1: %v", most, samples, over)
+	}
+	if !strings.Contains(s.eventText(), "not written by a controller") {
+		t.Errorf("no controller event about the state written outside it:\n%s", s.eventText())
 	}
 }
