@@ -23,12 +23,25 @@ type PlanInput struct {
 	// config order, with fresh probes.
 	Nodes []Node
 	// MaxLag excludes replicas whose last known lag exceeds it
-	// (failover.max_lag); 0 disables the check.
+	// (failover.max_lag) while the old primary is reachable; 0 disables the
+	// check. Once the old primary is unreachable, Seconds_Behind_Master
+	// measured before its death says nothing: a replica's lag is then what
+	// it received but has not applied (PlanCandidate.RelayBacklog), which
+	// the failover applies before promotion.
 	MaxLag time.Duration
+	// Floor is the promotion floor ("" when none is recorded): a candidate
+	// whose received set does not contain it is rejected (only Force lets
+	// it through) and the loss estimate includes what it lacks of it.
+	Floor string
+	// OldPrimaryBinlogState is the old primary's last known
+	// @@gtid_binlog_state (MariaDB; "" unknown): candidates holding a
+	// (domain, server_id) entry beyond it are errant, whatever the seqno
+	// order says.
+	OldPrimaryBinlogState string
 	// Target is the requested candidate ("" lets Plan choose).
 	Target string
-	// Force lets a candidate through the staleness checks (behind another
-	// replica, lag over MaxLag). It never overrides must_not, quarantine,
+	// Force lets a candidate through the staleness checks (behind the
+	// floor, behind another replica, lag over MaxLag). It never overrides must_not, quarantine,
 	// unreachability, a stopped SQL thread or errant GTIDs.
 	Force bool
 }
@@ -37,6 +50,7 @@ type cand struct {
 	n        *Node
 	order    int // config order
 	received gtid.Set
+	backlog  uint64 // received, not yet applied
 	reject   string
 	soft     bool // rejected only by a check Force overrides
 	errant   bool // holds GTIDs the old primary never had
@@ -56,8 +70,21 @@ type cand struct {
 // It is pure.
 func Plan(in PlanInput) topo.FailoverPlan {
 	plan := topo.FailoverPlan{Cluster: in.Cluster, OldPrimary: in.OldPrimary, Fence: "proxies"}
+	oldUp := false
 	if old := in.node(in.OldPrimary); old != nil && complete(old.Probe) {
-		plan.Fence = "read_only"
+		plan.Fence, oldUp = "read_only", true
+	}
+	floor, ferr := ParseFloor(in.Flavor, in.Floor)
+	if ferr != nil {
+		plan.Refusal = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): fix or delete it", in.Floor, ferr)
+		return plan
+	}
+	if floor != nil {
+		plan.Floor = floor.String()
+	}
+	var oldSet gtid.Set
+	if old := in.OldPrimaryLast; complete(old) {
+		oldSet, _ = Executed(in.Flavor, old)
 	}
 	var cands []*cand
 	for i := range in.Nodes {
@@ -76,16 +103,29 @@ func Plan(in PlanInput) topo.FailoverPlan {
 			}
 			if err == nil {
 				c.received = set
+				if ex, err := Executed(in.Flavor, n.Probe); err == nil {
+					c.backlog = countMissing(ex, set)
+				}
+				if c.reject == "" && flavorOf(in.Flavor) == gtid.MariaDB {
+					if e := errantVsFloor(set, floor, oldSet); e != "" && (floor != nil || oldSet != nil) {
+						c.reject, c.errant = fmt.Sprintf("errant GTIDs %s in a domain primary %s never wrote", e, in.OldPrimary), true
+					}
+				}
 			}
 		}
 		cands = append(cands, c)
 	}
-	// Staleness: lag, then strict subset of another reachable replica.
+	// Staleness: the floor, lag, then strict subset of another reachable
+	// replica.
 	for _, c := range cands {
 		if c.reject != "" {
 			continue
 		}
-		if in.MaxLag > 0 && c.n.LastLag != nil && time.Duration(*c.n.LastLag)*time.Second > in.MaxLag {
+		if r := floorReject(in.Flavor, c.received, floor); r != "" {
+			c.reject, c.soft = r, true
+			continue
+		}
+		if oldUp && in.MaxLag > 0 && c.n.LastLag != nil && time.Duration(*c.n.LastLag)*time.Second > in.MaxLag {
 			c.reject, c.soft = fmt.Sprintf("last known lag %ds exceeds failover.max_lag %s", *c.n.LastLag, in.MaxLag), true
 			continue
 		}
@@ -136,6 +176,10 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		if c.received != nil {
 			pc.Received = c.received.String()
 		}
+		if complete(c.n.Probe) {
+			pc.MissingFloor, pc.MissingFloorCount = BehindFloor(in.Flavor, c.received, floor)
+			pc.RelayBacklog = c.backlog
+		}
 		if pc.Eligible && c.reject != "" {
 			pc.Rejected = "forced past: " + c.reject
 		}
@@ -164,7 +208,7 @@ func Plan(in PlanInput) topo.FailoverPlan {
 	}
 	plan.Candidate = chosen.n.Name
 	plan.Forced = chosen.reject != ""
-	plan.Lost, plan.LostCount, plan.Ahead = in.loss(chosen, cands)
+	plan.Lost, plan.LostCount, plan.Ahead = in.loss(chosen, cands, floor)
 	return plan
 }
 
@@ -176,6 +220,14 @@ func (in PlanInput) hardReject(n *Node) (string, bool) {
 		if e := ErrantGTIDs(in.Flavor, p, in.OldPrimaryLast); e != "" {
 			return fmt.Sprintf("errant GTIDs %s that primary %s never had", e, in.OldPrimary), true
 		}
+	}
+	if complete(p) && in.OldPrimaryBinlogState != "" {
+		if e := ErrantByBinlogState(in.Flavor, p, in.OldPrimaryBinlogState, in.OldPrimaryLast.ServerID); e != "" {
+			return fmt.Sprintf("errant GTIDs %s that primary %s's binlog never had (per domain and server_id)", e, in.OldPrimary), true
+		}
+	}
+	if complete(p) && StrictModeError(p.LastSQLError) {
+		return "errant transaction: its SQL thread stopped on a gtid_strict_mode conflict: " + p.LastSQLError, true
 	}
 	switch {
 	case n.Quarantined != "":
@@ -202,8 +254,11 @@ func (in PlanInput) hardReject(n *Node) (string, bool) {
 
 // loss estimates what a promotion of chosen loses and which replicas are
 // ahead of it.
-func (in PlanInput) loss(chosen *cand, cands []*cand) (string, uint64, []string) {
+func (in PlanInput) loss(chosen *cand, cands []*cand, floor gtid.Set) (string, uint64, []string) {
 	all := chosen.received
+	if floor != nil {
+		all = Merge(all, floor)
+	}
 	var ahead []string
 	for _, c := range cands {
 		if c == chosen || c.received == nil || !complete(c.n.Probe) {
@@ -290,6 +345,14 @@ func setString(s gtid.Set) string {
 func FormatPlan(p topo.FailoverPlan) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "failover plan for cluster %s (old primary %s)\n", p.Cluster, p.OldPrimary)
+	if p.Warning != "" {
+		fmt.Fprintf(&b, "  WARNING: %s\n", p.Warning)
+	}
+	if p.Floor != "" {
+		fmt.Fprintf(&b, "  promotion floor: %s (the highest position recorded on the primary; a candidate behind it loses acknowledged writes)\n", p.Floor)
+	} else {
+		fmt.Fprintf(&b, "  promotion floor: none recorded\n")
+	}
 	if p.Candidate == "" {
 		fmt.Fprintf(&b, "  NO CANDIDATE: %s\n", p.Refusal)
 	} else {
@@ -307,6 +370,12 @@ func FormatPlan(p topo.FailoverPlan) string {
 			state = c.Rejected
 		}
 		fmt.Fprintf(&b, "  - %-12s gtid %-24s received %-24s %s\n", c.Node, dash(c.GTID), dash(c.Received), state)
+		if c.MissingFloor != "" {
+			fmt.Fprintf(&b, "      behind the floor: missing %s (%d transaction(s))\n", c.MissingFloor, c.MissingFloorCount)
+		}
+		if c.RelayBacklog > 0 {
+			fmt.Fprintf(&b, "      relay log: %d received transaction(s) not applied yet (applied before promotion)\n", c.RelayBacklog)
+		}
 	}
 	if p.Candidate != "" {
 		if p.Lost == "" {
