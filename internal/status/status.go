@@ -32,6 +32,8 @@ type Report struct {
 	CollectedAt time.Time `json:"collected_at"`
 	// Drained are the drained nodes of each cluster (switchyard drain).
 	Drained map[string]map[string]topo.DrainRecord `json:"drained,omitempty"`
+	// Floors are the promotion floors by cluster (absent: none recorded).
+	Floors map[string]topo.PromotionFloor `json:"floors,omitempty"`
 }
 
 // Collect reads the report from the store. A missing leader or an empty
@@ -92,6 +94,7 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 	if err := collectDrained(ctx, st, keys, r); err != nil {
 		return nil, err
 	}
+	collectFloors(ctx, st, keys, r)
 	if r.Config, err = configstore.ReadSummary(ctx, st, keys); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -177,6 +180,7 @@ func WriteTable(w io.Writer, r *Report) error {
 			return err
 		}
 		writeDrained(w, r, cs.Cluster)
+		writeFloor(w, r, cs)
 		writePolicy(w, r, cs)
 	}
 	if len(r.Proxies) > 0 {
