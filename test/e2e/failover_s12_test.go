@@ -112,7 +112,8 @@ func TestS12StaleNodeReturnsAlone(t *testing.T) {
 	node3 := st.Node("node3").Probe.GTIDCurrent
 	t.Logf("node3 at %s, floor %s: not promoted after %s", node3, floor.GTID, time.Since(answered).Round(time.Millisecond))
 
-	plan := s.cli("failover", "--cluster", "main", "--plan")
+	// --plan exits 1 when the failover would be refused, and says why.
+	plan, _ := s.cliErr("failover", "--cluster", "main", "--plan")
 	t.Logf("failover --plan:\n%s", plan)
 	if !strings.Contains(plan, "promotion floor: "+floor.GTID) || !strings.Contains(plan, "behind the floor: missing "+floor.GTID) {
 		t.Fatalf("plan does not name the floor %s and node3's missing GTIDs:\n%s", floor.GTID, plan)
@@ -223,6 +224,9 @@ func TestS12StalledAppliersThenPrimaryDeath(t *testing.T) {
 	for _, ev := range s.events() {
 		if strings.Contains(ev.Message, "exceeds failover.max_lag") {
 			t.Errorf("a stale lag figure was held against a candidate: %s", ev.Message)
+		}
+		if ev.Code == "failover_done" {
+			t.Logf("failover: %s", strings.ReplaceAll(ev.Message, " | ", "\n  "))
 		}
 	}
 	time.Sleep(2 * time.Second)
