@@ -129,8 +129,11 @@ func StrictModeError(lastSQLError string) bool {
 }
 
 // errantVsFloor returns the MariaDB entries of received in domains that
-// neither the floor nor the old primary's last executed set has: a domain
-// the primary never wrote in is errant whatever its seqno.
+// neither the floor nor the old primary's last executed set has (a domain
+// the primary never wrote in is errant whatever its seqno), and entries at
+// the floor's seqno with another server_id (two transactions with one
+// sequence number: diverged). An entry beyond the floor with another
+// server_id is not counted: the floor trails the primary by up to a round.
 func errantVsFloor(received, floor, old gtid.Set) string {
 	r, ok := received.(gtid.MariaDBPos)
 	if !ok {
@@ -140,7 +143,10 @@ func errantVsFloor(received, floor, old gtid.Set) string {
 	o, _ := old.(gtid.MariaDBPos)
 	var out []gtid.MariaDBGTID
 	for _, e := range r.Entries() {
-		if _, ok := f.Domain(e.Domain); ok {
+		if fe, ok := f.Domain(e.Domain); ok {
+			if fe.Seqno == e.Seqno && fe.ServerID != e.ServerID {
+				out = append(out, e)
+			}
 			continue
 		}
 		if _, ok := o.Domain(e.Domain); ok {

@@ -75,6 +75,19 @@ func TestPlanFloor(t *testing.T) {
 			candidate: "db3",
 		},
 		{
+			name:      "diverged from the floor (same seqno, another server_id) is errant",
+			nodes:     planNodes(replicaOK(2, "0-2-18060"), replicaOK(3, "0-1-18060"), refused()),
+			mod:       func(in *PlanInput) { in.OldPrimaryLast = topo.Probe{} },
+			rejected:  map[string]string{"db2": "errant GTIDs 0-2-18060"},
+			candidate: "db3",
+		},
+		{
+			name:      "beyond the floor with another server_id is not errant (the floor trails a round)",
+			nodes:     planNodes(replicaOK(2, "0-2-18070"), refused(), refused()),
+			mod:       func(in *PlanInput) { in.OldPrimaryLast = topo.Probe{} },
+			candidate: "db2",
+		},
+		{
 			name:  "errant hidden behind a higher seqno: caught per (domain, server_id)",
 			nodes: planNodes(replicaOK(2, "0-1-18060"), replicaOK(3, "0-3-18000"), refused()),
 			mod: func(in *PlanInput) {

@@ -108,7 +108,7 @@ func Plan(in PlanInput) topo.FailoverPlan {
 				}
 				if c.reject == "" && flavorOf(in.Flavor) == gtid.MariaDB {
 					if e := errantVsFloor(set, floor, oldSet); e != "" && (floor != nil || oldSet != nil) {
-						c.reject, c.errant = fmt.Sprintf("errant GTIDs %s in a domain primary %s never wrote", e, in.OldPrimary), true
+						c.reject, c.errant = fmt.Sprintf("errant GTIDs %s (in a domain primary %s never wrote, or at the floor's seqno by another server)", e, in.OldPrimary), true
 					}
 				}
 			}
