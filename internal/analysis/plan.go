@@ -115,19 +115,18 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		}
 		cands = append(cands, c)
 	}
-	// Staleness: the floor, lag, then strict subset of another reachable
-	// replica.
+	// Staleness (every reason that applies is named): the floor, lag, a
+	// strict subset of another reachable replica.
 	for _, c := range cands {
 		if c.reject != "" {
 			continue
 		}
+		var why []string
 		if r := floorReject(in.Flavor, c.received, floor); r != "" {
-			c.reject, c.soft = r, true
-			continue
+			why = append(why, r)
 		}
 		if oldUp && in.MaxLag > 0 && c.n.LastLag != nil && time.Duration(*c.n.LastLag)*time.Second > in.MaxLag {
-			c.reject, c.soft = fmt.Sprintf("last known lag %ds exceeds failover.max_lag %s", *c.n.LastLag, in.MaxLag), true
-			continue
+			why = append(why, fmt.Sprintf("last known lag %ds exceeds failover.max_lag %s", *c.n.LastLag, in.MaxLag))
 		}
 		for _, o := range cands {
 			if o == c || o.received == nil || o.errant {
@@ -135,9 +134,12 @@ func Plan(in PlanInput) topo.FailoverPlan {
 			}
 			if c.received.Compare(o.received) == gtid.Less {
 				missing, _ := gtid.Subtract(o.received, c.received)
-				c.reject, c.soft = fmt.Sprintf("stale: behind %s (missing %s)", o.n.Name, setString(missing)), true
+				why = append(why, fmt.Sprintf("stale: behind %s (missing %s)", o.n.Name, setString(missing)))
 				break
 			}
+		}
+		if len(why) > 0 {
+			c.reject, c.soft = strings.Join(why, "; "), true
 		}
 	}
 	eligible := func(c *cand) bool {
