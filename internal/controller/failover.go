@@ -78,6 +78,7 @@ type failoverRun struct {
 	repointed          []string
 	probes             map[string]topo.Probe
 	floorDoc           topo.PromotionFloor
+	cancelWakeFence    func() // stops the fence pending on an unreachable old primary
 	// opStopped are the replicas whose replication was stopped (IO No or
 	// SQL not running) before the failover touched them: repointed but
 	// left stopped, as a switchover does.
@@ -241,6 +242,12 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if err := f.step(ctx, "publish phase failover", f.publishFailoverPhase); err != nil {
 		return f.rollback(ctx, "publish phase failover: "+err.Error())
 	}
+	// An old primary that could not be fenced is fenced the moment it
+	// answers again (a frozen server waking up), from now on; a rollback
+	// cancels it.
+	if !f.fenced {
+		f.cancelWakeFence = f.t.fenceWhenAwake(f.termCtx, f.cfg, f.cl, f.cr, f.old, f.toEpoch)
+	}
 	// 5. A fenced (reachable) old primary takes no more writes: let the
 	// candidate receive all it has before cutting replication.
 	if f.fenced {
@@ -286,9 +293,6 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 		return foFailed, fmt.Sprintf("%s was promoted and verified but the new state could not be published (%v); the next leader publishes it", cand, err)
 	}
 	_ = f.step(ctx, "promotion floor", f.floorAfterFailover)
-	if !f.fenced {
-		f.t.fenceWhenAwake(f.termCtx, f.cfg, f.cl, f.cr, f.old, f.toEpoch)
-	}
 	_ = f.step(ctx, "proxies on epoch", f.proxiesOnEpoch)
 	f.afterPublish(ctx)
 	msg := fmt.Sprintf("failed over from %s to %s, epoch %d → %d, in %s", f.old, cand, f.fromEpoch, f.toEpoch,

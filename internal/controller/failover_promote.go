@@ -346,6 +346,9 @@ func (f *failoverRun) rollback(ctx context.Context, reason string) (string, stri
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return foAborted, reason
 	}
+	if f.cancelWakeFence != nil {
+		f.cancelWakeFence() // the old primary stays primary
+	}
 	if !f.fenced && !f.published {
 		return foRefused, reason
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,23 +24,27 @@ import (
 // sessions run the moment it wakes. Two attempts overlap (each waits up to
 // wakeFenceAttempt, the second started half an attempt later) so one is
 // always pending; a refused connection (the node was killed or restarts) is
-// retried every wakeFenceRetry. It stops when the fence succeeded, the old
-// primary became primary again, after wakeFenceMax, or when the term ends.
+// retried every wakeFenceRetry. It starts once the failover is announced
+// (phase failover), and stops when the fence succeeded, when the failover
+// rolled back (the returned cancel), when the old primary is primary again
+// (checked again after the server answered, before anything is changed),
+// after wakeFenceMax, or when the term ends.
 const (
 	wakeFenceAttempt = 20 * time.Second
 	wakeFenceRetry   = 200 * time.Millisecond
 	wakeFenceMax     = time.Hour
 )
 
-// fenceWhenAwake starts the pending fence of old (see above).
-func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, old string, epoch int64) {
+// fenceWhenAwake starts the pending fence of old (see above) and returns
+// its cancel.
+func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, old string, epoch int64) func() {
 	n := cl.Node(old)
-	if n == nil {
-		return
+	if n == nil || ctx.Err() != nil {
+		return func() {}
 	}
 	pw, err := cfg.Credentials.Monitor.Resolve()
 	if err != nil {
-		return
+		return func() {}
 	}
 	cred := probe.Credentials{User: cfg.Credentials.Monitor.User, Password: pw}
 	replUser := cfg.Credentials.Replication.User
@@ -63,7 +68,7 @@ func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *confi
 		_ = t.fo.events.emit(context.WithoutCancel(ctx), topo.Event{Cluster: cl.Name, Kind: topo.EventDecision, Code: "fence_on_wake",
 			Node: old, Message: msg, Epoch: epoch})
 	}
-	stillOld := func() bool {
+	notPrimary := func() bool {
 		cr.mu.Lock()
 		defer cr.mu.Unlock()
 		return cr.state == nil || cr.state.Primary != old
@@ -72,10 +77,10 @@ func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *confi
 	worker := func(delay time.Duration) {
 		defer t.fo.wg.Done()
 		sleep(fctx, delay)
-		for fctx.Err() == nil && stillOld() {
+		for fctx.Err() == nil && notPrimary() {
 			actx, acancel := context.WithTimeout(fctx, wakeFenceAttempt)
 			begin := time.Now()
-			detail, err := wakeFence(actx, n.Address, cred, cl.Flavor, replUser)
+			detail, err := wakeFence(actx, n.Address, cred, cl.Flavor, replUser, notPrimary)
 			acancel()
 			if err == nil {
 				finish(started, detail)
@@ -95,19 +100,23 @@ func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *confi
 	go worker(0)
 	go worker(wakeFenceAttempt / 2)
 	log.Info("fence pending on the unreachable old primary: it is fenced the moment it answers")
+	return cancel
 }
 
 // wakeFence connects to address (waiting, bounded by ctx, for a frozen
 // server to answer the handshake), then sets read_only=ON, kills
 // client sessions and verifies (fence): read_only first, so that a lock
 // held by a woken session delays the fence by at most fenceLockWait.
-func wakeFence(ctx context.Context, address string, cred probe.Credentials, flavor, replUser string) (string, error) {
+func wakeFence(ctx context.Context, address string, cred probe.Credentials, flavor, replUser string, proceed func() bool) (string, error) {
 	pr := probe.NewProber(address, cred, flavor, wakeFenceAttempt)
 	defer pr.Close()
 	// The first statement waits for the handshake; fence then bounds its
 	// lock wait and kills what blocks it.
 	if _, err := pr.ReadOnly(ctx); err != nil {
 		return "", err
+	}
+	if !proceed() || ctx.Err() != nil {
+		return "", errors.New("the old primary is primary again: not fencing it")
 	}
 	at := time.Now()
 	np := &nodeProber{Prober: pr}
