@@ -229,3 +229,17 @@ func TestAnalyzeErrantHiddenBehindSeqno(t *testing.T) {
 		t.Fatalf("want ErrantGTID db3 for the strict-mode error, got %v", r.Findings)
 	}
 }
+
+func TestPlanPrefersSmallerBacklog(t *testing.T) {
+	in := PlanInput{Cluster: "main", OldPrimary: "db1", Floor: "0-1-100", Nodes: planNodes(
+		received(replicaOK(2, "0-1-10"), "0-1-100"), received(replicaOK(3, "0-1-90"), "0-1-100"), refused())}
+	p := Plan(in)
+	if p.Candidate != "db3" {
+		t.Fatalf("candidate %s, want db3 (same received set, 10 to apply instead of 90)\n%s", p.Candidate, FormatPlan(p))
+	}
+	for _, c := range p.Candidates {
+		if c.Node == "db2" && c.RelayBacklog != 90 {
+			t.Errorf("db2 backlog %d, want 90", c.RelayBacklog)
+		}
+	}
+}

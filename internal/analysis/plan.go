@@ -58,16 +58,21 @@ type cand struct {
 
 // Plan orders the failover candidates and picks one. Candidates are every
 // node but the old primary; a node is rejected when it is quarantined,
-// must_not, unreachable, not replicating, its SQL thread is stopped (its
-// relay log would not be applied), it holds GTIDs the old primary did not
-// write (errant), its last known lag exceeds MaxLag, or what it will hold
-// after applying its relay log is a strict subset of another reachable
-// replica's (it is stale). The eligible are ordered by that received set
-// (most advanced first), then promotion rule (prefer before neutral), then
-// config order; the first is the candidate unless Target names another.
-// Lost is what the old primary (last probe) and the other nodes hold that
-// the candidate will not; Ahead are the replicas holding GTIDs it lacks.
-// It is pure.
+// drained, must_not, unreachable, not replicating, its SQL thread is
+// stopped (its relay log would not be applied), it holds GTIDs the old
+// primary did not write (errant: by position, per (domain, server_id)
+// against the old primary's binlog state, a gtid_strict_mode SQL error, or
+// a domain the floor lacks), what it will hold after applying its relay log
+// does not contain the promotion floor, its last known lag exceeds MaxLag
+// while the old primary is reachable, or what it will hold is a strict
+// subset of another reachable replica's (it is stale). The eligible are
+// ordered by that received set (most advanced first), then promotion rule
+// (prefer before neutral), then the smaller relay backlog (received, not
+// yet applied), then config order; the first is the candidate unless
+// Target names another. Lost is what the floor, the old primary (last
+// probe) and the other nodes hold that the candidate will not; Ahead are
+// the replicas holding GTIDs it lacks. An unparsable floor refuses every
+// candidate. It is pure.
 func Plan(in PlanInput) topo.FailoverPlan {
 	plan := topo.FailoverPlan{Cluster: in.Cluster, OldPrimary: in.OldPrimary, Fence: "proxies"}
 	oldUp := false
@@ -160,6 +165,9 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		}
 		if ra, rb := promotionRank(a.n.Promotion), promotionRank(b.n.Promotion); ra != rb {
 			return ra < rb
+		}
+		if a.backlog != b.backlog {
+			return a.backlog < b.backlog // applied sooner: promoted sooner
 		}
 		return a.order < b.order
 	})
