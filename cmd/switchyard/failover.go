@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -83,7 +84,11 @@ which is recorded in the events.`,
 			}
 			if err != nil {
 				if req.Message != "" && !asJSON {
-					return exitError{code: 1, msg: fmt.Sprintf("failover %s: %s", req.State, req.Message)}
+					msg := req.Message
+					if req.Plan != nil && req.Plan.Cluster != "" {
+						msg, _, _ = strings.Cut(msg, "\n") // the plan was printed above
+					}
+					return exitError{code: 1, msg: fmt.Sprintf("failover %s: %s", req.State, msg)}
 				}
 				return err
 			}
