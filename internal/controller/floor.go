@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/switchyard-db/switchyard/internal/analysis"
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -178,12 +177,4 @@ func (f *failoverRun) floorAfterFailover(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return "floor raised to " + doc.GTID, nil
-}
-
-// floorAge is for messages: how long ago the floor last rose.
-func floorAge(now time.Time, doc topo.PromotionFloor) string {
-	if doc.UpdatedAt.IsZero() {
-		return "-"
-	}
-	return now.Sub(doc.UpdatedAt).Round(time.Second).String()
 }
