@@ -183,6 +183,9 @@ func TestRaiseFloor(t *testing.T) {
 	if p := Plan(PlanInput{Cluster: "main", OldPrimary: "db1", Nodes: planNodes(replicaOK(2, "0-1-1"), refused(), refused()), Floor: "x"}); p.Refusal == "" || p.Candidate != "" {
 		t.Errorf("unparsable floor: candidate %q refusal %q", p.Candidate, p.Refusal)
 	}
+	if p := Plan(PlanInput{Cluster: "main", OldPrimary: "db1", Nodes: planNodes(replicaOK(2, "0-1-1"), refused(), refused()), Floor: "x", Force: true}); p.Candidate != "db2" || p.Warning == "" {
+		t.Errorf("unparsable floor, forced: candidate %q warning %q", p.Candidate, p.Warning)
+	}
 }
 
 func TestErrantByBinlogState(t *testing.T) {

@@ -81,8 +81,13 @@ func Plan(in PlanInput) topo.FailoverPlan {
 	}
 	floor, ferr := ParseFloor(in.Flavor, in.Floor)
 	if ferr != nil {
-		plan.Refusal = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): fix or delete it", in.Floor, ferr)
-		return plan
+		if !in.Force {
+			plan.Refusal = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): candidates cannot be checked against it; "+
+				"override with --force-stale and a --reason (the floor is then replaced)", in.Floor, ferr)
+			return plan
+		}
+		plan.Warning = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): ignored (forced)", in.Floor, ferr)
+		floor = nil
 	}
 	if floor != nil {
 		plan.Floor = floor.String()

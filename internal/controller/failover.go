@@ -344,7 +344,9 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 		_, snap.Nodes[i].Drained = drained.Nodes[snap.Nodes[i].Name]
 	}
 	f.plan = f.makePlan(snap.Nodes)
-	f.plan.Warning = healthy
+	if healthy != "" {
+		f.plan.Warning = strings.TrimSuffix(healthy+"; "+f.plan.Warning, "; ")
+	}
 	if healthy != "" && !f.o.planOnly {
 		if !f.o.forceReachable || strings.TrimSpace(f.o.reason) == "" {
 			return "", errors.New(healthy)
