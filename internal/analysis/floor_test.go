@@ -246,3 +246,22 @@ func TestPlanPrefersSmallerBacklog(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanFloorMySQL(t *testing.T) {
+	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+	rep := func(id uint32, set string) topo.Probe {
+		p := replicaOK(id, "")
+		p.GTIDCurrent, p.GTIDIO, p.GTIDExecuted = "", "", set
+		return p
+	}
+	in := PlanInput{Cluster: "main", Flavor: "mysql", OldPrimary: "db1", Floor: u + ":1-100",
+		Nodes: planNodes(rep(2, u+":1-50"), refused(), refused())}
+	p := Plan(in)
+	if p.Candidate != "" || !strings.Contains(p.Candidates[0].Rejected, "missing "+u+":51-100") || p.Candidates[0].MissingFloorCount != 50 {
+		t.Fatalf("MySQL candidate behind the floor: %+v\n%s", p.Candidates[0], FormatPlan(p))
+	}
+	in.Nodes[1].Probe = rep(2, u+":1-100")
+	if p := Plan(in); p.Candidate != "db2" {
+		t.Fatalf("MySQL candidate at the floor refused:\n%s", FormatPlan(p))
+	}
+}
