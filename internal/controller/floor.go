@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/switchyard-db/switchyard/internal/analysis"
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -177,4 +178,76 @@ func (f *failoverRun) floorAfterFailover(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return "floor raised to " + doc.GTID, nil
+}
+
+// floorResetAction is the Request.Action of an ack that resets the floor.
+const floorResetAction = "reset_floor"
+
+// RequestFloorReset asks the leader to set cluster's promotion floor to
+// the primary's current position (after a cluster was rebuilt, the floor
+// may stand above anything the nodes will ever hold and refuse every
+// failover). It is an acknowledgement request (topo.RequestAck with Action
+// "reset_floor"); reason is required and recorded in the floor and the
+// events. The error wraps ErrRequestFailed when the leader refused (the
+// primary must be reachable).
+func RequestFloorReset(ctx context.Context, st topo.Store, keys topo.Keys, cluster, reason, by string) (topo.Request, error) {
+	if strings.TrimSpace(reason) == "" {
+		return topo.Request{}, errors.New("ack --reset-floor: a --reason is required (it is recorded with the floor and in the events)")
+	}
+	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestAck, Cluster: cluster, Action: floorResetAction, Reason: reason, By: by})
+}
+
+// serveFloorReset sets the floor to the published primary's executed set,
+// read afresh, recording the floor it replaced.
+func (t *term) serveFloorReset(ctx context.Context, req *topo.Request) bool {
+	cfg := t.c.config()
+	cl := cfg.Cluster(req.Cluster)
+	cr, err := t.cluster(ctx, req.Cluster)
+	if err != nil || cl == nil {
+		req.Message = fmt.Sprintf("unknown cluster %q or state unreadable: %v", req.Cluster, err)
+		return false
+	}
+	cr.mu.Lock()
+	var primary string
+	if cr.state != nil && cr.state.Phase == topo.PhaseStable {
+		primary = cr.state.Primary
+	}
+	cr.mu.Unlock()
+	n := cl.Node(primary)
+	if n == nil {
+		req.Message = fmt.Sprintf("cluster %s has no stable published primary: the floor is reset to a live primary's position only", req.Cluster)
+		return false
+	}
+	pr, err := t.c.prober(cfg, cl, n)
+	if err != nil {
+		req.Message = err.Error()
+		return false
+	}
+	p := pr.Probe(ctx)
+	if !complete(p) || p.Replicating {
+		req.Message = fmt.Sprintf("primary %s cannot be probed completely (%s) or replicates: floor not reset", primary, orDash(p.Error))
+		return false
+	}
+	pos, err := analysis.Executed(cl.Flavor, p)
+	if err != nil {
+		req.Message = fmt.Sprintf("position of primary %s does not parse: %v", primary, err)
+		return false
+	}
+	m := t.fo.memory(cl.Name)
+	doc, err := t.floor(ctx, cl.Name, m, true)
+	if err != nil {
+		req.Message = err.Error()
+		return false
+	}
+	now := t.c.now()
+	doc.Lowered, doc.ResetAt = doc.GTID, &now
+	doc.ResetReason = fmt.Sprintf("reset to primary %s's position by %s: %s", primary, orDash(req.By), req.Reason)
+	doc.GTID, doc.Primary, doc.Epoch = pos.String(), primary, epochOf(cr)
+	if err := t.writeFloor(ctx, cl.Name, m, doc); err != nil {
+		req.Message = "floor not reset: " + err.Error()
+		return false
+	}
+	req.Message = fmt.Sprintf("promotion floor of %s reset from %s to %s (primary %s) by %s: %s", cl.Name, orDash(doc.Lowered), doc.GTID, primary, orDash(req.By), req.Reason)
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventOperator, Code: "floor_reset", Node: primary, Message: req.Message, Epoch: doc.Epoch})
+	return true
 }

@@ -94,3 +94,74 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
 }
+
+// TestFloorReset: a floor standing above anything the cluster holds (the
+// cluster was rebuilt; here written straight into the store) refuses every
+// failover candidate; `ack --reset-floor --reason` sets it to the live
+// primary's position, recording what it replaced, and it follows the
+// primary again.
+func TestFloorReset(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := readFloor(t, st); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no floor recorded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := st.Get(ctx, testKeys.Floor(sandbox.ClusterName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topo.PutJSON(ctx, st, testKeys.Floor(sandbox.ClusterName), topo.PromotionFloor{Cluster: sandbox.ClusterName, GTID: "0-1-999999"}, kv.Version); err != nil {
+		t.Fatal(err)
+	}
+	req, err := RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{PlanOnly: true, By: "test"})
+	if req.Plan == nil || req.Plan.Candidate != "" || !strings.Contains(analysisText(req), "behind the promotion floor 0-1-999999") {
+		t.Fatalf("plan under a floor above everything: err %v plan %+v", err, req.Plan)
+	}
+	if _, err := RequestFloorReset(ctx, st, testKeys, sandbox.ClusterName, "", "test"); err == nil {
+		t.Fatal("floor reset without a reason accepted")
+	}
+	req, err = RequestFloorReset(ctx, st, testKeys, sandbox.ClusterName, "test: cluster rebuilt", "test")
+	if err != nil {
+		t.Fatalf("floor reset: %v (%s)", err, req.Message)
+	}
+	t.Logf("reset: %s", req.Message)
+	f, _ := readFloor(t, st)
+	var pos string
+	if err := rootDB(t, c, 0).QueryRow("SELECT @@gtid_current_pos").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	if f.Lowered != "0-1-999999" || f.ResetAt == nil || !strings.Contains(f.ResetReason, "cluster rebuilt") {
+		t.Fatalf("floor after reset: %+v", f)
+	}
+	mustExec(t, rootDB(t, c, 0), "CREATE TABLE sbtest.reset_t (id INT PRIMARY KEY)")
+	if err := rootDB(t, c, 0).QueryRow("SELECT @@gtid_current_pos").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for f, _ = readFloor(t, st); f.GTID != pos; f, _ = readFloor(t, st) {
+		if time.Now().After(deadline) {
+			t.Fatalf("floor %s does not follow the primary's %s after the reset", f.GTID, pos)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitEvent(t, st, 5*time.Second, "promotion floor of main reset from 0-1-999999")
+}
+
+func analysisText(req topo.Request) string {
+	var b strings.Builder
+	for _, c := range req.Plan.Candidates {
+		b.WriteString(c.Node + ": " + c.Rejected + "\n")
+	}
+	return b.String()
+}

@@ -186,6 +186,9 @@ func (t *term) modeOf(cluster string) string {
 }
 
 func (t *term) serveAck(ctx context.Context, req *topo.Request) bool {
+	if req.Action == floorResetAction {
+		return t.serveFloorReset(ctx, req)
+	}
 	cr, err := t.cluster(ctx, req.Cluster)
 	if err != nil {
 		req.Message = err.Error()
