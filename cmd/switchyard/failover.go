@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,10 +19,11 @@ func newFailoverCmd(g *globalFlags) *cobra.Command {
 	var (
 		cluster, to, reason string
 		plan, force, asJSON bool
+		forceReachable      bool
 		timeout             time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "failover --cluster C [--to NODE] [--plan] [--force-stale --reason TEXT]",
+		Use:   "failover --cluster C [--to NODE] [--plan] [--force-stale] [--force] [--reason TEXT]",
 		Short: "Emergency failover: promote a replica when the primary is lost",
 		Long: `failover asks the controller leader to replace the primary of a cluster now,
 whatever failover.mode says (manual mode means exactly this: a human decides).
@@ -38,10 +40,23 @@ its whole relay log, is promoted and must accept a write by the application
 user; the other replicas are repointed; the new primary is published and
 automatic failover is blocked for failover.block_period (see "ack").
 
---plan prints what would happen (candidate, why the others were rejected,
-estimated data loss as missing GTIDs) without acting. --force-stale lets a
-candidate that is behind or lagging through; it needs --reason, which is
-recorded in the events.`,
+A candidate whose received position is behind the promotion floor (the
+highest GTID position the controller ever recorded on the primary, kept in
+etcd) would lose acknowledged writes and is refused, whatever else is down.
+Once the primary is dead, a replica's lag is what it received but has not
+applied yet; the failover applies it before promotion (Seconds_Behind_Master
+measured before the death does not count).
+
+A primary that is healthy and reachable is not failed over: use "switchyard
+switchover" (which loses nothing and fails no statement), or add --force
+with a --reason.
+
+--plan prints what would happen (the promotion floor, each candidate's
+position, why the others were rejected, the estimated data loss as missing
+GTIDs) without acting. --force-stale lets a candidate that is behind the
+floor, behind another replica or lagging through; the floor is then reset to
+the new primary's position. Both --force-stale and --force need --reason,
+which is recorded in the events.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cluster == "" {
@@ -50,13 +65,16 @@ recorded in the events.`,
 			if force && reason == "" {
 				return fmt.Errorf("--force-stale needs --reason (recorded in the events)")
 			}
+			if forceReachable && reason == "" {
+				return fmt.Errorf("--force needs --reason (recorded in the events)")
+			}
 			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
 			req, err := controller.RequestFailover(ctx, st, keys, cluster, controller.FailoverOptions{
-				Target: to, PlanOnly: plan, Force: force, Reason: reason, By: operatorName(),
+				Target: to, PlanOnly: plan, Force: force, ForceReachable: forceReachable, Reason: reason, By: operatorName(),
 			})
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -66,7 +84,11 @@ recorded in the events.`,
 			}
 			if err != nil {
 				if req.Message != "" && !asJSON {
-					return exitError{code: 1, msg: fmt.Sprintf("failover %s: %s", req.State, req.Message)}
+					msg := req.Message
+					if req.Plan != nil && req.Plan.Cluster != "" {
+						msg, _, _ = strings.Cut(msg, "\n") // the plan was printed above
+					}
+					return exitError{code: 1, msg: fmt.Sprintf("failover %s: %s", req.State, msg)}
 				}
 				return err
 			}
@@ -78,7 +100,8 @@ recorded in the events.`,
 	f.StringVar(&to, "to", "", "node to promote (default: the most advanced eligible replica)")
 	f.BoolVar(&plan, "plan", false, "print the plan (candidate, rejections, estimated loss) without acting")
 	f.BoolVar(&force, "force-stale", false, "accept a candidate that is behind another replica or lagging (needs --reason)")
-	f.StringVar(&reason, "reason", "", "why (required with --force-stale; recorded in the events)")
+	f.BoolVar(&forceReachable, "force", false, "fail over even though the primary is healthy and reachable (needs --reason; prefer switchover)")
+	f.StringVar(&reason, "reason", "", "why (required with --force-stale and --force; recorded in the events)")
 	f.DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the controller to finish")
 	f.BoolVar(&asJSON, "json", false, "print the request record (plan, steps, message) as JSON")
 	return cmd

@@ -78,6 +78,11 @@ type Snapshot struct {
 	// Now is the time of the analysis (the end of the probe round).
 	Now    time.Time
 	Limits Limits
+	// PrimaryBinlogState is the published primary's @@gtid_binlog_state
+	// read after the round's probes (MariaDB; "" unknown): a replica holding
+	// a (domain, server_id) entry beyond it is ErrantGTID even when the
+	// primary has written higher seqnos since.
+	PrimaryBinlogState string
 }
 
 // Node is one configured node and what is known about it.
@@ -385,7 +390,14 @@ func (s Snapshot) analyzeReplicas(primary *Node, add func(Code, string, string, 
 		if primary != nil && complete(primary.Probe) {
 			if errant := ErrantGTIDs(s.Flavor, p, primary.Probe); errant != "" {
 				add(ErrantGTID, n.Name, "%s has transactions primary %s lacks: %s", n.Name, primary.Name, errant)
+			} else if errant := ErrantByBinlogState(s.Flavor, p, s.PrimaryBinlogState, primary.Probe.ServerID); errant != "" {
+				add(ErrantGTID, n.Name, "%s has transactions primary %s's binlog lacks (compared per domain and server_id): %s", n.Name, primary.Name, errant)
+			} else if StrictModeError(p.LastSQLError) {
+				add(ErrantGTID, n.Name, "%s's SQL thread stopped on a gtid_strict_mode conflict: it holds a transaction at a sequence number the primary used for another: %s",
+					n.Name, p.LastSQLError)
 			}
+		} else if primary != nil && StrictModeError(p.LastSQLError) {
+			add(ErrantGTID, n.Name, "%s's SQL thread stopped on a gtid_strict_mode conflict: %s", n.Name, p.LastSQLError)
 		}
 		if n.Quarantined != "" {
 			continue

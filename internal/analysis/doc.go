@@ -6,8 +6,14 @@
 // UnreachablePrimary, PrimaryOverloaded, PrimaryWritesBlocked,
 // ApplicationLoginsRefused, ReplicaLagging, ...), and Plan
 // orders and vets failover candidates (GTID position first, then promotion
-// rule; must_not, errant GTIDs, stopped SQL threads, lag and staleness
-// excluded) and estimates the data a failover would lose.
+// rule; must_not, errant GTIDs, stopped SQL threads, a position behind the
+// promotion floor, lag and staleness excluded) and estimates the data a
+// failover would lose. Once the primary is unreachable, a replica's lag is
+// its relay backlog (received, not applied), never the
+// Seconds_Behind_Master measured before the death. Errant GTIDs are also
+// found per (domain, server_id) against the primary's gtid_binlog_state, so
+// a write hidden behind the primary's higher seqnos is seen, and a
+// gtid_strict_mode SQL-thread error counts as one.
 //
 // The rules follow the incidents the project was started from: a busy
 // primary is not a dead one, a stopped SQL thread is not evidence of a dead

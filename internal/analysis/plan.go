@@ -23,12 +23,25 @@ type PlanInput struct {
 	// config order, with fresh probes.
 	Nodes []Node
 	// MaxLag excludes replicas whose last known lag exceeds it
-	// (failover.max_lag); 0 disables the check.
+	// (failover.max_lag) while the old primary is reachable; 0 disables the
+	// check. Once the old primary is unreachable, Seconds_Behind_Master
+	// measured before its death says nothing: a replica's lag is then what
+	// it received but has not applied (PlanCandidate.RelayBacklog), which
+	// the failover applies before promotion.
 	MaxLag time.Duration
+	// Floor is the promotion floor ("" when none is recorded): a candidate
+	// whose received set does not contain it is rejected (only Force lets
+	// it through) and the loss estimate includes what it lacks of it.
+	Floor string
+	// OldPrimaryBinlogState is the old primary's last known
+	// @@gtid_binlog_state (MariaDB; "" unknown): candidates holding a
+	// (domain, server_id) entry beyond it are errant, whatever the seqno
+	// order says.
+	OldPrimaryBinlogState string
 	// Target is the requested candidate ("" lets Plan choose).
 	Target string
-	// Force lets a candidate through the staleness checks (behind another
-	// replica, lag over MaxLag). It never overrides must_not, quarantine,
+	// Force lets a candidate through the staleness checks (behind the
+	// floor, behind another replica, lag over MaxLag). It never overrides must_not, quarantine,
 	// unreachability, a stopped SQL thread or errant GTIDs.
 	Force bool
 }
@@ -37,6 +50,7 @@ type cand struct {
 	n        *Node
 	order    int // config order
 	received gtid.Set
+	backlog  uint64 // received, not yet applied
 	reject   string
 	soft     bool // rejected only by a check Force overrides
 	errant   bool // holds GTIDs the old primary never had
@@ -44,20 +58,43 @@ type cand struct {
 
 // Plan orders the failover candidates and picks one. Candidates are every
 // node but the old primary; a node is rejected when it is quarantined,
-// must_not, unreachable, not replicating, its SQL thread is stopped (its
-// relay log would not be applied), it holds GTIDs the old primary did not
-// write (errant), its last known lag exceeds MaxLag, or what it will hold
-// after applying its relay log is a strict subset of another reachable
-// replica's (it is stale). The eligible are ordered by that received set
-// (most advanced first), then promotion rule (prefer before neutral), then
-// config order; the first is the candidate unless Target names another.
-// Lost is what the old primary (last probe) and the other nodes hold that
-// the candidate will not; Ahead are the replicas holding GTIDs it lacks.
-// It is pure.
+// drained, must_not, unreachable, not replicating, its SQL thread is
+// stopped (its relay log would not be applied), it holds GTIDs the old
+// primary did not write (errant: by position, per (domain, server_id)
+// against the old primary's binlog state, a gtid_strict_mode SQL error, or
+// a domain the floor lacks), what it will hold after applying its relay log
+// does not contain the promotion floor, its last known lag exceeds MaxLag
+// while the old primary is reachable, or what it will hold is a strict
+// subset of another reachable replica's (it is stale). The eligible are
+// ordered by that received set (most advanced first), then promotion rule
+// (prefer before neutral), then the smaller relay backlog (received, not
+// yet applied), then config order; the first is the candidate unless
+// Target names another. Lost is what the floor, the old primary (last
+// probe) and the other nodes hold that the candidate will not; Ahead are
+// the replicas holding GTIDs it lacks. An unparsable floor refuses every
+// candidate. It is pure.
 func Plan(in PlanInput) topo.FailoverPlan {
 	plan := topo.FailoverPlan{Cluster: in.Cluster, OldPrimary: in.OldPrimary, Fence: "proxies"}
+	oldUp := false
 	if old := in.node(in.OldPrimary); old != nil && complete(old.Probe) {
-		plan.Fence = "read_only"
+		plan.Fence, oldUp = "read_only", true
+	}
+	floor, ferr := ParseFloor(in.Flavor, in.Floor)
+	if ferr != nil {
+		if !in.Force {
+			plan.Refusal = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): candidates cannot be checked against it; "+
+				"override with --force-stale and a --reason (the floor is then replaced)", in.Floor, ferr)
+			return plan
+		}
+		plan.Warning = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): ignored (forced)", in.Floor, ferr)
+		floor = nil
+	}
+	if floor != nil {
+		plan.Floor = floor.String()
+	}
+	var oldSet gtid.Set
+	if old := in.OldPrimaryLast; complete(old) {
+		oldSet, _ = Executed(in.Flavor, old)
 	}
 	var cands []*cand
 	for i := range in.Nodes {
@@ -76,18 +113,30 @@ func Plan(in PlanInput) topo.FailoverPlan {
 			}
 			if err == nil {
 				c.received = set
+				if ex, err := Executed(in.Flavor, n.Probe); err == nil {
+					c.backlog = countMissing(ex, set)
+				}
+				if c.reject == "" && flavorOf(in.Flavor) == gtid.MariaDB {
+					if e := errantVsFloor(set, floor, oldSet); e != "" && (floor != nil || oldSet != nil) {
+						c.reject, c.errant = fmt.Sprintf("errant GTIDs %s (in a domain primary %s never wrote, or at the floor's seqno by another server)", e, in.OldPrimary), true
+					}
+				}
 			}
 		}
 		cands = append(cands, c)
 	}
-	// Staleness: lag, then strict subset of another reachable replica.
+	// Staleness (every reason that applies is named): the floor, lag, a
+	// strict subset of another reachable replica.
 	for _, c := range cands {
 		if c.reject != "" {
 			continue
 		}
-		if in.MaxLag > 0 && c.n.LastLag != nil && time.Duration(*c.n.LastLag)*time.Second > in.MaxLag {
-			c.reject, c.soft = fmt.Sprintf("last known lag %ds exceeds failover.max_lag %s", *c.n.LastLag, in.MaxLag), true
-			continue
+		var why []string
+		if r := floorReject(in.Flavor, c.received, floor); r != "" {
+			why = append(why, r)
+		}
+		if oldUp && in.MaxLag > 0 && c.n.LastLag != nil && time.Duration(*c.n.LastLag)*time.Second > in.MaxLag {
+			why = append(why, fmt.Sprintf("last known lag %ds exceeds failover.max_lag %s", *c.n.LastLag, in.MaxLag))
 		}
 		for _, o := range cands {
 			if o == c || o.received == nil || o.errant {
@@ -95,9 +144,12 @@ func Plan(in PlanInput) topo.FailoverPlan {
 			}
 			if c.received.Compare(o.received) == gtid.Less {
 				missing, _ := gtid.Subtract(o.received, c.received)
-				c.reject, c.soft = fmt.Sprintf("stale: behind %s (missing %s)", o.n.Name, setString(missing)), true
+				why = append(why, fmt.Sprintf("stale: behind %s (missing %s)", o.n.Name, setString(missing)))
 				break
 			}
+		}
+		if len(why) > 0 {
+			c.reject, c.soft = strings.Join(why, "; "), true
 		}
 	}
 	eligible := func(c *cand) bool {
@@ -119,6 +171,9 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		if ra, rb := promotionRank(a.n.Promotion), promotionRank(b.n.Promotion); ra != rb {
 			return ra < rb
 		}
+		if a.backlog != b.backlog {
+			return a.backlog < b.backlog // applied sooner: promoted sooner
+		}
 		return a.order < b.order
 	})
 	var chosen *cand
@@ -135,6 +190,10 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		pc := topo.PlanCandidate{Node: c.n.Name, GTID: gtidText(in.Flavor, c.n.Probe), Eligible: eligible(c), Rejected: c.reject}
 		if c.received != nil {
 			pc.Received = c.received.String()
+		}
+		if complete(c.n.Probe) {
+			pc.MissingFloor, pc.MissingFloorCount = BehindFloor(in.Flavor, c.received, floor)
+			pc.RelayBacklog = c.backlog
 		}
 		if pc.Eligible && c.reject != "" {
 			pc.Rejected = "forced past: " + c.reject
@@ -164,7 +223,7 @@ func Plan(in PlanInput) topo.FailoverPlan {
 	}
 	plan.Candidate = chosen.n.Name
 	plan.Forced = chosen.reject != ""
-	plan.Lost, plan.LostCount, plan.Ahead = in.loss(chosen, cands)
+	plan.Lost, plan.LostCount, plan.Ahead = in.loss(chosen, cands, floor)
 	return plan
 }
 
@@ -176,6 +235,14 @@ func (in PlanInput) hardReject(n *Node) (string, bool) {
 		if e := ErrantGTIDs(in.Flavor, p, in.OldPrimaryLast); e != "" {
 			return fmt.Sprintf("errant GTIDs %s that primary %s never had", e, in.OldPrimary), true
 		}
+	}
+	if complete(p) && in.OldPrimaryBinlogState != "" {
+		if e := ErrantByBinlogState(in.Flavor, p, in.OldPrimaryBinlogState, in.OldPrimaryLast.ServerID); e != "" {
+			return fmt.Sprintf("errant GTIDs %s that primary %s's binlog never had (per domain and server_id)", e, in.OldPrimary), true
+		}
+	}
+	if complete(p) && StrictModeError(p.LastSQLError) {
+		return "errant transaction: its SQL thread stopped on a gtid_strict_mode conflict: " + p.LastSQLError, true
 	}
 	switch {
 	case n.Quarantined != "":
@@ -202,8 +269,11 @@ func (in PlanInput) hardReject(n *Node) (string, bool) {
 
 // loss estimates what a promotion of chosen loses and which replicas are
 // ahead of it.
-func (in PlanInput) loss(chosen *cand, cands []*cand) (string, uint64, []string) {
+func (in PlanInput) loss(chosen *cand, cands []*cand, floor gtid.Set) (string, uint64, []string) {
 	all := chosen.received
+	if floor != nil {
+		all = Merge(all, floor)
+	}
 	var ahead []string
 	for _, c := range cands {
 		if c == chosen || c.received == nil || !complete(c.n.Probe) {
@@ -290,6 +360,14 @@ func setString(s gtid.Set) string {
 func FormatPlan(p topo.FailoverPlan) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "failover plan for cluster %s (old primary %s)\n", p.Cluster, p.OldPrimary)
+	if p.Warning != "" {
+		fmt.Fprintf(&b, "  WARNING: %s\n", p.Warning)
+	}
+	if p.Floor != "" {
+		fmt.Fprintf(&b, "  promotion floor: %s (the highest position recorded on the primary; a candidate behind it loses acknowledged writes)\n", p.Floor)
+	} else {
+		fmt.Fprintf(&b, "  promotion floor: none recorded\n")
+	}
 	if p.Candidate == "" {
 		fmt.Fprintf(&b, "  NO CANDIDATE: %s\n", p.Refusal)
 	} else {
@@ -307,6 +385,12 @@ func FormatPlan(p topo.FailoverPlan) string {
 			state = c.Rejected
 		}
 		fmt.Fprintf(&b, "  - %-12s gtid %-24s received %-24s %s\n", c.Node, dash(c.GTID), dash(c.Received), state)
+		if c.MissingFloor != "" {
+			fmt.Fprintf(&b, "      behind the floor: missing %s (%d transaction(s))\n", c.MissingFloor, c.MissingFloorCount)
+		}
+		if c.RelayBacklog > 0 {
+			fmt.Fprintf(&b, "      relay log: %d received transaction(s) not applied yet (applied before promotion)\n", c.RelayBacklog)
+		}
 	}
 	if p.Candidate != "" {
 		if p.Lost == "" {

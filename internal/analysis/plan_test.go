@@ -86,9 +86,10 @@ func TestPlan(t *testing.T) {
 			rejected:  map[string]string{"db2": "errant"},
 		},
 		{
-			name:  "lag over max_lag excluded",
+			name:  "lag over max_lag excluded while the old primary is reachable",
 			nodes: planNodes(replicaOK(2, "0-1-120"), replicaOK(3, "0-1-120"), replicaOK(4, "0-1-120")),
 			mod: func(in *PlanInput) {
+				in.Nodes[0].Probe = primaryOK("0-1-120")
 				in.Nodes[1].LastLag = lag(60)
 				in.Nodes[2].LastLag = lag(60)
 			},

@@ -249,7 +249,10 @@ type FailoverConfig struct {
 	// Type: duration. Default: 1h0m0s.
 	BlockPeriod Duration `yaml:"block_period"`
 	// MaxLag excludes from promotion a replica whose last known
-	// replication lag (Seconds_Behind_Master) exceeds it, unless forced.
+	// replication lag (Seconds_Behind_Master) exceeds it while the old
+	// primary is reachable, unless forced. Once the primary is dead a
+	// replica's lag is what it received but has not applied, which the
+	// failover applies before promotion.
 	// Type: duration. Default: 10s.
 	MaxLag Duration `yaml:"max_lag"`
 	// RecoveryTimeout bounds one failover from decision to verified

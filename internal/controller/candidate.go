@@ -14,6 +14,9 @@ const (
 	promotionPrefer  = "prefer"
 	promotionNeutral = "neutral"
 	promotionMustNot = "must_not"
+	// promotionDrained is not a config value: withoutDrained marks drained
+	// nodes with it so a refusal names the real reason.
+	promotionDrained = "drained"
 )
 
 // checkStable verifies that st is ready for a planned switchover: phase
@@ -59,6 +62,9 @@ func checkCandidate(cl *config.Cluster, st *topo.ClusterState, name string) erro
 	}
 	if n.Promotion == promotionMustNot {
 		return fmt.Errorf("%s has promotion rule must_not", name)
+	}
+	if n.Promotion == promotionDrained {
+		return fmt.Errorf("%s is drained (`switchyard undrain --cluster %s %s` allows it again)", name, cl.Name, name)
 	}
 	ns := st.Node(name)
 	if ns == nil {
@@ -149,7 +155,7 @@ func promotionRank(rule string) int {
 	switch rule {
 	case promotionPrefer:
 		return 0
-	case promotionMustNot:
+	case promotionMustNot, promotionDrained:
 		return 2
 	}
 	return 1

@@ -32,8 +32,19 @@
 // (read_only=ON, sessions killed) or waits until every proxy applied the new
 // epoch or lost its lease, stops replication IO threads, re-plans, applies
 // the candidate's relay log, promotes, proves an application write,
-// repoints the replicas and publishes; a failure rolls back and disables
-// automation with an alarm. Repair runs in every mode, maintenance
+// repoints the replicas (a replica whose replication was stopped before
+// the failover is repointed but left stopped) and publishes; a failure
+// rolls back and disables automation with an alarm. A manual failover of a
+// healthy, reachable primary is refused (a switchover is the tool) unless
+// forced with a reason. When the old primary could not be fenced, a fence
+// stays pending on it (wakefence.go) and runs the moment a frozen server
+// wakes.
+//
+// The promotion floor (floor.go, topo.PromotionFloor) is the highest GTID
+// position the leader ever saw on a cluster's primary, kept in the store
+// and raised at most once per probe round: no candidate behind it is
+// promoted without --force-stale and a reason, whatever else is down (a
+// forced failover resets it and records what was given up). Repair runs in every mode, maintenance
 // included: a stray writable node is fenced, a returning old primary is
 // rejoined or quarantined, a replica with the wrong source is repointed.
 //

@@ -68,6 +68,11 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 	if cs.Node(node) == nil {
 		return res, fmt.Errorf("drain: %s is not a node of cluster %s", node, cluster)
 	}
+	before, _, err := drainedNodes(ctx, st, keys, cluster)
+	if err != nil {
+		return res, fmt.Errorf("drain: read drained nodes of %s: %w", cluster, err)
+	}
+	_, wasDrained := before.Nodes[node]
 	if err := setDrained(ctx, st, keys, cluster, node, &topo.DrainRecord{Since: time.Now().UTC(), By: o.By, Reason: o.Reason}); err != nil {
 		return res, err
 	}
@@ -80,7 +85,18 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 			say("  %s", s)
 		}
 		if err != nil {
-			return res, fmt.Errorf("drain: %s stays drained for reads but is still the primary: %w", node, err)
+			// Nothing is recorded as drained for a primary that could not
+			// be moved: status must never call the writable primary safe
+			// to stop.
+			undo := ""
+			if !wasDrained {
+				if uerr := setDrained(ctx, st, keys, cluster, node, nil); uerr != nil {
+					undo = fmt.Sprintf("; removing the drained mark failed too (%v): run `switchyard undrain --cluster %s %s`", uerr, cluster, node)
+				} else {
+					say("%s is NOT drained: it is still the primary (drained mark removed)", node)
+				}
+			}
+			return res, fmt.Errorf("drain: %s not drained: still the primary, the switchover away from it failed: %w%s", node, err, undo)
 		}
 		say("primary is now %s (epoch %d)", req.Target, req.ToEpoch)
 	}

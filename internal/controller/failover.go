@@ -37,13 +37,16 @@ const (
 
 // failoverOptions say what to fail over and on whose behalf.
 type failoverOptions struct {
-	cluster  string
-	auto     bool
-	target   string
-	force    bool
-	reason   string
-	by       string
-	planOnly bool
+	cluster string
+	auto    bool
+	target  string
+	force   bool
+	// forceReachable lets a manual failover replace a healthy, reachable
+	// primary (needs reason).
+	forceReachable bool
+	reason         string
+	by             string
+	planOnly       bool
 	// progress is called with each step line (manual requests save it).
 	progress func(ctx context.Context, line string)
 }
@@ -58,6 +61,9 @@ type failoverRun struct {
 	log   *slog.Logger
 	o     failoverOptions
 	start time.Time
+	// termCtx is the term's context (rather than the failover's bounded
+	// one), for work that outlives the failover run.
+	termCtx context.Context
 
 	old                string
 	fromEpoch, toEpoch int64
@@ -71,6 +77,12 @@ type failoverRun struct {
 	semiSync           bool // the candidate was a semi-sync replica
 	repointed          []string
 	probes             map[string]topo.Probe
+	floorDoc           topo.PromotionFloor
+	cancelWakeFence    func() // stops the fence pending on an unreachable old primary
+	// opStopped are the replicas whose replication was stopped (IO No or
+	// SQL not running) before the failover touched them: repointed but
+	// left stopped, as a switchover does.
+	opStopped map[string]string
 }
 
 // runFailover runs (or, with planOnly, plans) an emergency failover and
@@ -85,7 +97,7 @@ func (t *term) runFailover(ctx context.Context, o failoverOptions) (string, topo
 	if err != nil {
 		return foRefused, topo.FailoverPlan{}, nil, err.Error()
 	}
-	f := &failoverRun{t: t, cfg: cfg, cl: cl, cr: cr, m: t.fo.memory(cl.Name), o: o, start: t.c.now(),
+	f := &failoverRun{t: t, cfg: cfg, cl: cl, cr: cr, m: t.fo.memory(cl.Name), o: o, start: t.c.now(), termCtx: ctx,
 		log: t.log.With("cluster", cl.Name, "failover", map[bool]string{true: "auto", false: "manual"}[o.auto])}
 	rctx, cancel := context.WithTimeout(ctx, cl.Failover.RecoveryTimeout.D())
 	defer cancel()
@@ -230,6 +242,12 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if err := f.step(ctx, "publish phase failover", f.publishFailoverPhase); err != nil {
 		return f.rollback(ctx, "publish phase failover: "+err.Error())
 	}
+	// An old primary that could not be fenced is fenced the moment it
+	// answers again (a frozen server waking up), from now on; a rollback
+	// cancels it.
+	if !f.fenced {
+		f.cancelWakeFence = f.t.fenceWhenAwake(f.termCtx, f.cfg, f.cl, f.cr, f.old, f.toEpoch)
+	}
 	// 5. A fenced (reachable) old primary takes no more writes: let the
 	// candidate receive all it has before cutting replication.
 	if f.fenced {
@@ -274,6 +292,7 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if err := f.step(ctx, "publish primary "+cand, f.publishPrimary); err != nil {
 		return foFailed, fmt.Sprintf("%s was promoted and verified but the new state could not be published (%v); the next leader publishes it", cand, err)
 	}
+	_ = f.step(ctx, "promotion floor", f.floorAfterFailover)
 	_ = f.step(ctx, "proxies on epoch", f.proxiesOnEpoch)
 	f.afterPublish(ctx)
 	msg := fmt.Sprintf("failed over from %s to %s, epoch %d → %d, in %s", f.old, cand, f.fromEpoch, f.toEpoch,
@@ -302,6 +321,21 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 		}
 	}
 	f.oldReachable = complete(f.probes[f.old])
+	f.opStopped = map[string]string{}
+	for name, p := range f.probes {
+		if name != f.old && complete(p) && p.Replicating && (p.IORunning == "No" || !p.SQLRunning) {
+			f.opStopped[name] = fmt.Sprintf("IO %s, SQL %s", orDash(p.IORunning), yesNo(p.SQLRunning))
+		}
+	}
+	floor, err := t.floor(ctx, f.cl.Name, f.m, true)
+	if err != nil {
+		return "", fmt.Errorf("%w: failing over without the floor could promote a node missing acknowledged writes", err)
+	}
+	f.floorDoc = floor
+	healthy := ""
+	if op := f.probes[f.old]; !f.o.auto && complete(op) && !op.ReadOnly && !op.Replicating {
+		healthy = fmt.Sprintf("primary %s is healthy and reachable: use `switchyard switchover` (or --force --reason to fail over anyway)", f.old)
+	}
 	drained, _, err := drainedNodes(ctx, t.c.store, t.c.keys, f.cl.Name)
 	if err != nil {
 		return "", fmt.Errorf("read drained nodes: %w", err)
@@ -310,6 +344,16 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 		_, snap.Nodes[i].Drained = drained.Nodes[snap.Nodes[i].Name]
 	}
 	f.plan = f.makePlan(snap.Nodes)
+	if healthy != "" {
+		f.plan.Warning = strings.TrimSuffix(healthy+"; "+f.plan.Warning, "; ")
+	}
+	if healthy != "" && !f.o.planOnly {
+		if !f.o.forceReachable || strings.TrimSpace(f.o.reason) == "" {
+			return "", errors.New(healthy)
+		}
+		_ = t.fo.events.emit(ctx, topo.Event{Cluster: f.cl.Name, Kind: topo.EventOperator, Code: "force_reachable", Node: f.old,
+			Message: fmt.Sprintf("operator %s forced a failover of healthy, reachable primary %s: %s", orDash(f.o.by), f.old, f.o.reason), Epoch: f.fromEpoch})
+	}
 	if f.plan.Candidate == "" {
 		return "", fmt.Errorf("no safe candidate: %s\n%s", f.plan.Refusal, analysis.FormatPlan(f.plan))
 	}
@@ -327,6 +371,10 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 func (f *failoverRun) makePlan(nodes []analysis.Node) topo.FailoverPlan {
 	f.m.mu.Lock()
 	last := f.m.lastComplete[f.old]
+	var state string
+	if f.m.floor.binlogStateOf == f.old {
+		state = f.m.floor.binlogState
+	}
 	f.m.mu.Unlock()
 	if p := f.probes[f.old]; complete(p) {
 		last = p
@@ -334,6 +382,7 @@ func (f *failoverRun) makePlan(nodes []analysis.Node) topo.FailoverPlan {
 	return analysis.Plan(analysis.PlanInput{
 		Cluster: f.cl.Name, Flavor: f.cl.Flavor, OldPrimary: f.old, OldPrimaryLast: last, Nodes: nodes,
 		MaxLag: f.cl.Failover.MaxLag.D(), Target: f.o.target, Force: f.o.force,
+		Floor: f.floorDoc.GTID, OldPrimaryBinlogState: state,
 	})
 }
 
@@ -408,8 +457,8 @@ func (f *failoverRun) stopIO(ctx context.Context) (string, error) {
 	var failed []string
 	for _, n := range f.cl.Nodes {
 		p := f.probes[n.Name]
-		if n.Name == f.old || !complete(p) || !p.Replicating {
-			continue
+		if n.Name == f.old || !complete(p) || !p.Replicating || p.IORunning == "No" {
+			continue // an IO thread already stopped stays so (and rollback leaves it)
 		}
 		wg.Add(1)
 		go func(name string) {

@@ -111,7 +111,11 @@ func TestAutoFailoverAndRejoin(t *testing.T) {
 	if _, err := rootDB(t, c, 0).Exec("SET GLOBAL read_only=0"); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, st, 10*time.Second, "fenced node1")
+	// Fenced by the fence kept pending on the unreachable old primary
+	// ("fenced old primary node1 the moment it answered again") or, if the
+	// simulated init script ran after it, by the repair loop ("fenced
+	// node1").
+	waitEvent(t, st, 10*time.Second, "fenced ")
 	waitEvent(t, st, 10*time.Second, "rejoined node1")
 	waitReplicating(t, c, 0, np)
 	waitState(t, st, 10*time.Second, "node1 serving", func(s topo.ClusterState) bool {
@@ -333,10 +337,11 @@ func TestMissingPrivilegesAlarm(t *testing.T) {
 	waitEvent(t, st, 5*time.Second, "lacks READ_ONLY ADMIN on node3")
 }
 
-// TestManualFailoverOfLivePrimary: an operator's failover while the old
-// primary is still reachable fences it (read_only=ON) first, lets the
-// candidate apply everything it wrote, and the fenced node then rejoins as
-// a replica of the new primary.
+// TestManualFailoverOfLivePrimary: an operator's failover of a healthy,
+// reachable primary is refused (use a switchover), --plan warns, and with
+// --force --reason it fences it (read_only=ON) first, lets the candidate
+// apply everything it wrote, and the fenced node then rejoins as a replica
+// of the new primary.
 func TestManualFailoverOfLivePrimary(t *testing.T) {
 	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
 	st := topotest.NewStore(t)
@@ -349,7 +354,24 @@ func TestManualFailoverOfLivePrimary(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	const healthy = "primary node1 is healthy and reachable: use `switchyard switchover` (or --force --reason to fail over anyway)"
 	req, err := RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node3", By: "test"})
+	if err == nil || !strings.Contains(req.Message, healthy) {
+		t.Fatalf("failover of a healthy primary without --force: err %v, message %q; want refused with %q", err, req.Message, healthy)
+	}
+	if ro := queryInt(t, p, "SELECT @@read_only"); ro != 0 {
+		t.Fatalf("a refused failover fenced the primary (read_only=%d)", ro)
+	}
+	waitEvent(t, st, 5*time.Second, healthy)
+	req, err = RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node3", PlanOnly: true, By: "test"})
+	if err != nil || req.Plan == nil || req.Plan.Warning != healthy {
+		t.Fatalf("plan of a healthy primary: err %v plan %+v; want the warning", err, req.Plan)
+	}
+	if _, err := RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node3", ForceReachable: true, By: "test"}); err == nil {
+		t.Fatal("--force without --reason accepted")
+	}
+	req, err = RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node3", ForceReachable: true,
+		Reason: "test: replace a live primary", By: "test"})
 	if err != nil {
 		t.Fatalf("failover: %v\n  %s", err, strings.Join(req.Steps, "\n  "))
 	}

@@ -209,33 +209,45 @@ func (f *failoverRun) repointAll(ctx context.Context) (string, error) {
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var done, failed []string
+	var done, failed, left []string
 	for _, n := range f.cl.Nodes {
 		p := f.probes[n.Name]
 		if n.Name == f.old || n.Name == cand.Name || ahead[n.Name] || !complete(p) || !p.Replicating {
 			continue
 		}
+		stopped := f.opStopped[n.Name]
 		wg.Add(1)
 		go func(n config.Node) {
 			defer wg.Done()
 			pr, err := f.t.c.prober(f.cfg, f.cl, &n)
 			if err == nil {
 				sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-				_, err = pointAt(sctx, f.cfg, pr, cand, false)
+				_, err = pointAt(sctx, f.cfg, pr, cand, false, stopped != "")
 				cancel()
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
+			switch {
+			case err != nil:
 				failed = append(failed, fmt.Sprintf("%s: %v", n.Name, err))
-			} else {
+			case stopped != "":
+				left = append(left, fmt.Sprintf("%s (was %s)", n.Name, stopped))
+			default:
 				done = append(done, n.Name)
 				f.repointed = append(f.repointed, n.Name)
 			}
 		}(n)
 	}
 	wg.Wait()
+	for _, l := range left {
+		_ = f.t.fo.events.emit(ctx, topo.Event{Cluster: f.cl.Name, Kind: topo.EventNoAction, Code: "left_stopped", Node: strings.Fields(l)[0],
+			Message: fmt.Sprintf("repointed %s to new primary %s but left its replication stopped as it was before the failover: START SLAVE on it when ready", l, cand.Name),
+			Epoch:   f.toEpoch})
+	}
 	detail := "repointed " + orDash(strings.Join(done, ", "))
+	if len(left) > 0 {
+		detail += "; repointed but left stopped (replication was stopped before the failover): " + strings.Join(left, ", ")
+	}
 	if len(failed) > 0 {
 		return detail, errors.New(strings.Join(failed, "; ") + " (repair retries)")
 	}
@@ -335,6 +347,9 @@ func (f *failoverRun) afterPublish(ctx context.Context) {
 func (f *failoverRun) rollback(ctx context.Context, reason string) (string, string) {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return foAborted, reason
+	}
+	if f.cancelWakeFence != nil {
+		f.cancelWakeFence() // the old primary stays primary
 	}
 	if !f.fenced && !f.published {
 		return foRefused, reason

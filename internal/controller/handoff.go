@@ -233,7 +233,7 @@ func withoutDrained(cl *config.Cluster, d topo.DrainedNodes) *config.Cluster {
 	c.Nodes = append([]config.Node(nil), cl.Nodes...)
 	for i := range c.Nodes {
 		if _, ok := d.Nodes[c.Nodes[i].Name]; ok {
-			c.Nodes[i].Promotion = promotionMustNot
+			c.Nodes[i].Promotion = promotionDrained
 		}
 	}
 	return &c

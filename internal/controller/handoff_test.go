@@ -2,6 +2,7 @@ package controller
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -29,8 +30,14 @@ func TestWithoutDrained(t *testing.T) {
 	cl := &config.Cluster{Name: "main", Nodes: []config.Node{{Name: "a", Promotion: "prefer"}, {Name: "b", Promotion: "neutral"}}}
 	d := topo.DrainedNodes{Nodes: map[string]topo.DrainRecord{"a": {}}}
 	got := withoutDrained(cl, d)
-	if got.Node("a").Promotion != promotionMustNot || got.Node("b").Promotion != "neutral" {
+	if got.Node("a").Promotion != promotionDrained || got.Node("b").Promotion != "neutral" {
 		t.Fatalf("drained node not excluded: %+v", got.Nodes)
+	}
+	// The refusal names the real reason, not must_not (a drained neutral
+	// node).
+	st := &topo.ClusterState{Cluster: "main", Primary: "b", Nodes: []topo.NodeState{{Name: "a", Probe: topo.Probe{Reachable: true}}, {Name: "b"}}}
+	if _, err := chooseCandidate(got, st, ""); err == nil || !strings.Contains(err.Error(), "a is drained") || strings.Contains(err.Error(), "must_not") {
+		t.Fatalf("refusal of a drained node: %v", err)
 	}
 	if cl.Node("a").Promotion != "prefer" {
 		t.Fatal("withoutDrained changed the config it was given")

@@ -57,6 +57,7 @@ type clusterMemory struct {
 	primaryWritable   string                // the primary primaryWritableAt is about
 	analysis          []topo.AnalysisEntry  // last published codes
 	analysisAt        time.Time             // when they were published
+	floor             floorMemory           // the promotion floor (floor.go)
 }
 
 func newTermFailover(t *term) *termFailover {
@@ -210,6 +211,9 @@ func (t *term) analysisSnapshot(cfg *config.Config, cl *config.Cluster, st *topo
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.floor.binlogStateOf == st.Primary {
+		s.PrimaryBinlogState = m.floor.binlogState
+	}
 	for _, n := range cl.Nodes {
 		p, ok := probes[n.Name]
 		if !ok {

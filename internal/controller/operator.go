@@ -31,8 +31,12 @@ type FailoverOptions struct {
 	// Force lets a candidate through the staleness checks (behind another
 	// replica, lag over failover.max_lag); Reason is then required and
 	// recorded.
-	Force  bool
-	Reason string
+	Force bool
+	// ForceReachable lets the failover replace a healthy, reachable
+	// primary (without it that is refused: use a switchover); Reason is
+	// then required and recorded.
+	ForceReachable bool
+	Reason         string
 	// By names the operator (user@host) for the events.
 	By string
 }
@@ -46,8 +50,11 @@ func RequestFailover(ctx context.Context, st topo.Store, keys topo.Keys, cluster
 	if o.Force && strings.TrimSpace(o.Reason) == "" {
 		return topo.Request{}, errors.New("failover: --force-stale needs a --reason (it is recorded in the events)")
 	}
+	if o.ForceReachable && strings.TrimSpace(o.Reason) == "" {
+		return topo.Request{}, errors.New("failover: --force needs a --reason (it is recorded in the events)")
+	}
 	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestFailover, Cluster: cluster, Target: o.Target,
-		PlanOnly: o.PlanOnly, Force: o.Force, Reason: o.Reason, By: o.By})
+		PlanOnly: o.PlanOnly, Force: o.Force, ForceReachable: o.ForceReachable, Reason: o.Reason, By: o.By})
 }
 
 // RequestMaintenance turns maintenance mode of cluster on or off through
@@ -100,9 +107,11 @@ func (t *term) serveOperator(ctx context.Context, key string, req topo.Request, 
 func (t *term) serveFailover(ctx context.Context, key string, req *topo.Request, version *topo.Version) bool {
 	if !req.PlanOnly {
 		_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "failover", Node: req.Target,
-			Message: fmt.Sprintf("operator %s requested a failover (target %s, force %v): %s", orDash(req.By), orDash(req.Target), req.Force, orDash(req.Reason))})
+			Message: fmt.Sprintf("operator %s requested a failover (target %s, force-stale %v, force %v): %s", orDash(req.By), orDash(req.Target),
+				req.Force, req.ForceReachable, orDash(req.Reason))})
 	}
-	o := failoverOptions{cluster: req.Cluster, target: req.Target, force: req.Force, reason: req.Reason, by: req.By, planOnly: req.PlanOnly,
+	o := failoverOptions{cluster: req.Cluster, target: req.Target, force: req.Force, forceReachable: req.ForceReachable,
+		reason: req.Reason, by: req.By, planOnly: req.PlanOnly,
 		progress: func(ctx context.Context, line string) {
 			req.Steps = append(req.Steps, line)
 			if err := t.saveRequest(ctx, key, req, version); err != nil && ctx.Err() == nil {
@@ -177,6 +186,9 @@ func (t *term) modeOf(cluster string) string {
 }
 
 func (t *term) serveAck(ctx context.Context, req *topo.Request) bool {
+	if req.Action == floorResetAction {
+		return t.serveFloorReset(ctx, req)
+	}
 	cr, err := t.cluster(ctx, req.Cluster)
 	if err != nil {
 		req.Message = err.Error()

@@ -70,6 +70,10 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	if !ok {
 		return
 	}
+	if !busy {
+		t.raiseFloor(ctx, cl, &st, probes, m)
+		t.readPrimaryBinlogState(ctx, cfg, cl, &st, probes, m)
+	}
 	res := analysis.Analyze(t.analysisSnapshot(cfg, cl, &st, probes, m, now))
 	t.publishAnalysis(ctx, cr, m, res)
 	t.writePathEvents(ctx, cl, &st, res)

@@ -262,7 +262,7 @@ func (t *term) rejoin(ctx context.Context, cfg *config.Config, cl *config.Cluste
 	if err != nil {
 		return
 	}
-	detail, err := pointAt(ctx, cfg, pr, cl.Node(st.Primary), !p.Replicating)
+	detail, err := pointAt(ctx, cfg, pr, cl.Node(st.Primary), !p.Replicating, false)
 	if err != nil {
 		t.repairEvent(ctx, st, topo.EventRecovery, code, n.Name, fmt.Sprintf("repointing %s to primary %s failed: %v (retrying)", n.Name, st.Primary, err))
 		return
@@ -276,8 +276,9 @@ func (t *term) rejoin(ctx context.Context, cfg *config.Config, cl *config.Cluste
 
 // pointAt makes the node behind pr a read-only replica of target
 // (MASTER_USE_GTID=slave_pos); fromBinlog first sets gtid_slave_pos from the
-// node's own binlog (a former primary).
-func pointAt(ctx context.Context, cfg *config.Config, pr *nodeProber, target *config.Node, fromBinlog bool) (string, error) {
+// node's own binlog (a former primary). leaveStopped repoints without
+// starting replication (an operator's STOP SLAVE stays in force).
+func pointAt(ctx context.Context, cfg *config.Config, pr *nodeProber, target *config.Node, fromBinlog, leaveStopped bool) (string, error) {
 	host, portStr, err := net.SplitHostPort(target.Address)
 	if err != nil {
 		return "", fmt.Errorf("address of %s: %w", target.Name, err)
@@ -308,6 +309,9 @@ func pointAt(ctx context.Context, cfg *config.Config, pr *nodeProber, target *co
 	}
 	if err := pr.ChangeSource(ctx, host, port, cfg.Credentials.Replication.User, pw, probe.GTIDSlavePos); err != nil {
 		return "", err
+	}
+	if leaveStopped {
+		return fmt.Sprintf("points at %s (%s), read_only=ON; replication left stopped as it was: START SLAVE when ready", target.Address, how), nil
 	}
 	if err := pr.StartReplica(ctx); err != nil {
 		return "", err

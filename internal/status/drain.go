@@ -64,6 +64,11 @@ func writeDrained(w io.Writer, r *Report, cluster string) {
 		if sessions > 0 {
 			safe = fmt.Sprintf("%d client sessions still on it", sessions)
 		}
+		for _, cs := range r.Clusters {
+			if cs.Cluster == cluster && cs.Primary == n {
+				safe = "NOT safe to stop: still the writable primary — switch over first"
+			}
+		}
 		fmt.Fprintf(w, "drained: %s since %s ago (%s)%s\n", n, age(r.CollectedAt, rec.Since), safe, joinParen(extra))
 	}
 }

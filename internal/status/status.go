@@ -38,6 +38,8 @@ type Report struct {
 	// acknowledged). Proxies do not apply such a state; see also each
 	// proxy's StateAlarms.
 	StateProblems map[string]string `json:"state_problems,omitempty"`
+	// Floors are the promotion floors by cluster (absent: none recorded).
+	Floors map[string]topo.PromotionFloor `json:"floors,omitempty"`
 }
 
 // Collect reads the report from the store. A missing leader or an empty
@@ -104,6 +106,7 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 	if err := collectDrained(ctx, st, keys, r); err != nil {
 		return nil, err
 	}
+	collectFloors(ctx, st, keys, r)
 	if r.Config, err = configstore.ReadSummary(ctx, st, keys); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -201,6 +204,7 @@ func WriteTable(w io.Writer, r *Report) error {
 			return err
 		}
 		writeDrained(w, r, cs.Cluster)
+		writeFloor(w, r, cs)
 		writePolicy(w, r, cs)
 	}
 	if len(r.Proxies) > 0 {

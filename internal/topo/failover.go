@@ -168,6 +168,15 @@ type FailoverPlan struct {
 	Fence string `json:"fence"`
 	// Forced is true when the candidate was accepted only because of Force.
 	Forced bool `json:"forced,omitempty"`
+	// Floor is the promotion floor the plan applied: the highest GTID
+	// position the controller ever recorded on the cluster's primary
+	// (PromotionFloor); "" when none is recorded. A candidate whose received
+	// set lacks part of it is rejected unless forced (--force-stale with a
+	// --reason), and Lost includes what it lacks.
+	Floor string `json:"floor,omitempty"`
+	// Warning is said before anything else (e.g. the primary is healthy and
+	// reachable: use a switchover); "" when there is none.
+	Warning string `json:"warning,omitempty"`
 }
 
 // PlanCandidate is one node's standing in a failover plan.
@@ -180,4 +189,15 @@ type PlanCandidate struct {
 	Eligible bool   `json:"eligible"`
 	// Rejected says why it is not eligible ("" when eligible).
 	Rejected string `json:"rejected,omitempty"`
+	// MissingFloor is what of the promotion floor the node lacks once its
+	// relay log is applied ("" when it holds the floor), and
+	// MissingFloorCount how many transactions that is: the acknowledged
+	// writes a promotion of this node would lose.
+	MissingFloor      string `json:"missing_floor,omitempty"`
+	MissingFloorCount uint64 `json:"missing_floor_count,omitempty"`
+	// RelayBacklog is how many received transactions the node has not
+	// applied yet (Gtid_IO_Pos beyond gtid_current_pos): after the
+	// primary's death this, not Seconds_Behind_Master, is its lag; the
+	// failover waits until it is applied.
+	RelayBacklog uint64 `json:"relay_backlog,omitempty"`
 }

@@ -379,6 +379,9 @@ type Request struct {
 	// (behind another replica, lagging); Reason must say why and is
 	// recorded in the events.
 	Force bool `json:"force,omitempty"`
+	// ForceReachable allows a failover of a primary that is healthy and
+	// reachable (a switchover is the tool for that); Reason must say why.
+	ForceReachable bool `json:"force_reachable,omitempty"`
 	// Reason is the operator's reason (maintenance, forced failover, ack).
 	Reason string `json:"reason,omitempty"`
 	// PlanOnly asks for the failover plan without acting.

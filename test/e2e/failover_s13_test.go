@@ -114,7 +114,7 @@ func TestS13BlackholedBackends(t *testing.T) {
 		case err := <-f.done:
 			took := f.at.Sub(cutAt)
 			if f.node == victim {
-				t.Logf("blackholed replica %s: in-flight read got %q after %s", victim, firstLine(err), took.Round(time.Millisecond))
+				t.Logf("blackholed replica %s: in-flight read got %q after %s", victim, errLine(err), took.Round(time.Millisecond))
 				if err == nil {
 					t.Errorf("in-flight read on blackholed %s succeeded", victim)
 				} else if took > margin {
@@ -150,7 +150,7 @@ func TestS13BlackholedBackends(t *testing.T) {
 		select {
 		case err := <-f.done:
 			took := f.at.Sub(cutAt)
-			t.Logf("blackholed primary node1: in-flight statement got %q after %s", firstLine(err), took.Round(time.Millisecond))
+			t.Logf("blackholed primary node1: in-flight statement got %q after %s", errLine(err), took.Round(time.Millisecond))
 			if err == nil {
 				t.Errorf("in-flight statement on the blackholed primary succeeded")
 			} else if took > margin {
@@ -169,7 +169,7 @@ func TestS13BlackholedBackends(t *testing.T) {
 	s.lab.heal(0)
 }
 
-func firstLine(err error) string {
+func errLine(err error) string {
 	if err == nil {
 		return "success"
 	}

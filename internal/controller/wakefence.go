@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/probe"
+	"github.com/switchyard-db/switchyard/internal/topo"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+)
+
+// Fencing an old primary that could not be reached when it was replaced.
+//
+// A frozen server (SIGSTOP, a stalled VM) is unreachable yet alive: when it
+// wakes it is still writable (read_only=OFF) and its in-flight commits
+// complete. The repair loop fences it at its next round, up to a probe
+// interval after the wake. To close that window, after such a failover the
+// leader keeps a fencing connection attempt pending on the old primary: the
+// TCP connect to a frozen mariadbd completes in the kernel's accept queue,
+// and the handshake, `SET GLOBAL read_only=ON` and the kill of client
+// sessions run the moment it wakes. Two attempts overlap (each waits up to
+// wakeFenceAttempt, the second started half an attempt later) so one is
+// always pending; a refused connection (the node was killed or restarts) is
+// retried every wakeFenceRetry. It starts once the failover is announced
+// (phase failover), and stops when the fence succeeded, when the failover
+// rolled back (the returned cancel), when the old primary is primary again
+// (checked again after the server answered, before anything is changed),
+// after wakeFenceMax, or when the term ends.
+const (
+	wakeFenceAttempt = 20 * time.Second
+	wakeFenceRetry   = 200 * time.Millisecond
+	wakeFenceMax     = time.Hour
+)
+
+// fenceWhenAwake starts the pending fence of old (see above) and returns
+// its cancel.
+func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, old string, epoch int64) func() {
+	n := cl.Node(old)
+	if n == nil || ctx.Err() != nil {
+		return func() {}
+	}
+	pw, err := cfg.Credentials.Monitor.Resolve()
+	if err != nil {
+		return func() {}
+	}
+	cred := probe.Credentials{User: cfg.Credentials.Monitor.User, Password: pw}
+	replUser := cfg.Credentials.Replication.User
+	log := t.log.With("cluster", cl.Name, "node", old, "epoch", epoch)
+	fctx, cancel := context.WithTimeout(ctx, wakeFenceMax)
+	done := make(chan struct{})
+	var once bool
+	finish := func(started time.Time, detail string) {
+		t.fo.mu.Lock()
+		first := !once
+		once = true
+		t.fo.mu.Unlock()
+		if !first {
+			return
+		}
+		cancel()
+		close(done)
+		msg := fmt.Sprintf("fenced old primary %s the moment it answered again (%s after the failover of epoch %d): %s",
+			old, t.c.now().Sub(started).Round(time.Millisecond), epoch, detail)
+		log.Warn("old primary fenced on wake", "detail", detail)
+		_ = t.fo.events.emit(context.WithoutCancel(ctx), topo.Event{Cluster: cl.Name, Kind: topo.EventDecision, Code: "fence_on_wake",
+			Node: old, Message: msg, Epoch: epoch})
+	}
+	notPrimary := func() bool {
+		cr.mu.Lock()
+		defer cr.mu.Unlock()
+		return cr.state == nil || cr.state.Primary != old
+	}
+	started := t.c.now()
+	worker := func(delay time.Duration) {
+		defer t.fo.wg.Done()
+		sleep(fctx, delay)
+		for fctx.Err() == nil && notPrimary() {
+			actx, acancel := context.WithTimeout(fctx, wakeFenceAttempt)
+			begin := time.Now()
+			detail, err := wakeFence(actx, n.Address, cred, cl.Flavor, replUser, notPrimary)
+			acancel()
+			if err == nil {
+				finish(started, detail)
+				return
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if time.Since(begin) < wakeFenceRetry {
+				sleep(fctx, wakeFenceRetry)
+			}
+		}
+	}
+	t.fo.wg.Add(2)
+	go worker(0)
+	go worker(wakeFenceAttempt / 2)
+	log.Info("fence pending on the unreachable old primary: it is fenced the moment it answers")
+	return cancel
+}
+
+// wakeFence connects to address (waiting, bounded by ctx, for a frozen
+// server to answer the handshake), then sets read_only=ON, kills
+// client sessions and verifies (fence): read_only first, so that a lock
+// held by a woken session delays the fence by at most fenceLockWait.
+func wakeFence(ctx context.Context, address string, cred probe.Credentials, flavor, replUser string, proceed func() bool) (string, error) {
+	pr := probe.NewProber(address, cred, flavor, wakeFenceAttempt)
+	defer pr.Close()
+	// The first statement waits for the handshake; fence then bounds its
+	// lock wait and kills what blocks it.
+	if _, err := pr.ReadOnly(ctx); err != nil {
+		return "", err
+	}
+	if !proceed() || ctx.Err() != nil {
+		return "", errors.New("the old primary is primary again: not fencing it")
+	}
+	at := time.Now()
+	np := &nodeProber{Prober: pr}
+	if err := fence(ctx, np, replUser); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("read_only=ON, client sessions killed (%s after the connection was answered)", time.Since(at).Round(time.Millisecond)), nil
+}

@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// TestWokenFrozenPrimaryFencedAtOnce (issue 8 item 1, controller part): a
+// primary frozen with SIGSTOP is failed over; when it wakes (SIGCONT) it is
+// still read_only=OFF. The fence the controller kept pending on it (a TCP
+// connect completes in the kernel while the server is frozen) runs the
+// moment it wakes, not at the next repair round: the test measures how long
+// the woken node stays writable, requires the fence_on_wake event and a
+// window under 500 ms. The probe interval is 1 s here so that a fence left
+// to the repair round would show as a window of up to a second.
+func TestWokenFrozenPrimaryFencedAtOnce(t *testing.T) {
+	s := startFO(t, foOpts{Mutate: func(c *config.Config) { c.Probe.Interval = config.Duration(time.Second) }})
+	pid := s.sb.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	woken := false
+	t.Cleanup(func() {
+		if !woken {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	stopped := time.Now()
+	st, _ := s.waitState("failover away from the frozen node1", 60*time.Second, func(st topo.ClusterState) bool {
+		return st.Primary != "" && st.Primary != "node1" && st.Phase == topo.PhaseStable
+	})
+	t.Logf("SIGSTOP node1 → %s published after %s", st.Primary, time.Since(stopped).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+
+	db, err := sql.Open("mysql", s.sb.RootDSN(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	cont := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	woken = true
+	var first time.Duration = -1
+	var fencedAt time.Duration = -1
+	off := 0
+	for time.Since(cont) < 20*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var ro int
+		err := db.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&ro)
+		cancel()
+		if err != nil {
+			continue // the fence kills root's sessions too
+		}
+		at := time.Since(cont)
+		if first < 0 {
+			first = at
+		}
+		if ro == 0 {
+			off++
+			continue
+		}
+		fencedAt = at
+		break
+	}
+	if fencedAt < 0 {
+		t.Fatalf("woken node1 not read-only within 20s\n%s", s.eventText())
+	}
+	ev := s.waitEvent("the moment it answered again", 5*time.Second)
+	t.Logf("woken old primary: first answer %s after SIGCONT, read_only=ON seen %s after SIGCONT (%d samples saw read_only=OFF); %s",
+		first.Round(100*time.Microsecond), fencedAt.Round(100*time.Microsecond), off, ev.Message)
+	if fencedAt > 500*time.Millisecond {
+		t.Errorf("woken old primary writable for %s after SIGCONT", fencedAt)
+	}
+}
