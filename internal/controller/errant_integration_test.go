@@ -12,7 +12,7 @@ import (
 	"github.com/switchyard-db/switchyard/internal/topo/topotest"
 )
 
-// TestErrantHiddenBehindHigherSeqno (issue 8 item 11): a transaction
+// TestErrantHiddenBehindHigherSeqno: a transaction
 // written straight on a replica (root holds READ_ONLY ADMIN) gets the
 // replica's server_id at the next seqno; the primary then writes more, so
 // in a position comparison the replica looks behind (0-3-n < 0-1-m) and its

@@ -211,7 +211,7 @@ func TestFollowRefusesInvalidStates(t *testing.T) {
 	}{
 		{"empty", "empty", nil},
 		{"garbage", "does not decode", []byte("{not json")},
-		{"the issue's write", "no nodes", []byte(`{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[]}`)},
+		{"a primary-dropping write", "no nodes", []byte(`{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[]}`)},
 		{"epoch regress", "lower than the applied epoch", enc(regress)},
 		{"primary dropped", "drops primary node1", enc(drop)},
 		{"unknown primary", "node9", enc(unknown)},

@@ -27,7 +27,7 @@ func TestCollectFlagsInvalidState(t *testing.T) {
 		name, state, want string
 	}{
 		{"garbage", "{nope", "does not decode"},
-		{"the issue's write", `{"cluster":"main","primary":"","epoch":8,"phase":"stable","nodes":[]}`, "no nodes"},
+		{"a primary-dropping write", `{"cluster":"main","primary":"","epoch":8,"phase":"stable","nodes":[]}`, "no nodes"},
 		{"epoch below a proxy's", `{"cluster":"main","primary":"n1","epoch":3,"phase":"stable","nodes":[{"name":"n1"}]}`, "lower than epoch 7 acknowledged by proxy p1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

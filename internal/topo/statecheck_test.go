@@ -66,7 +66,7 @@ func TestCheckState(t *testing.T) {
 		{"epoch regresses", st("node1", 4, PhaseStable), &stable5, cfg, "lower than the applied epoch"},
 		{"negative epoch", st("node1", -1, PhaseStable), nil, cfg, "negative"},
 		{"unknown phase", st("node1", 5, "exploding"), &stable5, cfg, "unknown phase"},
-		{"no nodes (the issue's write)", st("", 6, PhaseStable, func(s *ClusterState) { s.Nodes = nil }), &stable5, cfg, "no nodes"},
+		{"no nodes (a primary-dropping write)", st("", 6, PhaseStable, func(s *ClusterState) { s.Nodes = nil }), &stable5, cfg, "no nodes"},
 		{"drops the primary without failover", st("", 6, PhaseStable), &stable5, cfg, "drops primary node1"},
 		{"drops the primary, same epoch", st("", 5, PhaseStable), &stable5, cfg, "drops primary node1"},
 		{"drops the primary in phase switching", st("", 5, PhaseSwitching, target("node2")), &stable5, cfg, "without a primary"},

@@ -17,7 +17,7 @@ import (
 // TestBadClusterStateWrites: while clients write and read
 // through two proxies, the cluster state key is overwritten directly (not
 // by the controller) with an empty document, garbage, a state that drops
-// the primary without a failover (the issue's write) and one whose epoch
+// the primary without a failover (a primary-dropping write) and one whose epoch
 // goes back. No client sees an error; every proxy refuses each document,
 // keeps routing by the last valid state and shows the alarm in its
 // registration, which `switchyard status --json` reports (status.Collect),

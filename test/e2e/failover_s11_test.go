@@ -110,7 +110,7 @@ func s11Rows(t *testing.T, s *foStack, i int) map[int64][2]int64 {
 	return out
 }
 
-// TestS11FrozenPrimaryWakes (issue 8, case 1): auto mode, 4 writers
+// TestS11FrozenPrimaryWakes: auto mode, 4 writers
 // inserting unique keys through the rw listener; the primary's mariadbd is
 // stopped (SIGSTOP) long enough for a failover and then woken (SIGCONT).
 // The INSERTs in flight when it froze must not be acknowledged from it

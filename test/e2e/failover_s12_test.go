@@ -68,7 +68,7 @@ func (s *foStack) slaveStatus(i int) (port, io, sqlRun string) {
 	return port, io, sqlRun
 }
 
-// TestS12StaleNodeReturnsAlone (issue 8 item 3; the 2012 incident's node
+// TestS12StaleNodeReturnsAlone (the 2012 incident's node
 // 'c'): auto mode, writers running. node3 is shut down cleanly, writes go
 // on, then node1 and node2 are killed and only node3 starts again. node3 is
 // behind the promotion floor recorded in etcd: it is never promoted
@@ -169,7 +169,7 @@ func firstLine(s string) string {
 	return s
 }
 
-// TestS12StalledAppliersThenPrimaryDeath (issue 8 item 4): semi-sync,
+// TestS12StalledAppliersThenPrimaryDeath: semi-sync,
 // auto mode. Both replicas' SQL threads are stalled (LOCK TABLES ledger
 // READ as root) for longer than failover.max_lag, the primary is killed,
 // then the locks are released. The last Seconds_Behind_Master (> max_lag)
@@ -240,7 +240,7 @@ func TestS12StalledAppliersThenPrimaryDeath(t *testing.T) {
 	}
 }
 
-// TestFailoverOfHealthyPrimaryRefused (issue 8 item 9): `switchyard
+// TestFailoverOfHealthyPrimaryRefused: `switchyard
 // failover` of a healthy, reachable primary is refused with a pointer to
 // switchover; --plan warns; --force --reason fails over.
 func TestFailoverOfHealthyPrimaryRefused(t *testing.T) {
@@ -272,7 +272,7 @@ func TestFailoverOfHealthyPrimaryRefused(t *testing.T) {
 	s.waitEvent("forced a failover of healthy, reachable primary node1", 5*time.Second)
 }
 
-// TestFailoverLeavesStoppedReplicaStopped (issue 8 item 8): an operator
+// TestFailoverLeavesStoppedReplicaStopped: an operator
 // stopped node3's replication; the primary is killed; the failover
 // repoints node3 to the new primary but leaves its replication stopped (as
 // a switchover does), says so in an event, and node3 is not served.
@@ -301,7 +301,7 @@ func TestFailoverLeavesStoppedReplicaStopped(t *testing.T) {
 	s.waitState("node3 serving again", 40*foInterval, func(st topo.ClusterState) bool { return st.Node("node3").Serving })
 }
 
-// TestDrainUnmovablePrimary (issue 8 item 10): drain of the primary when
+// TestDrainUnmovablePrimary: drain of the primary when
 // no replica may take over (node2 drained, node3's replication stopped)
 // is refused naming each candidate's real reason; nothing is recorded as
 // drained and status never calls the primary safe to stop.

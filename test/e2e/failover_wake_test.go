@@ -11,7 +11,7 @@ import (
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
-// TestWokenFrozenPrimaryFencedAtOnce (issue 8 item 1, controller part): a
+// TestWokenFrozenPrimaryFencedAtOnce: a
 // primary frozen with SIGSTOP is failed over; when it wakes (SIGCONT) it is
 // still read_only=OFF. The fence the controller kept pending on it (a TCP
 // connect completes in the kernel while the server is frozen) runs the

@@ -54,7 +54,7 @@ func finding(st topo.ClusterState, code, node string) *topo.AnalysisEntry {
 	return nil
 }
 
-// TestS16BlockedWritesAreReported (issue 8 item 7): auto mode, writers
+// TestS16BlockedWritesAreReported: auto mode, writers
 // running. A root session holds FLUSH TABLES WITH READ LOCK on the primary
 // for 20 s: the controller's heartbeat write is blocked, the analysis
 // reports PrimaryWritesBlocked naming the holder (status JSON), an event
@@ -129,7 +129,7 @@ func TestS16BlockedWritesAreReported(t *testing.T) {
 	}
 }
 
-// TestS16ApplicationLoginsRefused (issue 8 item 7): the application
+// TestS16ApplicationLoginsRefused: the application
 // account is refused on the primary — first by MAX_USER_CONNECTIONS 1
 // (error 1226) while the monitor gets in, then with max_connections exhausted
 // (1040). ApplicationLoginsRefused is reported with the error, an event

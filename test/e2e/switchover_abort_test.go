@@ -10,7 +10,7 @@ import (
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
-// TestSwitchoverAbortRunsHeldOnOldPrimary (issue 8, case 6): the candidate
+// TestSwitchoverAbortRunsHeldOnOldPrimary: the candidate
 // cannot catch up (root holds LOCK TABLES ... WRITE on the table the writers
 // use, so its SQL thread waits), switchover.catchup_timeout 3s passes after
 // the old primary was fenced (read_only, client sessions killed) and the
