@@ -18,7 +18,8 @@
 // routed writes within one 100 ms window (read from the ledger's server_id
 // and commit time).
 //
-// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true] [-fault kill|stop] [-stop-for 15s]
+// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true]
+// [-durability async|semi_sync|semi_sync_durable] [-fault kill|stop] [-stop-for 15s]
 package main
 
 import (
@@ -54,8 +55,9 @@ type options struct {
 	semiSync bool
 	writers  int
 	verbose  bool
-	fault    string
-	stopFor  time.Duration
+	fault      string
+	stopFor    time.Duration
+	durability string
 }
 
 type trial struct {
@@ -80,6 +82,7 @@ func main() {
 	flag.BoolVar(&o.semiSync, "semisync", true, "semi-synchronous replication (AFTER_SYNC)")
 	flag.IntVar(&o.writers, "writers", 4, "concurrent writers through the rw listener")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
+	flag.StringVar(&o.durability, "durability", "", "clusters[].durability: async, semi_sync or semi_sync_durable (default: async, or semi_sync with -semisync)")
 	flag.StringVar(&o.fault, "fault", "kill", "kill (SIGKILL the primary) or stop (SIGSTOP it for -stop-for, then SIGCONT)")
 	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
 	flag.Parse()
@@ -96,14 +99,20 @@ func run(o options) error {
 	if err := sandbox.CheckBinaries(); err != nil {
 		return err
 	}
+	if o.durability == "" && o.semiSync {
+		o.durability = config.DurabilitySemiSync
+	}
+	if o.durability != "" && o.durability != config.DurabilityAsync && !o.semiSync {
+		return fmt.Errorf("-durability %s needs -semisync", o.durability)
+	}
 	if o.fault == "stop" {
 		return runStop(o)
 	}
 	if o.fault != "kill" {
 		return fmt.Errorf("-fault %q: want kill or stop", o.fault)
 	}
-	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, %d writers, failover.mode auto (confirm_rounds 2)\n",
-		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, o.writers)
+	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers, failover.mode auto (confirm_rounds 2)\n",
+		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers)
 	var res []trial
 	for i := 1; i <= o.trials; i++ {
 		tr, err := runTrial(o)
@@ -209,6 +218,9 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	cfg.Probe.Interval = config.Duration(o.interval)
 	cfg.Probe.Timeout = config.Duration(probeTimeout(o.interval))
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	if o.durability != "" {
+		cfg.Clusters[0].Durability = o.durability
+	}
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 	if err := cfg.Validate(); err != nil {
@@ -470,4 +482,11 @@ func (w *writers) ackTimes() map[int64]time.Time {
 		m[id] = w.at[i]
 	}
 	return m
+}
+
+func durabilityName(o options) string {
+	if o.durability == "" {
+		return config.DurabilityAsync
+	}
+	return o.durability
 }

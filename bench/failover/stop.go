@@ -17,8 +17,8 @@ import (
 // SIGSTOP, the controller fails over, and after -stop-for it is woken with
 // SIGCONT while the writers go on.
 func runStop(o options) error {
-	fmt.Printf("frozen primary: SIGSTOP of the primary for %s under write load, then SIGCONT; %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, %d writers, failover.mode auto\n",
-		o.stopFor, o.trials, o.interval, probeTimeout(o.interval), o.semiSync, o.writers)
+	fmt.Printf("frozen primary: SIGSTOP of the primary for %s under write load, then SIGCONT; %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers, failover.mode auto\n",
+		o.stopFor, o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers)
 	var rec []time.Duration
 	var acked, lost, late, woke, maxW, maxR, hung int
 	for i := 1; i <= o.trials; i++ {
