@@ -50,11 +50,11 @@ import (
 )
 
 type options struct {
-	trials   int
-	interval time.Duration
-	semiSync bool
-	writers  int
-	verbose  bool
+	trials     int
+	interval   time.Duration
+	semiSync   bool
+	writers    int
+	verbose    bool
 	fault      string
 	stopFor    time.Duration
 	durability string
