@@ -160,7 +160,20 @@ func (s *Server) cutInFlight(cluster string, snap *routeSnapshot) {
 // this proxy's own check could not even connect to (no TCP answer within
 // proxy.connect_timeout: a blackholed or vanished host). A server that
 // accepts connections but is slow or frozen is never cut this way.
+//
+// A failed connect alone does not prove the host gone: a server whose
+// accept queue is full (back_log) drops new SYNs while it goes on serving
+// the connections it has. So the commands are cut only if none of the
+// backend connections with a command in flight there has heard from the
+// server (tcpi_last_ack_recv) within proxy.connect_timeout: the connect
+// that failed was sent after the fault began and waited that long, so on a
+// dead path every connection has been silent at least as long.
 func (s *Server) cutUnreachable(cluster, node, detail string) {
+	if d, heard := s.heardFrom(cluster, node); heard {
+		s.log.Warn("not cutting commands in flight: the check cannot connect but established connections still hear from the server (accept queue full?)",
+			"cluster", cluster, "node", node, "last_ack_ago", d, "err", detail)
+		return
+	}
 	why := fmt.Sprintf("this proxy cannot connect to %s any more (%s)", node, detail)
 	n := s.cutWhere(cluster, func(_ string, t *target) string {
 		if t.node == node {
@@ -171,6 +184,43 @@ func (s *Server) cutUnreachable(cluster, node, detail string) {
 	if n > 0 {
 		s.log.Warn("cut commands in flight on an unreachable backend", "cluster", cluster, "node", node, "sessions", n, "err", detail)
 	}
+}
+
+// heardFrom reports whether a backend connection with a command in flight
+// on node of cluster received an acknowledgement within
+// proxy.connect_timeout, and how long ago the most recent one was.
+func (s *Server) heardFrom(cluster, node string) (time.Duration, bool) {
+	bound := s.cfg.Load().Proxy.ConnectTimeout.D()
+	s.mu.Lock()
+	var list []*session
+	for sess := range s.sessions {
+		if sess.l.cluster == cluster && sess.busy.Load()&busyCmd != 0 {
+			list = append(list, sess)
+		}
+	}
+	s.mu.Unlock()
+	best, heard := time.Duration(-1), false
+	for _, sess := range list {
+		if !sess.fl.mu.TryLock() {
+			// A response is being written to the client (possibly
+			// a slow one): no evidence either way.
+			continue
+		}
+		be := sess.fl.be
+		var d time.Duration
+		ok := false
+		if sess.fl.on && be != nil && be.t.node == node {
+			d, ok = sinceLastAck(be.conn)
+		}
+		sess.fl.mu.Unlock()
+		if ok && (best < 0 || d < best) {
+			best = d
+		}
+		if ok && d < bound {
+			heard = true
+		}
+	}
+	return best, heard
 }
 
 // cutWhere cuts the commands in flight in cluster for which rule gives a

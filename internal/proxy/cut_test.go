@@ -264,3 +264,20 @@ func TestBackendSocketLiveness(t *testing.T) {
 		t.Fatalf("TCP_USER_TIMEOUT %d ms (want %s), SO_KEEPALIVE %d (want 1), TCP_KEEPIDLE %d s (want ≥ 1)", ut, want, ka, idle)
 	}
 }
+
+// The proxy's own check failing to connect (as when a live server's
+// accept queue is full and it drops SYNs) does not cut a statement in
+// flight on a connection that still hears from the server.
+func TestFailedCheckDoesNotCutLiveBackend(t *testing.T) {
+	h := newHarness(t, nil)
+	c := conn1(t, h.db("rw", "", nil))
+	if id := serverID(t, c); id != 1 {
+		t.Fatalf("rw on server_id %d", id)
+	}
+	busy := execAsync(c, "SELECT SLEEP(1.5)")
+	time.Sleep(300 * time.Millisecond)
+	h.srv.cutUnreachable("main", h.c.Nodes[0].Name, "no answer within 1s")
+	if r := waitResult(t, busy, 30*time.Second, "statement on a live primary after a failed check"); r.err != nil {
+		t.Fatalf("statement in flight on a live primary was cut after a failed connect check: %v", r.err)
+	}
+}

@@ -85,3 +85,25 @@ func peerClosed(conn net.Conn) bool {
 	})
 	return closed
 }
+
+// sinceLastAck is how long ago the kernel last received an acknowledgement
+// (any segment acknowledging data, a keepalive answer) on conn, from
+// TCP_INFO's tcpi_last_ack_recv; ok is false when conn cannot be inspected.
+func sinceLastAck(conn net.Conn) (d time.Duration, ok bool) {
+	sc, isSC := conn.(syscall.Conn)
+	if !isSC {
+		return 0, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || ierr != nil {
+		return 0, false
+	}
+	return time.Duration(info.Last_ack_recv) * time.Millisecond, true
+}
