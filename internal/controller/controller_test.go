@@ -105,6 +105,15 @@ func start(t *testing.T, cfg *config.Config, st topo.Store, id string) (*Control
 	return c, cancel
 }
 
+// withNodes fills s.Nodes with every configured node of its cluster, as a
+// controller publishes them.
+func withNodes(cfg *config.Config, s topo.ClusterState) topo.ClusterState {
+	for _, n := range cfg.Cluster(s.Cluster).Nodes {
+		s.Nodes = append(s.Nodes, topo.NodeState{Name: n.Name, Address: n.Address, Role: topo.RoleUnknown})
+	}
+	return s
+}
+
 func putState(t *testing.T, st topo.Store, s topo.ClusterState) {
 	t.Helper()
 	b, _ := json.Marshal(s)
@@ -161,8 +170,9 @@ func TestUnreachableClusterAndRequests(t *testing.T) {
 // the epoch is kept across leadership changes.
 func TestUnreachablePrimaryKeptAcrossLeadershipLoss(t *testing.T) {
 	st := topo.NewMemory()
-	putState(t, st, topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 5, Phase: topo.PhaseStable})
-	c, _ := start(t, unreachableConfig(t), st, "ctl-a")
+	cfg := unreachableConfig(t)
+	putState(t, st, withNodes(cfg, topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 5, Phase: topo.PhaseStable}))
+	c, _ := start(t, cfg, st, "ctl-a")
 	s := waitMem(t, st, "a write by ctl-a", func(s topo.ClusterState) bool { return s.Leader == "ctl-a" })
 	if s.Primary != "node1" || s.Epoch != 5 || !strings.HasPrefix(s.Node("node1").Reason, "primary unreachable") {
 		t.Fatalf("state %+v; want node1 kept at epoch 5 with reason primary unreachable", s)
@@ -190,13 +200,14 @@ func TestUnreachablePrimaryKeptAcrossLeadershipLoss(t *testing.T) {
 // request it left Running is failed.
 func TestAbandonedSwitchoverResolved(t *testing.T) {
 	st := topo.NewMemory()
-	putState(t, st, topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 3, Phase: topo.PhaseSwitching, Target: "node2"})
+	cfg := unreachableConfig(t)
+	putState(t, st, withNodes(cfg, topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 3, Phase: topo.PhaseSwitching, Target: "node2"}))
 	req := topo.Request{ID: "r1", Kind: topo.RequestSwitchover, Cluster: "main", Target: "node2", State: topo.RequestRunning}
 	b, _ := json.Marshal(req)
 	if _, err := st.Create(context.Background(), testKeys.Request("main", "r1"), b); err != nil {
 		t.Fatal(err)
 	}
-	start(t, unreachableConfig(t), st, "ctl-b")
+	start(t, cfg, st, "ctl-b")
 	s := waitMem(t, st, "phase stable", func(s topo.ClusterState) bool { return s.Phase == topo.PhaseStable })
 	if s.Primary != "node1" || s.Epoch != 3 || s.Target != "" {
 		t.Fatalf("resolved state %+v; want node1 epoch 3", s)

@@ -489,8 +489,8 @@ func TestAbandonedSwitchoverUnfencesOldPrimary(t *testing.T) {
 	st := topotest.NewStore(t)
 	node1 := rootDB(t, c, 0)
 	mustExec(t, node1, "SET GLOBAL read_only = ON")
-	b, _ := json.Marshal(topo.ClusterState{Cluster: sandbox.ClusterName, Primary: "node1", Epoch: 4,
-		Phase: topo.PhaseSwitching, Target: "node2", Leader: "dead-leader"})
+	b, _ := json.Marshal(withNodes(testConfig(c), topo.ClusterState{Cluster: sandbox.ClusterName, Primary: "node1", Epoch: 4,
+		Phase: topo.PhaseSwitching, Target: "node2", Leader: "dead-leader"}))
 	if _, err := st.Create(context.Background(), testKeys.ClusterState(sandbox.ClusterName), b); err != nil {
 		t.Fatal(err)
 	}
@@ -518,8 +518,8 @@ func TestAbandonedSwitchoverAfterPromotion(t *testing.T) {
 	mustExec(t, node2, "STOP SLAVE")
 	mustExec(t, node2, "RESET SLAVE ALL")
 	mustExec(t, node2, "SET GLOBAL read_only = OFF")
-	b, _ := json.Marshal(topo.ClusterState{Cluster: sandbox.ClusterName, Primary: "node1", Epoch: 1,
-		Phase: topo.PhaseSwitching, Target: "node2", Leader: "dead-leader"})
+	b, _ := json.Marshal(withNodes(testConfig(c), topo.ClusterState{Cluster: sandbox.ClusterName, Primary: "node1", Epoch: 1,
+		Phase: topo.PhaseSwitching, Target: "node2", Leader: "dead-leader"}))
 	if _, err := st.Create(context.Background(), testKeys.ClusterState(sandbox.ClusterName), b); err != nil {
 		t.Fatal(err)
 	}
