@@ -33,40 +33,6 @@ func (s *foStack) cliErr(args ...string) (string, error) {
 	return runCLI(ctx, s.endpoints[0], args...)
 }
 
-// slaveStatus returns Master_Port, Slave_IO_Running and Slave_SQL_Running of
-// node i ("" when it has no replication configured).
-func (s *foStack) slaveStatus(i int) (port, io, sqlRun string) {
-	s.t.Helper()
-	db := s.root(i)
-	rows, err := db.Query("SHOW ALL SLAVES STATUS")
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	vals := make([]sql.NullString, len(cols))
-	ptrs := make([]any, len(cols))
-	for j := range vals {
-		ptrs[j] = &vals[j]
-	}
-	if !rows.Next() {
-		return "", "", ""
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		s.t.Fatal(err)
-	}
-	for j, col := range cols {
-		switch col {
-		case "Master_Port":
-			port = vals[j].String
-		case "Slave_IO_Running":
-			io = vals[j].String
-		case "Slave_SQL_Running":
-			sqlRun = vals[j].String
-		}
-	}
-	return port, io, sqlRun
-}
 
 // TestS12StaleNodeReturnsAlone (the 2012 incident's node
 // 'c'): auto mode, writers running. node3 is shut down cleanly, writes go
@@ -289,7 +255,7 @@ func TestFailoverLeavesStoppedReplicaStopped(t *testing.T) {
 	t.Logf("failed over to node2 in %s", took.Round(time.Millisecond))
 	s.waitEvent("left its replication stopped", 5*time.Second)
 	time.Sleep(3 * time.Second) // several repair rounds
-	port, io, sqlRun := s.slaveStatus(2)
+	port, io, sqlRun := s.replicaSource(2)
 	if port != fmt.Sprint(s.sb.Nodes[1].Port) || io != "No" || sqlRun != "No" {
 		t.Fatalf("node3 after the failover: source port %s IO %s SQL %s; want port %d with replication still stopped",
 			port, io, sqlRun, s.sb.Nodes[1].Port)
