@@ -69,10 +69,11 @@ type trial struct {
 	newPrimary string
 
 	// -fault stop only.
-	late        int // acknowledged after the new epoch, executed by the old primary
-	wokeCommits int // committed by the old primary after the new epoch, never acknowledged
-	maxWritable int // most nodes answering read_only=OFF at one 100 ms probe
-	maxRouted   int // most nodes executing routed writes within one 100 ms window
+	late           int // acknowledged after the new epoch, executed by the old primary
+	lostBeforeStop int // lost writes acknowledged before the freeze (never shipped)
+	wokeCommits    int // committed by the old primary after the new epoch, never acknowledged
+	maxWritable    int // most nodes answering read_only=OFF at one 100 ms probe
+	maxRouted      int // most nodes executing routed writes within one 100 ms window
 }
 
 func main() {

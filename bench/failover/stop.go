@@ -30,8 +30,8 @@ func runStop(o options) error {
 		if tr.recovery >= 0 {
 			first = fmt.Sprintf("%.0f ms", ms(tr.recovery))
 		}
-		fmt.Printf("trial %2d: stop → first write %s  new primary %s  acknowledged %5d  lost %d  late successes %d  commits on waking (never acknowledged) %d  writable at one probe ≤ %d  nodes taking routed writes in one 100 ms ≤ %d  client errors %d\n",
-			i, first, tr.newPrimary, tr.acked, tr.lost, tr.late, tr.wokeCommits, tr.maxWritable, tr.maxRouted, tr.errors)
+		fmt.Printf("trial %2d: stop → first write %s  new primary %s  acknowledged %5d  lost %d (acknowledged before the freeze %d)  late successes %d  commits on waking (never acknowledged) %d  writable at one probe ≤ %d  nodes taking routed writes in one 100 ms ≤ %d  client errors %d\n",
+			i, first, tr.newPrimary, tr.acked, tr.lost, tr.lostBeforeStop, tr.late, tr.wokeCommits, tr.maxWritable, tr.maxRouted, tr.errors)
 		if tr.recovery < 0 {
 			hung++
 		} else {
@@ -148,6 +148,14 @@ func stopTrial(o options) (tr trial, err error) {
 		}
 	}
 	ackAt := w.ackTimes()
+	for _, id := range missing {
+		// Acknowledged before the freeze and missing from the new
+		// primary: committed on the old primary but never shipped (the
+		// asynchronous replication window, which semi-sync closes).
+		if ackAt[id].Before(stopAt) {
+			tr.lostBeforeStop++
+		}
+	}
 	oldID := int64(s.sb.Nodes[0].ServerID)
 	for id, r := range rows {
 		if r.serverID != oldID || r.at.Before(epochAt) {
