@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
 )
 
@@ -30,8 +31,8 @@ func runStop(o options) error {
 		if tr.recovery >= 0 {
 			first = fmt.Sprintf("%.0f ms", ms(tr.recovery))
 		}
-		fmt.Printf("trial %2d: stop → first write %s  new primary %s  acknowledged %5d  lost %d (acknowledged before the freeze %d)  late successes %d  commits on waking (never acknowledged) %d  writable at one probe ≤ %d  nodes taking routed writes in one 100 ms ≤ %d  client errors %d\n",
-			i, first, tr.newPrimary, tr.acked, tr.lost, tr.lostBeforeStop, tr.late, tr.wokeCommits, tr.maxWritable, tr.maxRouted, tr.errors)
+		fmt.Printf("trial %2d: stop → first write %s  new primary %s (failover %d ms)  acknowledged %5d  lost %d (acknowledged before the freeze %d)  late successes %d  commits on waking (never acknowledged) %d  writable at one probe ≤ %d  nodes taking routed writes in one 100 ms ≤ %d  client errors %d\n",
+			i, first, tr.newPrimary, tr.failoverMS, tr.acked, tr.lost, tr.lostBeforeStop, tr.late, tr.wokeCommits, tr.maxWritable, tr.maxRouted, tr.errors)
 		if tr.recovery < 0 {
 			hung++
 		} else {
@@ -131,6 +132,16 @@ func stopTrial(o options) (tr trial, err error) {
 		return tr, err
 	}
 	tr.newPrimary = st.Primary
+	if st.LastFailover != nil {
+		tr.failoverMS = st.LastFailover.DurationMS
+	}
+	if o.verbose {
+		if evs, err := controller.ListEvents(ctx, s.store, s.keys, "main", 0); err == nil {
+			for _, ev := range evs {
+				fmt.Printf("  event %s %-9s %s\n", ev.At.Format("15:04:05.000"), ev.Kind, ev.Message)
+			}
+		}
+	}
 	if st.Primary == "" || st.Primary == "node1" {
 		return tr, fmt.Errorf("final primary %q: the failover did not stick", st.Primary)
 	}

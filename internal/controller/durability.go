@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -291,11 +293,16 @@ func (t *term) applyDurability(ctx context.Context, cfg *config.Config, cl *conf
 	if err != nil {
 		return
 	}
+	// The new primary first: until it has the settings it commits with
+	// the server's own timeout. Then every other node at once, each
+	// bounded by the probe timeout, so that an unreachable or frozen old
+	// primary delays nothing (the probe rounds apply them when it answers).
+	var mu sync.Mutex
 	var done, failed []string
-	for _, n := range cl.Nodes {
+	apply := func(n config.Node, bound time.Duration) {
 		pr, err := t.c.prober(cfg, cl, &n)
 		if err == nil {
-			actx, cancel := context.WithTimeout(ctx, stepTimeout)
+			actx, cancel := context.WithTimeout(ctx, bound)
 			if n.Name == primary {
 				err = pr.ApplySemiSyncPrimary(actx, durableSettings(mode))
 			} else if err = pr.DisableSemiSyncPrimary(actx); err == nil {
@@ -303,12 +310,28 @@ func (t *term) applyDurability(ctx context.Context, cfg *config.Config, cl *conf
 			}
 			cancel()
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", n.Name, err))
-			continue
+			return
 		}
 		done = append(done, n.Name)
 	}
+	for _, n := range cl.Nodes {
+		if n.Name == primary {
+			apply(n, stepTimeout)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, n := range cl.Nodes {
+		if n.Name != primary {
+			wg.Go(func() { apply(n, max(cfg.Probe.Timeout.D(), time.Second)) })
+		}
+	}
+	wg.Wait()
+	sort.Strings(done)
+	sort.Strings(failed)
 	h := &t.fo.health
 	h.mu.Lock()
 	ch := h.cluster(cl.Name)

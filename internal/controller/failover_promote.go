@@ -161,6 +161,14 @@ func (f *failoverRun) enableSemiSync(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if mode := f.cl.Durability; mode == config.DurabilitySemiSync || mode == config.DurabilitySemiSyncDurable {
+		// The mode's settings before the primary is published, so that
+		// its first routed commit is already protected as configured.
+		if err := pr.ApplySemiSyncPrimary(ctx, durableSettings(mode)); err != nil {
+			return "", err
+		}
+		return "durability " + mode + " applied, semi-sync replicas " + strings.Join(semiReplicas, ", "), nil
+	}
 	if err := pr.EnableSemiSyncPrimary(ctx); err != nil {
 		return "", err
 	}

@@ -213,6 +213,11 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	if c.SemiSync {
 		kv("rpl-semi-sync-master-wait-point", "AFTER_SYNC")
 		kv("rpl-semi-sync-slave-enabled", "ON")
+		// STOP SLAVE on a semi-sync replica first connects to its source
+		// to kill the binlog dump thread, bounded by this (5 s by
+		// default): with a frozen or vanished source every failover would
+		// wait for it.
+		kv("rpl-semi-sync-slave-kill-conn-timeout", 1)
 	}
 	return b.Bytes()
 }
