@@ -90,7 +90,7 @@ func checkCandidate(cl *config.Cluster, st *topo.ClusterState, name string) erro
 	if p.LagSeconds == nil {
 		return fmt.Errorf("%s lag unknown (Seconds_Behind_Master is NULL)", name)
 	}
-	if r := replicaReason(p, primary.Address, st.Primary, maxLag, false); r != "" {
+	if r := replicaReason(p, primary.Address, st.Primary, maxLag, false, false); r != "" {
 		return fmt.Errorf("%s: %s", name, r)
 	}
 	pp := st.Node(st.Primary)

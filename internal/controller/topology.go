@@ -160,7 +160,7 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 			ns.Serving = ns.Reason == ""
 		case p.Replicating:
 			ns.Role = topo.RoleReplica
-			ns.Reason = replicaReason(p, primaryAddr, st.Primary, maxLag, primaryDown)
+			ns.Reason = replicaReason(p, primaryAddr, st.Primary, maxLag, primaryDown, wasServing(in.Prev, n.Name))
 			if ns.Reason == "" && !p.ReadOnly {
 				ns.Reason = "writable replica (read_only=OFF): being fenced"
 			}
@@ -235,7 +235,13 @@ func discoverPrimary(cl config.Cluster, probe func(string) topo.Probe, writable 
 // thread runs keeps serving what it received although its IO thread cannot
 // connect: its lag is unknown, but failing every read for the length of a
 // primary outage is worse than serving data as of the outage.
-func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Duration, primaryDown bool) string {
+// While the primary is unreachable its replicas' IO threads reconnect and
+// their lag is unknown; a replica keeps serving reads then only if it was
+// serving when the primary was lost (it holds what the primary had shipped
+// until then). One that was down, stopped or lagging — a stale node that
+// comes back alone while the primary is dead — does not start serving: its
+// reads would silently miss acknowledged writes.
+func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Duration, primaryDown, wasServing bool) string {
 	if primaryAddr == "" {
 		return "no primary known"
 	}
@@ -244,7 +250,10 @@ func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Durati
 	}
 	ioOK := p.IORunning == "Yes"
 	if primaryDown && !ioOK && p.IORunning != "No" && p.SQLRunning {
-		return ""
+		if wasServing {
+			return ""
+		}
+		return "primary unreachable and this replica was not serving when it was lost (its data may be stale)"
 	}
 	switch {
 	case !ioOK && !p.SQLRunning:
@@ -267,6 +276,15 @@ func replicaReason(p topo.Probe, primaryAddr, primary string, maxLag time.Durati
 		return fmt.Sprintf("lag %ds > max %s", *p.LagSeconds, maxLag)
 	}
 	return ""
+}
+
+// wasServing reports whether node was serving in the previous state.
+func wasServing(prev *topo.ClusterState, node string) bool {
+	if prev == nil {
+		return false
+	}
+	n := prev.Node(node)
+	return n != nil && n.Serving
 }
 
 func orDash(s string) string {

@@ -45,6 +45,15 @@ func stable(primary string, epoch int64) *topo.ClusterState {
 	return &topo.ClusterState{Cluster: "main", Primary: primary, Epoch: epoch, Phase: topo.PhaseStable}
 }
 
+// servingPrev is stable(primary, epoch) with the named replicas serving.
+func servingPrev(primary string, epoch int64, serving ...string) *topo.ClusterState {
+	st := stable(primary, epoch)
+	for _, n := range serving {
+		st.Nodes = append(st.Nodes, topo.NodeState{Name: n, Role: topo.RoleReplica, Serving: true})
+	}
+	return st
+}
+
 func with(ps map[string]topo.Probe, name string, f func(*topo.Probe)) map[string]topo.Probe {
 	p := ps[name]
 	f(&p)
@@ -89,10 +98,21 @@ func TestBuildState(t *testing.T) {
 			probes: with(with(with(healthy(), "node1", func(p *topo.Probe) { *p = topo.Probe{Error: "connection refused"} }),
 				"node2", func(p *topo.Probe) { p.IORunning, p.LagSeconds = "Connecting", nil }),
 				"node3", func(p *topo.Probe) { p.IORunning, p.LagSeconds, p.SQLRunning = "Connecting", nil, false }),
-			prev: stable("node1", 3), primary: "node1", epoch: 3,
+			prev: servingPrev("node1", 3, "node2", "node3"), primary: "node1", epoch: 3,
 			nodes: map[string]nodeWant{
 				"node2": {role: topo.RoleReplica, serving: true},
 				"node3": {role: topo.RoleReplica, serving: false, reason: "replication stopped"},
+			},
+			findings: []string{FindingPrimaryUnreachable},
+		},
+		{
+			name: "a replica that was not serving when the primary was lost does not start serving (stale node back alone)",
+			probes: with(with(with(healthy(), "node1", func(p *topo.Probe) { *p = topo.Probe{Error: "connection refused"} }),
+				"node2", func(p *topo.Probe) { *p = topo.Probe{Error: "connection refused"} }),
+				"node3", func(p *topo.Probe) { p.IORunning, p.LagSeconds = "Connecting", nil }),
+			prev: servingPrev("node1", 3, "node2"), primary: "node1", epoch: 3,
+			nodes: map[string]nodeWant{
+				"node3": {role: topo.RoleReplica, serving: false, reason: "primary unreachable and this replica was not serving when it was lost (its data may be stale)"},
 			},
 			findings: []string{FindingPrimaryUnreachable},
 		},

@@ -54,8 +54,20 @@ func writeFloor(w io.Writer, r *Report, cs topo.ClusterState) {
 		fmt.Fprintf(w, "  the floor does not parse (%v): failovers are refused until it is replaced\n", err)
 		return
 	}
+	// While the published primary answers, its replicas are only as far
+	// behind the floor as replication in flight (the floor rises with every
+	// round's heartbeat, the node rows may be a few rounds old): a gap then
+	// means nothing for a failover and is not shown for serving replicas.
+	primaryUp := false
+	if pn := cs.Node(cs.Primary); pn != nil && cs.Phase == topo.PhaseStable {
+		primaryUp = pn.Probe.Reachable && pn.Probe.Error == ""
+	}
 	for _, n := range cs.Nodes {
 		if n.Name == cs.Primary {
+			continue
+		}
+		if primaryUp && n.Serving {
+			fmt.Fprintf(w, "  %s: replicating from the primary (serving); its gap to the floor is judged if the primary is lost\n", n.Name)
 			continue
 		}
 		p := n.Probe

@@ -27,7 +27,7 @@ func TestWriteTableFloorAndDrainedPrimary(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"promotion floor: 0-1-100 (highest position seen on primary node1, epoch 3",
-		"node2: holds the floor (received 0-1-100)",
+		"node2: replicating from the primary (serving)",
 		"node3: behind the floor at 0-1-40: missing 0-1-100 (60 transaction(s)",
 		"node4: position unknown",
 		"drained: node1",
@@ -39,5 +39,15 @@ func TestWriteTableFloorAndDrainedPrimary(t *testing.T) {
 	}
 	if strings.Contains(out, "(safe to stop)") {
 		t.Errorf("status calls the drained primary safe to stop:\n%s", out)
+	}
+	// With the primary lost every replica's gap to the floor is shown.
+	cs.Nodes[0].Probe = topo.Probe{Error: "connection refused"}
+	r.Clusters = []topo.ClusterState{cs}
+	b.Reset()
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "node2: holds the floor (received 0-1-100)") {
+		t.Errorf("with the primary unreachable, status lacks node2's floor line:\n%s", out)
 	}
 }

@@ -77,6 +77,20 @@ func TestS12StaleNodeReturnsAlone(t *testing.T) {
 	}
 	node3 := st.Node("node3").Probe.GTIDCurrent
 	t.Logf("node3 at %s, floor %s: not promoted after %s", node3, floor.GTID, time.Since(answered).Round(time.Millisecond))
+	// Nor does it serve reads: it was not serving when the primary was
+	// lost, so its data may be stale (it is).
+	if n := st.Node("node3"); n.Serving {
+		t.Fatalf("stale node3 serves reads on the ro listener: %+v", n)
+	} else {
+		t.Logf("node3 not served: %s", n.Reason)
+	}
+	if db, err := sql.Open("mysql", s.dsn(0, "replica")); err == nil {
+		var port int
+		if qerr := db.QueryRow("SELECT @@port").Scan(&port); qerr == nil && port == s.sb.Nodes[2].Port {
+			t.Fatalf("a read through the ro listener was answered by stale node3")
+		}
+		db.Close()
+	}
 
 	// --plan exits 1 when the failover would be refused, and says why.
 	plan, _ := s.cliErr("failover", "--cluster", "main", "--plan")
@@ -223,7 +237,10 @@ func TestFailoverOfHealthyPrimaryRefused(t *testing.T) {
 	if err := s.root(0).QueryRow("SELECT @@read_only").Scan(&ro); err != nil || ro != 0 {
 		t.Fatalf("refused failover fenced node1 (read_only=%d, %v)", ro, err)
 	}
-	plan := s.cli("failover", "--cluster", "main", "--plan")
+	plan, perr := s.cliErr("failover", "--cluster", "main", "--plan")
+	if perr == nil {
+		t.Fatalf("failover --plan of a healthy primary exited 0; want 1 (the failover would be refused):\n%s", plan)
+	}
 	if !strings.Contains(plan, "WARNING: "+msg) {
 		t.Fatalf("plan has no warning:\n%s", plan)
 	}
