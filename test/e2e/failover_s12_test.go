@@ -33,7 +33,6 @@ func (s *foStack) cliErr(args ...string) (string, error) {
 	return runCLI(ctx, s.endpoints[0], args...)
 }
 
-
 // TestS12StaleNodeReturnsAlone (the 2012 incident's node
 // 'c'): auto mode, writers running. node3 is shut down cleanly, writes go
 // on, then node1 and node2 are killed and only node3 starts again. node3 is
