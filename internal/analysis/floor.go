@@ -175,6 +175,6 @@ func floorReject(flavor string, received, floor gtid.Set) string {
 	if received != nil && !received.IsEmpty() {
 		pos = "at " + received.String()
 	}
-	return fmt.Sprintf("behind the promotion floor %s: %s, missing %s (%d transaction(s) the primary acknowledged)",
+	return fmt.Sprintf("behind the promotion floor %s: %s, missing %s (%d transaction(s) committed on the primary, Switchyard's own heartbeats included)",
 		floor, pos, missing, n)
 }
