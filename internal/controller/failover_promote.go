@@ -217,10 +217,14 @@ func (f *failoverRun) repointAll(ctx context.Context) (string, error) {
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var done, failed, left []string
+	var done, failed, left, skipped []string
 	for _, n := range f.cl.Nodes {
 		p := f.probes[n.Name]
 		if n.Name == f.old || n.Name == cand.Name || ahead[n.Name] || !complete(p) || !p.Replicating {
+			continue
+		}
+		if why := f.cr.quarantinedWhy(n.Name); why != "" {
+			skipped = append(skipped, n.Name+" (quarantined: "+why+")")
 			continue
 		}
 		stopped := f.opStopped[n.Name]
@@ -255,6 +259,9 @@ func (f *failoverRun) repointAll(ctx context.Context) (string, error) {
 	detail := "repointed " + orDash(strings.Join(done, ", "))
 	if len(left) > 0 {
 		detail += "; repointed but left stopped (replication was stopped before the failover): " + strings.Join(left, ", ")
+	}
+	if len(skipped) > 0 {
+		detail += "; not repointed: " + strings.Join(skipped, ", ")
 	}
 	if len(failed) > 0 {
 		return detail, errors.New(strings.Join(failed, "; ") + " (repair retries)")

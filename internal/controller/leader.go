@@ -55,6 +55,19 @@ type clusterRun struct {
 	findings  map[string]time.Time // finding key → last logged
 }
 
+// quarantinedWhy is why node is quarantined in the cluster's state ("" when
+// it is not). Quarantined nodes are never repointed by a switchover or a
+// failover: they hold transactions the primary lacks, and a repoint would
+// only stop their IO thread on a divergence error.
+func (cr *clusterRun) quarantinedWhy(node string) string {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.state == nil {
+		return ""
+	}
+	return cr.state.Quarantined[node]
+}
+
 func newTerm(c *Controller, leader topo.Leader) *term {
 	t := &term{
 		c:        c,

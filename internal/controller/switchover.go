@@ -241,6 +241,12 @@ func (s *switchover) run(ctx context.Context) string {
 		if n.Name == s.cand {
 			continue
 		}
+		if why := s.cr.quarantinedWhy(n.Name); why != "" {
+			_ = s.step(ctx, "repoint "+n.Name, func(context.Context) (string, error) {
+				return "not repointed: quarantined (" + why + ")", nil
+			})
+			continue
+		}
 		if err := s.step(ctx, "repoint "+n.Name, func(ctx context.Context) (string, error) {
 			return s.repoint(ctx, n)
 		}); err != nil {
