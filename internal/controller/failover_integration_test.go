@@ -414,7 +414,19 @@ func TestFailedRecoveryDisablesAuto(t *testing.T) {
 	if err := c.KillNode(0); err != nil {
 		t.Fatal(err)
 	}
-	s := waitState(t, st, 30*time.Second, "automatic failover disabled", func(s topo.ClusterState) bool { return s.AutoDisabled != "" })
+	// AutoDisabled and the recovery_failed alarm are two writes, a few
+	// milliseconds apart: wait for both.
+	s := waitState(t, st, 30*time.Second, "automatic failover disabled, with its alarm", func(s topo.ClusterState) bool {
+		if s.AutoDisabled == "" {
+			return false
+		}
+		for _, a := range s.Alarms {
+			if a.Code == topo.AlarmRecoveryFailed {
+				return true
+			}
+		}
+		return false
+	})
 	t.Logf("auto disabled: %s", s.AutoDisabled)
 	if s.Primary != "node1" || s.Phase != topo.PhaseStable {
 		t.Fatalf("after the failed failover: primary %q phase %s, want node1 republished, stable", s.Primary, s.Phase)
