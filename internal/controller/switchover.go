@@ -253,6 +253,13 @@ func (s *switchover) run(ctx context.Context) string {
 			repointErrs = append(repointErrs, fmt.Sprintf("%s: %v", n.Name, err))
 		}
 	}
+	if mode := s.cl.Durability; (mode == "" || mode == config.DurabilityAsync) && s.oldPrimarySemiSync() {
+		// Switchyard does not manage semi-sync here, but the cluster ran
+		// it: the new primary takes the role over (as a failover does)
+		// rather than leaving the cluster asynchronous behind the
+		// operator's back.
+		_ = s.step(ctx, "semi-sync on "+s.cand, s.carrySemiSync)
+	}
 	s.t.applyDurability(ctx, s.cfg, s.cl, s.cand)
 	s.req.FromEpoch, s.req.ToEpoch = s.fromEpoch, toEpoch
 	s.req.Message = fmt.Sprintf("switched over from %s to %s, epoch %d → %d, in %s (statements held %s)",
@@ -475,6 +482,54 @@ func (s *switchover) promote(ctx context.Context) (string, error) {
 		return "", errors.New("read_only is still ON after SET GLOBAL read_only=OFF (check READ_ONLY ADMIN)")
 	}
 	return "replication reset, read_only=OFF", nil
+}
+
+// oldPrimarySemiSync reports whether the old primary ran as a semi-sync
+// primary at its last probe.
+func (s *switchover) oldPrimarySemiSync() bool {
+	s.cr.mu.Lock()
+	defer s.cr.mu.Unlock()
+	if s.cr.state == nil {
+		return false
+	}
+	n := s.cr.state.Node(s.old)
+	return n != nil && n.Probe.SemiSync != nil && n.Probe.SemiSync.MasterEnabled
+}
+
+// carrySemiSync makes the new primary a semi-sync primary once one of its
+// replicas acknowledges, and turns the master switch off on the old
+// primary (a replica with it on stalls its own applier under some
+// settings).
+func (s *switchover) carrySemiSync(ctx context.Context) (string, error) {
+	var semi []string
+	for _, n := range s.cl.Nodes {
+		if n.Name == s.cand {
+			continue
+		}
+		if pr, err := s.t.c.prober(s.cfg, s.cl, &n); err == nil && pr.SemiSyncReplica(ctx) {
+			semi = append(semi, n.Name)
+		}
+	}
+	if len(semi) == 0 {
+		return "", errors.New("no replica of the new primary is a semi-sync replica: it stays asynchronous")
+	}
+	cand := s.cl.Node(s.cand)
+	pr, err := s.t.c.prober(s.cfg, s.cl, cand)
+	if err != nil {
+		return "", err
+	}
+	if err := pr.EnableSemiSyncPrimary(ctx); err != nil {
+		return "", err
+	}
+	detail := "rpl_semi_sync_master_enabled=ON, semi-sync replicas " + strings.Join(semi, ", ")
+	if old := s.cl.Node(s.old); old != nil {
+		if opr, err := s.t.c.prober(s.cfg, s.cl, old); err == nil {
+			if err := opr.DisableSemiSyncPrimary(ctx); err != nil {
+				detail += "; master switch still on on " + s.old + ": " + err.Error()
+			}
+		}
+	}
+	return detail, nil
 }
 
 // repoint makes node n (a replica or the old primary) read-only and

@@ -382,6 +382,17 @@ func (w *workload) stop(final int) *loadgen.Result {
 	s.t.Logf("ledger: %d acknowledged writes, %d missing on %s", len(r.Acked), len(missing), s.sb.Nodes[final].Name)
 	if len(missing) > 0 {
 		s.t.Errorf("%d acknowledged ledger writes lost (first id %d)", len(missing), missing[0])
+		// Where the lost rows are, to tell a write the old primary
+		// acknowledged and never shipped from a hole in a replica.
+		for i := range s.sb.Nodes {
+			db := s.root(i)
+			var sid int64
+			var at string
+			err := db.QueryRowContext(ctx, "SELECT server_id, CAST(at AS CHAR) FROM sbtest.ledger WHERE id = ?", missing[0]).Scan(&sid, &at)
+			s.t.Logf("lost id %d on %s: executed by server_id %d at %s (err %v); %s gtid_current_pos %s", missing[0], s.sb.Nodes[i].Name, sid, at, err,
+				s.sb.Nodes[i].Name, rootString(db, "SELECT @@gtid_current_pos"))
+			db.Close()
+		}
 	}
 	lost, dup, err := w.ids.check(ctx, s.rootDSN(final, "sbtest"))
 	if err != nil {
@@ -593,4 +604,13 @@ type tlogWriter struct{ t *testing.T }
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// rootString runs q on db and returns its single value, or the error text.
+func rootString(db *sql.DB, q string) string {
+	var v string
+	if err := db.QueryRow(q).Scan(&v); err != nil {
+		return err.Error()
+	}
+	return v
 }
