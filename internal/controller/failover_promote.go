@@ -148,22 +148,37 @@ func (f *failoverRun) promote(ctx context.Context) (string, error) {
 // semi-sync replica, so the cluster runs semi-sync) once at least one
 // repointed replica is a semi-sync replica.
 func (f *failoverRun) enableSemiSync(ctx context.Context) (string, error) {
+	return f.t.semiSyncPrimary(ctx, f.cfg, f.cl, f.plan.Candidate, f.repointed)
+}
+
+// semiSyncPrimary makes cand a semi-sync primary once at least one of
+// replicas is a semi-sync replica: with clusters[].durability semi_sync or
+// semi_sync_durable the mode's settings (before the primary is published,
+// so its first routed commit is protected as configured), else just the
+// master switch. Shared by failover and switchover.
+func (t *term) semiSyncPrimary(ctx context.Context, cfg *config.Config, cl *config.Cluster, cand string, replicas []string) (string, error) {
 	var semiReplicas []string
-	for _, name := range f.repointed {
-		if pr, err := f.prober(name); err == nil && pr.SemiSyncReplica(ctx) {
+	for _, name := range replicas {
+		n := cl.Node(name)
+		if n == nil {
+			continue
+		}
+		if pr, err := t.c.prober(cfg, cl, n); err == nil && pr.SemiSyncReplica(ctx) {
 			semiReplicas = append(semiReplicas, name)
 		}
 	}
 	if len(semiReplicas) == 0 {
 		return "", errors.New("no repointed replica is a semi-sync replica: the new primary stays asynchronous (acknowledged writes are not protected until one is)")
 	}
-	pr, err := f.prober(f.plan.Candidate)
+	n := cl.Node(cand)
+	if n == nil {
+		return "", fmt.Errorf("%s is not a node of cluster %s", cand, cl.Name)
+	}
+	pr, err := t.c.prober(cfg, cl, n)
 	if err != nil {
 		return "", err
 	}
-	if mode := f.cl.Durability; mode == config.DurabilitySemiSync || mode == config.DurabilitySemiSyncDurable {
-		// The mode's settings before the primary is published, so that
-		// its first routed commit is already protected as configured.
+	if mode := cl.Durability; mode == config.DurabilitySemiSync || mode == config.DurabilitySemiSyncDurable {
 		if err := pr.ApplySemiSyncPrimary(ctx, durableSettings(mode)); err != nil {
 			return "", err
 		}

@@ -501,27 +501,16 @@ func (s *switchover) oldPrimarySemiSync() bool {
 // primary (a replica with it on stalls its own applier under some
 // settings).
 func (s *switchover) carrySemiSync(ctx context.Context) (string, error) {
-	var semi []string
+	var others []string
 	for _, n := range s.cl.Nodes {
-		if n.Name == s.cand {
-			continue
-		}
-		if pr, err := s.t.c.prober(s.cfg, s.cl, &n); err == nil && pr.SemiSyncReplica(ctx) {
-			semi = append(semi, n.Name)
+		if n.Name != s.cand {
+			others = append(others, n.Name)
 		}
 	}
-	if len(semi) == 0 {
-		return "", errors.New("no replica of the new primary is a semi-sync replica: it stays asynchronous")
-	}
-	cand := s.cl.Node(s.cand)
-	pr, err := s.t.c.prober(s.cfg, s.cl, cand)
+	detail, err := s.t.semiSyncPrimary(ctx, s.cfg, s.cl, s.cand, others)
 	if err != nil {
 		return "", err
 	}
-	if err := pr.EnableSemiSyncPrimary(ctx); err != nil {
-		return "", err
-	}
-	detail := "rpl_semi_sync_master_enabled=ON, semi-sync replicas " + strings.Join(semi, ", ")
 	if old := s.cl.Node(s.old); old != nil {
 		if opr, err := s.t.c.prober(s.cfg, s.cl, old); err == nil {
 			if err := opr.DisableSemiSyncPrimary(ctx); err != nil {
