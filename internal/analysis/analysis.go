@@ -19,7 +19,7 @@ type Code string
 const (
 	// DeadPrimary: the controller cannot reach the primary, every reachable
 	// replica of it reports its IO thread disconnected (or silent for longer
-	// than the heartbeat bound), and a quorum of live proxies cannot reach
+	// than Limits.SilenceBound), and a quorum of live proxies cannot reach
 	// it either. The only code that can lead to a failover.
 	DeadPrimary Code = "DeadPrimary"
 	// UnreachablePrimary: the controller cannot reach the primary but some
@@ -95,7 +95,8 @@ type Node struct {
 	Probe topo.Probe
 	// IOProgressAt is when the controller last saw this replica's IO thread
 	// make progress (received heartbeats, read position or Gtid_IO_Pos
-	// changed), or first saw it. Zero means unknown and counts as now.
+	// changed), or first saw it: the end of that probe (its At). Zero means
+	// unknown and counts as now.
 	IOProgressAt time.Time
 	// LastLag is the last non-NULL Seconds_Behind_Master seen (nil: never).
 	LastLag *int64
@@ -127,15 +128,20 @@ type Limits struct {
 	// MaxThreadsRunning: more running threads on the primary is a sign of
 	// overload (0: not checked).
 	MaxThreadsRunning int64
-	// IOSilence is how long a replica's IO thread may show no progress
-	// before it counts as disconnected when it has no heartbeat period; with
-	// a heartbeat period P the bound is max(3P, MinIOSilence). It is the
-	// slave_net_timeout-scale bound: a silently dead primary is noticed by
-	// the replica itself only after slave_net_timeout.
-	IOSilence time.Duration
-	// MinIOSilence is the least silence that counts (at least two probe
-	// intervals, so one slow round never counts).
-	MinIOSilence time.Duration
+	// SilenceBound (failover.silence_bound) is how long a replica's IO
+	// thread may receive nothing from its source (no event, no heartbeat)
+	// and still count as connected. A replica whose heartbeat period P is
+	// longer than SilenceBound/3 gets 3P instead (a live but idle source
+	// is silent for up to P between heartbeats); with no heartbeat period
+	// at all, 10s (the slave_net_timeout scale). 0 means 10s.
+	//
+	// The silence is measured between the controller's own probes of the
+	// replica, never overstated: from the end of the probe that last saw
+	// progress (IOProgressAt) to the start of the current probe (Probe.At
+	// minus its latency). A primary frozen for F makes a replica silent
+	// for at most F plus one heartbeat period, so a freeze shorter than
+	// SilenceBound − P never counts.
+	SilenceBound time.Duration
 	// HeartbeatFailures is how many consecutive failed heartbeat writes
 	// make PrimaryWritesBlocked when the server shows no blocker (one
 	// failure with a named blocker is enough); 0 means 2.
@@ -171,6 +177,13 @@ type Result struct {
 	// (any probe error on it, a proxy reporting it unreachable, a replica
 	// losing it): the controller starts an extra probe round at once.
 	Trouble bool
+	// Silent is true when DeadPrimary rests on the silence of at least one
+	// replica whose IO thread still shows Yes (rather than on every IO
+	// thread having dropped its connection): a frozen or partitioned
+	// primary, or one that only paused. The controller then confirms it in
+	// rounds spaced apart in time, so that a pause shorter than the bound
+	// plus that spacing never leads to a failover.
+	Silent bool
 }
 
 // Has reports whether code was found (for any node).
@@ -288,7 +301,7 @@ func (s Snapshot) analyzePrimary(p *Node, r *Result, add func(Code, string, stri
 func (s Snapshot) deadOrUnreachable(p *Node, r *Result, add func(Code, string, string, ...any)) {
 	r.Trouble = true
 	var witnesses, lost []string
-	replicas := 0
+	replicas, silent := 0, false
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		if n.Name == p.Name || !complete(n.Probe) || !n.Probe.Replicating ||
@@ -300,6 +313,7 @@ func (s Snapshot) deadOrUnreachable(p *Node, r *Result, add func(Code, string, s
 			witnesses = append(witnesses, fmt.Sprintf("replica %s IO thread connected (%s)", n.Name, why))
 		} else {
 			lost = append(lost, fmt.Sprintf("%s: %s", n.Name, why))
+			silent = silent || n.Probe.IORunning == "Yes"
 		}
 	}
 	down, total := 0, len(s.Proxies)
@@ -327,6 +341,7 @@ func (s Snapshot) deadOrUnreachable(p *Node, r *Result, add func(Code, string, s
 	default:
 		add(DeadPrimary, p.Name, "controller cannot reach it (%s); every replica lost it (%s); %d of %d proxies cannot reach it",
 			p.Probe.Error, strings.Join(lost, "; "), down, total)
+		r.Silent = silent
 	}
 }
 
@@ -345,25 +360,38 @@ func (s Snapshot) ioConnected(n *Node) (bool, string) {
 	if n.IOProgressAt.IsZero() {
 		return true, "no silence measured yet"
 	}
-	silent := s.Now.Sub(n.IOProgressAt)
+	silent := s.silence(n)
 	if silent > bound {
-		return false, fmt.Sprintf("IO thread Yes but nothing received for %s (bound %s)", silent.Round(100*time.Millisecond), bound)
+		return false, fmt.Sprintf("IO thread Yes but nothing received for %s (bound %s)", silent.Round(10*time.Millisecond), bound)
 	}
-	return true, fmt.Sprintf("last event or heartbeat %s ago", silent.Round(100*time.Millisecond))
+	return true, fmt.Sprintf("last event or heartbeat %s ago", silent.Round(10*time.Millisecond))
+}
+
+// silence is how long replica n's IO thread has shown no progress, as far
+// as the controller's probes prove it: from the end of the probe that last
+// saw progress to the start of the current probe (both ends are when the
+// replica answered at the latest and the earliest, so a silence is never
+// overstated). Without a probe time (At zero) it runs to s.Now.
+func (s Snapshot) silence(n *Node) time.Duration {
+	at := s.Now
+	if !n.Probe.At.IsZero() {
+		at = n.Probe.At.Add(-time.Duration(n.Probe.LatencyMS * float64(time.Millisecond)))
+	}
+	return max(at.Sub(n.IOProgressAt), 0)
 }
 
 // ioSilenceBound is how long the IO thread of a replica probed as p may stay
-// silent: three heartbeat periods when a period is set, else IOSilence;
-// never less than MinIOSilence.
+// silent: SilenceBound, or three heartbeat periods when that is longer (a
+// replica not aligned yet), or 10s with no heartbeat period at all.
 func (s Snapshot) ioSilenceBound(p topo.Probe) time.Duration {
-	b := s.Limits.IOSilence
-	if p.HeartbeatPeriod > 0 {
-		b = time.Duration(3 * p.HeartbeatPeriod * float64(time.Second))
-	}
+	b := s.Limits.SilenceBound
 	if b <= 0 {
 		b = 10 * time.Second
 	}
-	return max(b, s.Limits.MinIOSilence)
+	if p.HeartbeatPeriod <= 0 {
+		return max(b, 10*time.Second)
+	}
+	return max(b, time.Duration(3*p.HeartbeatPeriod*float64(time.Second)))
 }
 
 func (s Snapshot) analyzeReplicas(primary *Node, add func(Code, string, string, ...any)) {

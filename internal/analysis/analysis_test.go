@@ -56,7 +56,7 @@ func (s snap) build() Snapshot {
 	return Snapshot{
 		Cluster: "main", Primary: pub, Phase: s.phase, Nodes: nodes, Proxies: s.proxies, Now: t0,
 		Limits: Limits{MaxLag: 10 * time.Second, SlowProbe: 250 * time.Millisecond, MaxThreadsRunning: 100,
-			IOSilence: 10 * time.Second, MinIOSilence: 600 * time.Millisecond},
+			SilenceBound: 1200 * time.Millisecond},
 	}
 }
 
@@ -314,15 +314,95 @@ func TestDeadPrimaryDetailExplains(t *testing.T) {
 }
 
 func TestIOSilenceBound(t *testing.T) {
-	s := Snapshot{Limits: Limits{IOSilence: 10 * time.Second, MinIOSilence: 600 * time.Millisecond}}
+	s := Snapshot{Limits: Limits{SilenceBound: 1200 * time.Millisecond}}
+	if b := s.ioSilenceBound(topo.Probe{HeartbeatPeriod: 0.2}); b != 1200*time.Millisecond {
+		t.Errorf("bound with heartbeat 0.2s = %s, want the silence bound 1.2s", b)
+	}
+	// A replica not aligned yet (period 1s): an idle primary is silent up
+	// to 1s between heartbeats, so 3 periods.
 	if b := s.ioSilenceBound(topo.Probe{HeartbeatPeriod: 1}); b != 3*time.Second {
 		t.Errorf("bound with heartbeat 1s = %s, want 3s", b)
 	}
 	if b := s.ioSilenceBound(topo.Probe{}); b != 10*time.Second {
-		t.Errorf("bound without heartbeat = %s, want 10s (IOSilence)", b)
+		t.Errorf("bound without heartbeat = %s, want 10s", b)
 	}
-	if b := s.ioSilenceBound(topo.Probe{HeartbeatPeriod: 0.1}); b != 600*time.Millisecond {
-		t.Errorf("bound with heartbeat 0.1s = %s, want the 600ms minimum", b)
+	if b := (Snapshot{}).ioSilenceBound(topo.Probe{HeartbeatPeriod: 0.2}); b != 10*time.Second {
+		t.Errorf("bound with no SilenceBound = %s, want 10s", b)
+	}
+}
+
+// silentPrimary builds a cluster whose primary times out for the
+// controller and every proxy while both replicas' IO threads still show Yes
+// (a partitioned or frozen primary): probed at t0 with latency 5ms, last
+// progress silence2/silence3 before the start of that probe, heartbeat
+// period hb; the analysis runs at t0+now (the end of the round, after the
+// primary's probe timed out).
+func silentPrimary(silence2, silence3 time.Duration, hb float64, now time.Duration) Snapshot {
+	g := "0-1-100"
+	timeout := with(refused(), func(p *topo.Probe) { p.Error, p.ErrorKind = "connect: i/o timeout", "timeout" })
+	rep := func(id uint32) topo.Probe {
+		return with(replicaOK(id, g), func(p *topo.Probe) { p.HeartbeatPeriod, p.At, p.LatencyMS = hb, t0, 5 })
+	}
+	s := snap{primary: timeout, db2: rep(2), db3: rep(3), proxies: proxies(false, false)}.build()
+	start := t0.Add(-5 * time.Millisecond)
+	s.Nodes[1].IOProgressAt = start.Add(-silence2)
+	s.Nodes[2].IOProgressAt = start.Add(-silence3)
+	s.Now = t0.Add(now)
+	return s
+}
+
+// TestSilenceBound checks the silence rule against failover.silence_bound
+// (1.2s here, heartbeat 0.2s): a pause shorter than the bound never makes
+// DeadPrimary, a longer silence of every replica does, and the silence is
+// measured to the start of the replica's own probe, not to the end of the
+// round.
+func TestSilenceBound(t *testing.T) {
+	tests := []struct {
+		name               string
+		silence2, silence3 time.Duration
+		hb                 float64
+		now                time.Duration
+		dead, silent       bool
+	}{
+		{name: "1s freeze: both replicas silent 1.1s (a heartbeat period more)", silence2: 1100 * time.Millisecond, silence3: 1100 * time.Millisecond, hb: 0.2},
+		{name: "one replica still hears it", silence2: 1500 * time.Millisecond, silence3: 100 * time.Millisecond, hb: 0.2},
+		{name: "isolated: both silent 1.3s", silence2: 1300 * time.Millisecond, silence3: 1300 * time.Millisecond, hb: 0.2, dead: true, silent: true},
+		{name: "replica not aligned yet (period 1s): 2s is within 3 periods", silence2: 2 * time.Second, silence3: 2 * time.Second, hb: 1},
+		{name: "replica not aligned yet (period 1s): 3.5s", silence2: 3500 * time.Millisecond, silence3: 3500 * time.Millisecond, hb: 1, dead: true, silent: true},
+		// The round ended 1s after the replicas were probed (the primary's
+		// probe timed out): what the replicas received meanwhile is not
+		// known, so that second is not silence.
+		{name: "silence measured at the replica's probe, not at the round's end", silence2: 1100 * time.Millisecond, silence3: 1100 * time.Millisecond, hb: 0.2, now: time.Second},
+	}
+	for _, tc := range tests {
+		r := Analyze(silentPrimary(tc.silence2, tc.silence3, tc.hb, tc.now))
+		if r.Has(DeadPrimary) != tc.dead || r.Silent != tc.silent {
+			t.Errorf("%s: DeadPrimary %v Silent %v, want %v %v; findings %v", tc.name, r.Has(DeadPrimary), r.Silent, tc.dead, tc.silent, r.Findings)
+		}
+		if !tc.dead && !r.Has(UnreachablePrimary) {
+			t.Errorf("%s: want UnreachablePrimary naming the witness, got %v", tc.name, r.Findings)
+		}
+		if !r.Trouble {
+			t.Errorf("%s: a primary the controller cannot reach is trouble", tc.name)
+		}
+	}
+	// A crash: every IO thread dropped its connection; no silence needed,
+	// and the verdict does not rest on silence.
+	s := silentPrimary(0, 0, 0.2, 0)
+	s.Nodes[1].Probe, s.Nodes[2].Probe = ioConnecting(s.Nodes[1].Probe), ioConnecting(s.Nodes[2].Probe)
+	if r := Analyze(s); !r.Has(DeadPrimary) || r.Silent {
+		t.Errorf("crash: DeadPrimary %v Silent %v, want true false: %v", r.Has(DeadPrimary), r.Silent, r.Findings)
+	}
+	// One replica dropped its connection, the other is silent: rests on
+	// silence.
+	s = silentPrimary(1300*time.Millisecond, 0, 0.2, 0)
+	s.Nodes[2].Probe = ioConnecting(s.Nodes[2].Probe)
+	if r := Analyze(s); !r.Has(DeadPrimary) || !r.Silent {
+		t.Errorf("mixed: DeadPrimary %v Silent %v, want true true: %v", r.Has(DeadPrimary), r.Silent, r.Findings)
+	}
+	f := Analyze(silentPrimary(1300*time.Millisecond, 1300*time.Millisecond, 0.2, 0)).Get(DeadPrimary)
+	if f == nil || !strings.Contains(f.Detail, "nothing received for 1.3s (bound 1.2s)") {
+		t.Errorf("DeadPrimary detail = %+v, want the silence and the bound", f)
 	}
 }
 

@@ -241,9 +241,26 @@ type FailoverConfig struct {
 	Mode string `yaml:"mode"`
 	// ConfirmRounds is how many consecutive probe rounds must find the
 	// primary dead before an automatic failover; the first sign of trouble
-	// starts an extra round at once instead of waiting for the next tick.
+	// starts an extra round at once, and while trouble lasts rounds start
+	// every min(probe.interval, 250ms) instead of waiting for the next tick.
 	// Type: integer (>= 1). Default: 2.
 	ConfirmRounds int `yaml:"confirm_rounds"`
+	// SilenceBound is how long a replica's IO thread may receive nothing
+	// from the primary (no event, no heartbeat: Read_Master_Log_Pos,
+	// Gtid_IO_Pos and Slave_received_heartbeats of SHOW ALL SLAVES STATUS
+	// unchanged between two of the controller's probes of it) before it
+	// counts as having lost the primary, the sign of a partitioned or
+	// frozen primary whose TCP connections stay open. The controller sets
+	// MASTER_HEARTBEAT_PERIOD = SilenceBound/6 and slave_net_timeout =
+	// 2 × SilenceBound (whole seconds, rounded up) on every replica it
+	// points at a primary and aligns replicas it finds with other values
+	// (MariaDB KB "CHANGE MASTER TO", "slave_net_timeout"). A primary
+	// frozen for less than SilenceBound − SilenceBound/6 + the confirmation
+	// spacing (1.25s with the defaults) is never failed over; one isolated
+	// from everything is failed over about SilenceBound + 0.5s after.
+	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
+	// Type: duration. Default: 1.2s.
+	SilenceBound Duration `yaml:"silence_bound"`
 	// BlockPeriod is how long automatic failover stays blocked after any
 	// failover (automatic or manual), unless `switchyard ack` lifts it.
 	// Type: duration. Default: 1h0m0s.
@@ -265,6 +282,42 @@ type FailoverConfig struct {
 	// errant transactions is quarantined either way.
 	// Type: bool. Default: true.
 	RejoinOldPrimary *bool `yaml:"rejoin_old_primary"`
+}
+
+// Silence bounds (failover.silence_bound).
+const (
+	// DefaultSilenceBound is failover.silence_bound when unset.
+	DefaultSilenceBound = 1200 * time.Millisecond
+	// MinSilenceBound is the least failover.silence_bound accepted: with
+	// heartbeats every bound/6 a 1s freeze never reaches it.
+	MinSilenceBound = 1200 * time.Millisecond
+	// MaxSilenceBound is the largest failover.silence_bound accepted.
+	MaxSilenceBound = time.Minute
+)
+
+// HeartbeatPeriod is the MASTER_HEARTBEAT_PERIOD the controller sets on
+// the replicas: SilenceBound/6 rounded to the millisecond (200ms with the
+// default bound), so that a live primary is heard from several times per
+// bound even when it writes nothing.
+func (f FailoverConfig) HeartbeatPeriod() time.Duration {
+	b := f.SilenceBound.D()
+	if b <= 0 {
+		b = DefaultSilenceBound
+	}
+	return (b / 6).Round(time.Millisecond)
+}
+
+// NetTimeout is the slave_net_timeout the controller sets on the replicas,
+// in whole seconds: 2 × SilenceBound rounded up (3 with the default
+// bound). A replica whose source stays silent that long reconnects (its IO
+// thread shows Connecting); it is above the silence bound so that the
+// reconnect never turns a freeze the bound tolerates into a lost primary.
+func (f FailoverConfig) NetTimeout() int {
+	b := f.SilenceBound.D()
+	if b <= 0 {
+		b = DefaultSilenceBound
+	}
+	return int((2*b + time.Second - 1) / time.Second)
 }
 
 // Rejoin reports failover.rejoin_old_primary (true when unset).
@@ -544,6 +597,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if f.ConfirmRounds == 0 {
 			f.ConfirmRounds = 2
+		}
+		if f.SilenceBound == 0 {
+			f.SilenceBound = Duration(DefaultSilenceBound)
 		}
 		if f.BlockPeriod == 0 {
 			f.BlockPeriod = Duration(time.Hour)

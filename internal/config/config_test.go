@@ -356,3 +356,23 @@ listeners: [{name: rw, address: "127.0.0.1:6446", cluster: main, role: primary}]
 		}
 	}
 }
+
+func TestSilenceBoundDerivedSettings(t *testing.T) {
+	tests := []struct {
+		bound time.Duration
+		hb    time.Duration
+		net   int
+	}{
+		{0, 200 * time.Millisecond, 3}, // the default 1.2s
+		{1200 * time.Millisecond, 200 * time.Millisecond, 3},
+		{1500 * time.Millisecond, 250 * time.Millisecond, 3},
+		{3 * time.Second, 500 * time.Millisecond, 6},
+		{1250 * time.Millisecond, 208 * time.Millisecond, 3},
+	}
+	for _, tc := range tests {
+		f := FailoverConfig{SilenceBound: Duration(tc.bound)}
+		if hb, net := f.HeartbeatPeriod(), f.NetTimeout(); hb != tc.hb || net != tc.net {
+			t.Errorf("silence_bound %s: heartbeat %s, slave_net_timeout %d; want %s, %d", tc.bound, hb, net, tc.hb, tc.net)
+		}
+	}
+}

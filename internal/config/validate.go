@@ -637,6 +637,10 @@ func validateFailover(v *validator, f string, fo FailoverConfig) {
 	if fo.ConfirmRounds < 1 {
 		v.add(f+".confirm_rounds", "%d must be at least 1 (a dead primary must be seen in that many consecutive probe rounds)", fo.ConfirmRounds)
 	}
+	if fo.SilenceBound < Duration(MinSilenceBound) || fo.SilenceBound > Duration(MaxSilenceBound) {
+		v.add(f+".silence_bound", "%s must be between %s and %s (below %s a primary frozen for 1s could be failed over)",
+			fo.SilenceBound, Duration(MinSilenceBound), Duration(MaxSilenceBound), Duration(MinSilenceBound))
+	}
 	for _, d := range []struct {
 		name string
 		v    Duration

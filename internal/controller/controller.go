@@ -307,6 +307,7 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 	defer c.probersMu.Unlock()
 	if p, ok := c.probers[key]; ok {
 		if p.address == n.Address && p.flavor == cl.Flavor && p.user == user && p.password == pw && p.timeout == timeout {
+			p.SetReplicaSettings(replicaSettings(cl))
 			return p, nil
 		}
 		_ = p.Close()
@@ -315,6 +316,9 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 		Prober:  probe.NewProber(n.Address, probe.Credentials{User: user, Password: pw}, cl.Flavor, timeout),
 		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout,
 	}
+	// Every CHANGE MASTER through this prober carries the cluster's
+	// heartbeat period and slave_net_timeout (failover.silence_bound).
+	p.SetReplicaSettings(replicaSettings(cl))
 	c.probers[key] = p
 	return p, nil
 }

@@ -18,9 +18,6 @@ const (
 	// overloadThreadsRunning: more running threads on the primary is a sign
 	// of overload (reported, never acted on).
 	overloadThreadsRunning = 100
-	// ioSilenceDefault bounds a replica's IO-thread silence when it has no
-	// heartbeat period (the slave_net_timeout scale; the sandbox sets 10 s).
-	ioSilenceDefault = 10 * time.Second
 )
 
 // termFailover is the failure-detection state of one term of leadership:
@@ -32,6 +29,10 @@ type termFailover struct {
 	kick   chan struct{}
 	events *eventLog
 	wg     sync.WaitGroup // failovers started by the policy
+
+	timerMu sync.Mutex
+	timer   *time.Timer // a round requested for later (roundAt)
+	timerAt time.Time   // when timer fires; zero when it is not pending
 
 	mu       sync.Mutex
 	proxies  map[string]topo.ProxyRegistration // by proxy id (live registrations)
@@ -51,8 +52,10 @@ type clusterMemory struct {
 	lastLag           map[string]int64      // node → last non-NULL lag
 	lastComplete      map[string]topo.Probe // node → last complete probe
 	deadRounds        int                   // consecutive rounds with DeadPrimary
+	deadRoundAt       time.Time             // start of the last round counted in deadRounds
 	trouble           bool                  // the last round saw trouble on the primary
 	repairAt          map[string]time.Time  // node → last repair attempt
+	alignAt           map[string]time.Time  // node → last replica-settings alignment (replicasettings.go)
 	primaryWritableAt time.Time             // last complete probe of the published primary with read_only=OFF
 	primaryWritable   string                // the primary primaryWritableAt is about
 	analysis          []topo.AnalysisEntry  // last published codes
@@ -77,19 +80,80 @@ func (f *termFailover) extraRound() {
 	}
 }
 
+// maxTroubleSpacing bounds the time between the starts of two probe rounds
+// while the primary shows trouble: rounds start every min(probe.interval,
+// maxTroubleSpacing), so a replica's silence is sampled finely and a
+// silence-based DeadPrimary is confirmed that long after it was first seen.
+const maxTroubleSpacing = 250 * time.Millisecond
+
+// troubleSpacing is the spacing of probe rounds during trouble for a probe
+// interval.
+func troubleSpacing(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return maxTroubleSpacing
+	}
+	return min(interval, maxTroubleSpacing)
+}
+
+// roundAt asks the probe loop for a round starting at at (at once when at
+// is not after now). Of several requests the earliest wins; the regular
+// ticker keeps running meanwhile. A request outliving the term only sends
+// a kick nobody reads.
+func (f *termFailover) roundAt(at, now time.Time) {
+	d := at.Sub(now)
+	if d <= 0 {
+		f.extraRound()
+		return
+	}
+	f.timerMu.Lock()
+	defer f.timerMu.Unlock()
+	if f.timer != nil && !f.timerAt.IsZero() && !f.timerAt.After(at) {
+		return // an earlier round is already due
+	}
+	if f.timer == nil {
+		f.timer = time.AfterFunc(d, func() {
+			f.timerMu.Lock()
+			f.timerAt = time.Time{}
+			f.timerMu.Unlock()
+			f.extraRound()
+		})
+	} else {
+		f.timer.Reset(d)
+	}
+	f.timerAt = at
+}
+
+// roundStart is when a round's probes started: the earliest probe start
+// (At minus its latency), or now without probes.
+func roundStart(probes map[string]topo.Probe, now time.Time) time.Time {
+	start := now
+	for _, p := range probes {
+		if p.At.IsZero() {
+			continue
+		}
+		if s := p.At.Add(-time.Duration(p.LatencyMS * float64(time.Millisecond))); s.Before(start) {
+			start = s
+		}
+	}
+	return start
+}
+
 func (f *termFailover) memory(cluster string) *clusterMemory {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.clusters[cluster]
 	if !ok {
 		m = &clusterMemory{ioSig: map[string]string{}, ioAt: map[string]time.Time{}, lastLag: map[string]int64{},
-			lastComplete: map[string]topo.Probe{}, repairAt: map[string]time.Time{}}
+			lastComplete: map[string]topo.Probe{}, repairAt: map[string]time.Time{}, alignAt: map[string]time.Time{}}
 		f.clusters[cluster] = m
 	}
 	return m
 }
 
-// observe records what a round's probes say about progress and lag.
+// observe records what a round's probes say about progress and lag. A
+// replica's progress is dated by the end of the probe that saw it (its At;
+// now when unset), the latest moment its IO thread can have received what
+// it showed.
 func (m *clusterMemory) observe(probes map[string]topo.Probe, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -109,7 +173,11 @@ func (m *clusterMemory) observe(probes map[string]topo.Probe, now time.Time) {
 			p.SourceLogFile, itoa(p.ReadSourceLogPos), p.GTIDIO}, "|")
 		if m.ioSig[name] != sig {
 			m.ioSig[name] = sig
-			m.ioAt[name] = now
+			at := p.At
+			if at.IsZero() || at.After(now) {
+				at = now
+			}
+			m.ioAt[name] = at
 		}
 	}
 }
@@ -205,8 +273,7 @@ func (t *term) analysisSnapshot(cfg *config.Config, cl *config.Cluster, st *topo
 			MaxLag:            cl.ReadRouting.MaxLag.D(),
 			SlowProbe:         cfg.Probe.Timeout.D() / 2,
 			MaxThreadsRunning: overloadThreadsRunning,
-			IOSilence:         ioSilenceDefault,
-			MinIOSilence:      2 * cfg.Probe.Interval.D(),
+			SilenceBound:      cl.Failover.SilenceBound.D(),
 		},
 	}
 	m.mu.Lock()

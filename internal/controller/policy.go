@@ -81,12 +81,20 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 		return // a switchover or failover of this cluster is running; it decides
 	}
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
-	if res.Trouble && !m.trouble {
+	start := roundStart(probes, now)
+	spacing := troubleSpacing(cfg.Probe.Interval.D())
+	switch {
+	case res.Trouble && !m.trouble:
 		t.fo.extraRound()
+	case res.Trouble:
+		// While trouble lasts, rounds start every spacing: a replica's
+		// silence is sampled that finely whatever probe.interval is.
+		t.fo.roundAt(start.Add(spacing), t.c.now())
 	}
 	m.trouble = res.Trouble
-	t.decideFailover(ctx, cl, cr, &st, res, m)
+	t.decideFailover(ctx, cl, cr, &st, res, m, start, spacing)
 	t.repair(ctx, cfg, cl, cr, &st, probes, m)
+	t.alignReplicaSettings(ctx, cfg, cl, cr, &st, probes, res, m)
 }
 
 // publishAnalysis writes the analysis codes into the state when the set of
@@ -113,8 +121,13 @@ func (t *term) publishAnalysis(ctx context.Context, cr *clusterRun, m *clusterMe
 }
 
 // decideFailover applies the failover policy to a round's analysis. Every
-// decision and non-decision is an event.
-func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, res analysis.Result, m *clusterMemory) {
+// decision and non-decision is an event. start is when the round's probes
+// started: a DeadPrimary that rests on a replica's silence (res.Silent) is
+// counted again only in a round starting at least spacing after the last
+// counted one (earlier rounds, kicked by a proxy's report, neither count
+// nor reset), so that the confirmation spans that much time.
+func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, res analysis.Result, m *clusterMemory,
+	start time.Time, spacing time.Duration) {
 	ev := func(kind string, f *analysis.Finding, msg string) topo.Event {
 		e := topo.Event{Cluster: cl.Name, Kind: kind, Message: msg, Epoch: st.Epoch}
 		if f != nil {
@@ -139,7 +152,12 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 		}
 		return
 	}
+	if res.Silent && m.deadRounds > 0 && start.Before(m.deadRoundAt.Add(spacing)) {
+		t.fo.roundAt(m.deadRoundAt.Add(spacing), t.c.now())
+		return
+	}
 	m.deadRounds++
+	m.deadRoundAt = start
 	f := cl.Failover
 	var why, class string
 	switch {
@@ -163,7 +181,11 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 	case m.deadRounds < f.ConfirmRounds:
 		t.fo.events.emitOnce(ctx, dedup+"confirm", 0, ev(topo.EventNoAction, dead, fmt.Sprintf(
 			"confirming: DeadPrimary in %d of %d consecutive rounds (%s); probing again now", m.deadRounds, f.ConfirmRounds, dead.Detail)))
-		t.fo.extraRound()
+		if res.Silent {
+			t.fo.roundAt(start.Add(spacing), t.c.now())
+		} else {
+			t.fo.extraRound()
+		}
 		return
 	}
 	if why != "" {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -88,6 +89,53 @@ func TestAlarmsAndHelpers(t *testing.T) {
 	}
 }
 
+func TestTroubleRounds(t *testing.T) {
+	if d := troubleSpacing(time.Second); d != 250*time.Millisecond {
+		t.Errorf("spacing at a 1s interval = %s, want 250ms", d)
+	}
+	if d := troubleSpacing(100 * time.Millisecond); d != 100*time.Millisecond {
+		t.Errorf("spacing at a 100ms interval = %s, want 100ms", d)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	probes := map[string]topo.Probe{
+		"node1": {At: t0.Add(200 * time.Millisecond), LatencyMS: 200}, // timed out
+		"node2": {At: t0.Add(10 * time.Millisecond), LatencyMS: 8},
+	}
+	if s := roundStart(probes, t0.Add(time.Second)); !s.Equal(t0) {
+		t.Errorf("round start = %s, want %s", s, t0)
+	}
+	f := &termFailover{kick: make(chan struct{}, 1)}
+	f.roundAt(t0, t0.Add(time.Millisecond)) // due: at once
+	select {
+	case <-f.kick:
+	default:
+		t.Fatal("a round already due was not kicked at once")
+	}
+	now := time.Now()
+	f.roundAt(now.Add(time.Hour), now)
+	f.roundAt(now.Add(30*time.Millisecond), now) // earlier wins
+	f.roundAt(now.Add(time.Hour), now)           // later is ignored
+	select {
+	case <-f.kick:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the round requested in 30ms never came")
+	}
+}
+
+func TestReplicaSettingsDiffer(t *testing.T) {
+	rs := probe.ReplicaSettings{HeartbeatPeriod: 200 * time.Millisecond, NetTimeout: 3}
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3}, rs); d != "" {
+		t.Errorf("aligned replica differs: %q", d)
+	}
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2}, rs); d != "" {
+		t.Errorf("an unread slave_net_timeout must not count: %q", d)
+	}
+	d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 1, NetTimeoutSeconds: 10}, rs)
+	if d != "MASTER_HEARTBEAT_PERIOD 1.000s → 0.200s, slave_net_timeout 10s → 3s" {
+		t.Errorf("differ = %q", d)
+	}
+}
+
 func TestClusterMemoryProgress(t *testing.T) {
 	m := &clusterMemory{ioSig: map[string]string{}, ioAt: map[string]time.Time{}, lastLag: map[string]int64{},
 		lastComplete: map[string]topo.Probe{}, repairAt: map[string]time.Time{}}
@@ -104,6 +152,14 @@ func TestClusterMemoryProgress(t *testing.T) {
 	if !m.ioAt["node2"].Equal(t0.Add(3 * time.Second)) {
 		t.Fatalf("a new heartbeat did not count as progress")
 	}
+	// Progress is dated by the end of the probe that saw it, not by the
+	// end of the round (which waits for the slowest probe).
+	p.HeartbeatsReceived, p.At = 7, t0.Add(3100*time.Millisecond)
+	m.observe(map[string]topo.Probe{"node2": p}, t0.Add(3600*time.Millisecond))
+	if !m.ioAt["node2"].Equal(p.At) {
+		t.Fatalf("progress dated %s, want the probe's own time %s", m.ioAt["node2"], p.At)
+	}
+	p.At = time.Time{}
 	p.LagSeconds = nil
 	m.observe(map[string]topo.Probe{"node2": p, "node3": {Error: "x"}}, t0.Add(4*time.Second))
 	if m.lastLag["node2"] != 0 {

@@ -120,15 +120,47 @@ func (p *Prober) ResetReplicaAll(ctx context.Context) error {
 // ChangeSource points the (stopped) replica at host:port with the
 // replication account. useGTID is GTIDSlavePos or GTIDCurrentPos
 // (MASTER_USE_GTID on MariaDB; MySQL always uses SOURCE_AUTO_POSITION=1).
-// Connect retry and heartbeat are set to 1 s so a lost source is noticed
-// quickly (MariaDB KB "CHANGE MASTER TO"). The password never appears in
-// errors.
+// Connect retry is 1 s and the heartbeat period and slave_net_timeout are
+// the prober's ReplicaSettings (heartbeat 1 s and the server's timeout when
+// none were set), so a silent source is noticed quickly (MariaDB KB "CHANGE
+// MASTER TO", "slave_net_timeout"). The password never appears in errors.
 func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, password, useGTID string) error {
-	q, args, err := p.d.changeSource(host, port, user, password, useGTID)
+	rs := p.replicaSettings()
+	q, args, err := p.d.changeSource(host, port, user, password, useGTID, rs.HeartbeatPeriod)
 	if err != nil {
 		return p.wrap("change source", err)
 	}
+	if rs.NetTimeout > 0 {
+		if err := p.exec(ctx, "set replica net timeout", p.d.setNetTimeout(rs.NetTimeout)); err != nil {
+			return err
+		}
+	}
 	return p.exec(ctx, fmt.Sprintf("change source to %s:%d", host, port), q, args...)
+}
+
+// AlignReplicaSettings gives a running replica the prober's
+// ReplicaSettings without changing its source or position: it sets
+// slave_net_timeout, then STOP SLAVE, CHANGE MASTER TO
+// MASTER_HEARTBEAT_PERIOD = …, START SLAVE (MariaDB 10.11 refuses the
+// CHANGE MASTER while a replication thread runs, error 1198; with GTID
+// replication the IO thread resumes from gtid_slave_pos, so nothing is
+// skipped or fetched twice). When the threads could not be started again
+// the error says so; call it only on a replica whose both threads ran.
+func (p *Prober) AlignReplicaSettings(ctx context.Context) error {
+	rs := p.replicaSettings()
+	if rs.NetTimeout > 0 {
+		if err := p.exec(ctx, "set replica net timeout", p.d.setNetTimeout(rs.NetTimeout)); err != nil {
+			return err
+		}
+	}
+	if err := p.StopReplica(ctx); err != nil {
+		return err
+	}
+	herr := p.exec(ctx, "set heartbeat period", p.d.setHeartbeat(rs.HeartbeatPeriod))
+	if err := p.StartReplica(ctx); err != nil {
+		return errors.Join(herr, fmt.Errorf("replication left stopped: %w", err))
+	}
+	return herr
 }
 
 // SetReplicaPosFromBinlog makes a node that was a primary resume replication

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,16 +28,23 @@ const (
 // placeholders that the driver interpolates with proper escaping.
 type dialect interface {
 	name() string
-	// variablesQuery returns one row: server_id, version, read_only and
+	// variablesQuery returns one row: server_id, version, read_only,
 	// three GTID positions (MariaDB current/slave/binlog; MySQL executed in
-	// the first, the others empty).
+	// the first, the others empty) and slave_net_timeout.
 	variablesQuery() string
 	replicaStatusQuery() string
 	stopReplica() string
 	startReplica() string
 	resetReplicaAll() string
 	setReadOnly(on bool) []string
-	changeSource(host string, port int, user, password, gtidMode string) (string, []any, error)
+	// changeSource points a stopped replica at host:port; heartbeat is
+	// the heartbeat period (0: 1s).
+	changeSource(host string, port int, user, password, gtidMode string, heartbeat time.Duration) (string, []any, error)
+	// setHeartbeat changes only the heartbeat period of a stopped replica
+	// (its source and position are kept).
+	setHeartbeat(heartbeat time.Duration) string
+	// setNetTimeout sets the global replica network timeout (seconds).
+	setNetTimeout(seconds int) string
 	// writtenGTIDQuery selects every GTID this node has written to its binlog.
 	writtenGTIDQuery() string
 	// setReplicaPosFromBinlog makes the node, about to become a replica,
@@ -80,7 +88,7 @@ type mariadbDialect struct{}
 func (mariadbDialect) name() string { return FlavorMariaDB }
 
 func (mariadbDialect) variablesQuery() string {
-	return "SELECT @@server_id, @@version, @@read_only, @@gtid_current_pos, @@gtid_slave_pos, @@gtid_binlog_pos"
+	return "SELECT @@server_id, @@version, @@read_only, @@gtid_current_pos, @@gtid_slave_pos, @@gtid_binlog_pos, @@global.slave_net_timeout"
 }
 
 func (mariadbDialect) replicaStatusQuery() string { return "SHOW ALL SLAVES STATUS" }
@@ -97,15 +105,35 @@ func (mariadbDialect) setReadOnly(on bool) []string {
 	return []string{"SET GLOBAL read_only = OFF"}
 }
 
-func (mariadbDialect) changeSource(host string, port int, user, password, gtidMode string) (string, []any, error) {
+func (mariadbDialect) changeSource(host string, port int, user, password, gtidMode string, heartbeat time.Duration) (string, []any, error) {
 	switch gtidMode {
 	case GTIDSlavePos, GTIDCurrentPos:
 	default:
 		return "", nil, fmt.Errorf("probe: MASTER_USE_GTID must be %q or %q, not %q", GTIDSlavePos, GTIDCurrentPos, gtidMode)
 	}
 	q := "CHANGE MASTER TO MASTER_HOST = ?, MASTER_PORT = ?, MASTER_USER = ?, MASTER_PASSWORD = ?, " +
-		"MASTER_USE_GTID = " + gtidMode + ", MASTER_CONNECT_RETRY = 1, MASTER_HEARTBEAT_PERIOD = 1"
+		"MASTER_USE_GTID = " + gtidMode + ", MASTER_CONNECT_RETRY = 1, MASTER_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
 	return q, []any{host, port, user, password}, nil
+}
+
+// CHANGE MASTER with only MASTER_HEARTBEAT_PERIOD keeps the source, the
+// GTID mode and the position (checked on 10.11: the threads must be
+// stopped first, error 1198 otherwise).
+func (mariadbDialect) setHeartbeat(heartbeat time.Duration) string {
+	return "CHANGE MASTER TO MASTER_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
+}
+
+func (mariadbDialect) setNetTimeout(seconds int) string {
+	return fmt.Sprintf("SET GLOBAL slave_net_timeout = %d", seconds)
+}
+
+// heartbeatSeconds formats a heartbeat period for CHANGE MASTER (seconds
+// with millisecond resolution, as the server keeps it); 0 means 1s.
+func heartbeatSeconds(d time.Duration) string {
+	if d <= 0 {
+		d = time.Second
+	}
+	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', 3, 64)
 }
 
 func (mariadbDialect) writtenGTIDQuery() string { return "SELECT @@gtid_binlog_pos" }
@@ -156,7 +184,7 @@ type mysqlDialect struct{}
 func (mysqlDialect) name() string { return FlavorMySQL }
 
 func (mysqlDialect) variablesQuery() string {
-	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', ''"
+	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', @@global.replica_net_timeout"
 }
 
 func (mysqlDialect) replicaStatusQuery() string { return "SHOW REPLICA STATUS" }
@@ -173,10 +201,18 @@ func (mysqlDialect) setReadOnly(on bool) []string {
 	return []string{"SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}
 }
 
-func (mysqlDialect) changeSource(host string, port int, user, password, _ string) (string, []any, error) {
+func (mysqlDialect) changeSource(host string, port int, user, password, _ string, heartbeat time.Duration) (string, []any, error) {
 	q := "CHANGE REPLICATION SOURCE TO SOURCE_HOST = ?, SOURCE_PORT = ?, SOURCE_USER = ?, SOURCE_PASSWORD = ?, " +
-		"SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, SOURCE_HEARTBEAT_PERIOD = 1"
+		"SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, SOURCE_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
 	return q, []any{host, port, user, password}, nil
+}
+
+func (mysqlDialect) setHeartbeat(heartbeat time.Duration) string {
+	return "CHANGE REPLICATION SOURCE TO SOURCE_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
+}
+
+func (mysqlDialect) setNetTimeout(seconds int) string {
+	return fmt.Sprintf("SET GLOBAL replica_net_timeout = %d", seconds)
 }
 
 func (mysqlDialect) writtenGTIDQuery() string { return "SELECT @@global.gtid_executed" }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -168,15 +170,25 @@ func (e *netSyscallErr) Error() string { return e.errno.Error() }
 func (e *netSyscallErr) Unwrap() error { return e.errno }
 
 func TestChangeSourceStatement(t *testing.T) {
-	q, args, err := mariadbDialect{}.changeSource("127.0.0.1", 3307, "repl", "s3cret", GTIDSlavePos)
+	q, args, err := mariadbDialect{}.changeSource("127.0.0.1", 3307, "repl", "s3cret", GTIDSlavePos, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "CHANGE MASTER TO MASTER_HOST = ?, MASTER_PORT = ?, MASTER_USER = ?, MASTER_PASSWORD = ?, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_HEARTBEAT_PERIOD = 1"
+	want := "CHANGE MASTER TO MASTER_HOST = ?, MASTER_PORT = ?, MASTER_USER = ?, MASTER_PASSWORD = ?, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_HEARTBEAT_PERIOD = 0.200"
 	if q != want || !reflect.DeepEqual(args, []any{"127.0.0.1", 3307, "repl", "s3cret"}) {
 		t.Fatalf("got %q %v", q, args)
 	}
-	if _, _, err := (mariadbDialect{}).changeSource("h", 1, "u", "p", "slave_pos; DROP TABLE x"); err == nil {
+	// No period set: 1 s, as before the controller managed it.
+	if q, _, _ := (mariadbDialect{}).changeSource("h", 1, "u", "p", GTIDSlavePos, 0); !strings.HasSuffix(q, "MASTER_HEARTBEAT_PERIOD = 1.000") {
+		t.Fatalf("default heartbeat: got %q", q)
+	}
+	if got := (mariadbDialect{}).setHeartbeat(1234567 * time.Microsecond); got != "CHANGE MASTER TO MASTER_HEARTBEAT_PERIOD = 1.235" {
+		t.Fatalf("setHeartbeat: got %q", got)
+	}
+	if got := (mariadbDialect{}).setNetTimeout(3); got != "SET GLOBAL slave_net_timeout = 3" {
+		t.Fatalf("setNetTimeout: got %q", got)
+	}
+	if _, _, err := (mariadbDialect{}).changeSource("h", 1, "u", "p", "slave_pos; DROP TABLE x", 0); err == nil {
 		t.Fatal("an invalid MASTER_USE_GTID value must be refused")
 	}
 }

@@ -42,6 +42,33 @@ type Prober struct {
 	// hbFailed is set while the last heartbeat failed: the next one first
 	// checks whether its predecessor is still in the server.
 	hbFailed atomic.Bool
+
+	// replica holds the ReplicaSettings that ChangeSource applies.
+	replica atomic.Pointer[ReplicaSettings]
+}
+
+// ReplicaSettings are how a replica listens to its source, set with every
+// ChangeSource (and by AlignReplicaSettings).
+type ReplicaSettings struct {
+	// HeartbeatPeriod is MASTER_HEARTBEAT_PERIOD: the source sends a
+	// heartbeat event when it has sent nothing for that long, so that a
+	// silent connection means a silent source (millisecond resolution; 0
+	// means 1s).
+	HeartbeatPeriod time.Duration
+	// NetTimeout is slave_net_timeout in seconds (a global variable):
+	// after that long without a byte from the source the IO thread
+	// reconnects. 0 leaves the server's value alone.
+	NetTimeout int
+}
+
+// SetReplicaSettings sets what the next ChangeSource applies.
+func (p *Prober) SetReplicaSettings(s ReplicaSettings) { p.replica.Store(&s) }
+
+func (p *Prober) replicaSettings() ReplicaSettings {
+	if s := p.replica.Load(); s != nil {
+		return *s
+	}
+	return ReplicaSettings{}
 }
 
 // Result is a probe with the classification of its outcome.
@@ -165,14 +192,16 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 		version             sql.NullString
 		readOnly            sql.NullInt64
 		gtidA, gtidB, gtidC sql.NullString
+		netTimeout          sql.NullInt64
 	)
-	err = conn.QueryRowContext(ctx, p.d.variablesQuery()).Scan(&serverID, &version, &readOnly, &gtidA, &gtidB, &gtidC)
+	err = conn.QueryRowContext(ctx, p.d.variablesQuery()).Scan(&serverID, &version, &readOnly, &gtidA, &gtidB, &gtidC, &netTimeout)
 	if err != nil {
 		return fail("read variables", err)
 	}
 	pr.ServerID = uint32(serverID.Int64)
 	pr.Version = version.String
 	pr.ReadOnly = readOnly.Int64 != 0
+	pr.NetTimeoutSeconds = netTimeout.Int64
 	if p.d.name() == FlavorMySQL {
 		pr.GTIDExecuted = gtidA.String
 	} else {

@@ -3,7 +3,9 @@
 // detached process per node (its own process group), creates the
 // application, monitor and replication accounts on the primary (so they
 // replicate and the replicas carry no errant GTIDs), attaches the replicas
-// with MASTER_USE_GTID=slave_pos and MASTER_HEARTBEAT_PERIOD=1, and writes a
+// with MASTER_USE_GTID=slave_pos and the heartbeat period and
+// slave_net_timeout the controller keeps for the default
+// failover.silence_bound (200ms and 3s), and writes a
 // ready switchyard.yaml and its own state file (sandbox.json) into the
 // sandbox directory.
 //

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
 )
 
 const (
@@ -197,7 +199,9 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	kv("gtid-strict-mode", "ON")
 	kv("gtid-domain-id", 0)
 	kv("read-only", readOnly)
-	kv("slave-net-timeout", 10)
+	// The controller's slave_net_timeout for the default
+	// failover.silence_bound (config.FailoverConfig.NetTimeout).
+	kv("slave-net-timeout", config.FailoverConfig{}.NetTimeout())
 	kv("skip-name-resolve", "ON")
 	kv("max-connections", 1000)
 	kv("max-allowed-packet", "64M")

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
 )
 
 // AppPrivileges are granted to the application account on *.*. They exclude
@@ -189,10 +191,13 @@ func (c *Cluster) attachReplica(ctx context.Context, i int, pos string) error {
 	}
 	defer done()
 	p := c.Nodes[0]
+	// The settings the controller keeps on replicas (see
+	// config.FailoverConfig.HeartbeatPeriod), so it finds nothing to align.
+	hb := config.FailoverConfig{}.HeartbeatPeriod()
 	err = execAll(ctx, conn, n.Name, "attach replica to "+p.Name,
 		fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER=%s, MASTER_PASSWORD=%s, "+
-			"MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1",
-			p.Port, quote(c.ReplUser), quote(c.ReplPassword)),
+			"MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=%.3f",
+			p.Port, quote(c.ReplUser), quote(c.ReplPassword), hb.Seconds()),
 		"START SLAVE",
 		"SET GLOBAL read_only=1",
 	)

@@ -220,6 +220,10 @@ type Probe struct {
 	HeartbeatPeriod    float64 `json:"heartbeat_period,omitempty"`
 	SourceLogFile      string  `json:"source_log_file,omitempty"`
 	ReadSourceLogPos   int64   `json:"read_source_log_pos,omitempty"`
+	// NetTimeoutSeconds is @@global.slave_net_timeout (seconds; 0 when not
+	// read): how long the node's IO thread waits for its source before it
+	// reconnects.
+	NetTimeoutSeconds int64 `json:"net_timeout_s,omitempty"`
 
 	// SemiSync is the node's semi-sync settings and status (MariaDB
 	// rpl_semi_sync_* variables and Rpl_semi_sync_* status); nil when the
