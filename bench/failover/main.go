@@ -18,8 +18,13 @@
 // routed writes within one 100 ms window (read from the ledger's server_id
 // and commit time).
 //
+// With -fault partition every node runs in its own network namespace and
+// the primary's link is taken down (see partition.go): the figures are the
+// times from the isolation to the decision, to the new primary published
+// and to the first write through the rw listener.
+//
 // Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true]
-// [-durability async|semi_sync|semi_sync_durable] [-fault kill|stop] [-stop-for 15s]
+// [-durability async|semi_sync|semi_sync_durable] [-fault kill|stop|partition] [-stop-for 15s]
 package main
 
 import (
@@ -74,6 +79,12 @@ type trial struct {
 	wokeCommits    int // committed by the old primary after the new epoch, never acknowledged
 	maxWritable    int // most nodes answering read_only=OFF at one 100 ms probe
 	maxRouted      int // most nodes executing routed writes within one 100 ms window
+
+	// -fault stop when no failover came (a freeze the silence bound
+	// tolerates): the frozen primary was kept (no new epoch), and how long
+	// after the wake the first write was acknowledged.
+	noFailover bool
+	afterWake  time.Duration
 }
 
 func main() {
@@ -84,7 +95,7 @@ func main() {
 	flag.IntVar(&o.writers, "writers", 4, "concurrent writers through the rw listener")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
 	flag.StringVar(&o.durability, "durability", "", "clusters[].durability: async, semi_sync or semi_sync_durable (default: async, or semi_sync with -semisync)")
-	flag.StringVar(&o.fault, "fault", "kill", "kill (SIGKILL the primary) or stop (SIGSTOP it for -stop-for, then SIGCONT)")
+	flag.StringVar(&o.fault, "fault", "kill", "kill (SIGKILL the primary), stop (SIGSTOP it for -stop-for, then SIGCONT) or partition (take its network link down; needs root and ip netns)")
 	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
 	flag.Parse()
 	// Clients see the kill as broken connections; the driver's own log of
@@ -109,8 +120,11 @@ func run(o options) error {
 	if o.fault == "stop" {
 		return runStop(o)
 	}
+	if o.fault == "partition" {
+		return runPartition(o)
+	}
 	if o.fault != "kill" {
-		return fmt.Errorf("-fault %q: want kill or stop", o.fault)
+		return fmt.Errorf("-fault %q: want kill, stop or partition", o.fault)
 	}
 	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers, failover.mode auto (confirm_rounds 2)\n",
 		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers)
@@ -160,6 +174,9 @@ type stack struct {
 	srv   *proxy.Server
 	rw    string // DSN of the rw listener (ledger database)
 	close func() error
+
+	// lab holds the nodes' network namespaces (-fault partition only).
+	lab *netLab
 }
 
 func startStack(ctx context.Context, o options) (_ *stack, err error) {
@@ -215,6 +232,17 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	closers = append(closers, func() error { etcd.Close(); return nil })
 
 	cfg := sb.Config()
+	var lab *netLab
+	if o.fault == "partition" {
+		if lab, err = newNetLab(ctx, sb); err != nil {
+			return nil, fmt.Errorf("netns lab: %w", err)
+		}
+		closers = append(closers, func() error { lab.teardown(); return nil })
+		for i := range cfg.Clusters[0].Nodes {
+			cfg.Clusters[0].Nodes[i].Address = lab.addr(i)
+		}
+		cfg.Proxy.ConnectTimeout = config.Duration(partitionConnectTimeout(o.interval))
+	}
 	cfg.Etcd.Endpoints = etcd.Endpoints()
 	cfg.Probe.Interval = config.Duration(o.interval)
 	cfg.Probe.Timeout = config.Duration(probeTimeout(o.interval))
@@ -281,7 +309,7 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	if err := loadgen.Setup(ctx, rw, ""); err != nil {
 		return nil, err
 	}
-	return &stack{sb: sb, store: cst, keys: keys, srv: srv, rw: rw, close: cleanup}, nil
+	return &stack{sb: sb, store: cst, keys: keys, srv: srv, lab: lab, rw: rw, close: cleanup}, nil
 }
 
 func (s *stack) state(ctx context.Context) (topo.ClusterState, error) {

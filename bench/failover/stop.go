@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // runStop runs the -fault stop trials: the primary's mariadbd is frozen with
@@ -21,11 +22,20 @@ func runStop(o options) error {
 	fmt.Printf("frozen primary: SIGSTOP of the primary for %s under write load, then SIGCONT; %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers, failover.mode auto\n",
 		o.stopFor, o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers)
 	var rec []time.Duration
-	var acked, lost, late, woke, maxW, maxR, hung int
+	var acked, lost, late, woke, maxW, maxR, hung, kept int
 	for i := 1; i <= o.trials; i++ {
 		tr, err := stopTrial(o)
 		if err != nil {
 			return fmt.Errorf("trial %d: %w", i, err)
+		}
+		if tr.noFailover {
+			kept++
+			fmt.Printf("trial %2d: no failover (primary %s kept, epoch unchanged)  first write sent after the stop acknowledged after %.0f ms  first write after the wake %.0f ms  acknowledged %5d  lost %d  writable at one probe ≤ %d  client errors %d\n",
+				i, tr.newPrimary, ms(tr.recovery), ms(tr.afterWake), tr.acked, tr.lost, tr.maxWritable, tr.errors)
+			acked += tr.acked
+			lost += tr.lost
+			maxW = max(maxW, tr.maxWritable)
+			continue
 		}
 		first := "none (hung)"
 		if tr.recovery >= 0 {
@@ -45,6 +55,7 @@ func runStop(o options) error {
 		maxW = max(maxW, tr.maxWritable)
 		maxR = max(maxR, tr.maxRouted)
 	}
+	fmt.Printf("failovers: %d of %d trials (no failover in %d)\n", o.trials-kept, o.trials, kept)
 	sort.Slice(rec, func(i, j int) bool { return rec[i] < rec[j] })
 	if len(rec) == 0 {
 		rec = append(rec, -1)
@@ -103,19 +114,25 @@ func stopTrial(o options) (tr trial, err error) {
 	defer wake()
 	// The new epoch, as the proxy applied it.
 	var epochAt time.Time
-	if err := waitFor(ctx, o.stopFor, func() bool {
+	newEpoch := func() bool {
 		if s.srv.Epochs()["main"] > st0.Epoch {
 			epochAt = time.Now()
 			return true
 		}
 		return false
-	}); err != nil {
-		wcancel()
-		w.wait()
-		return tr, fmt.Errorf("no new epoch within %s of the stop", o.stopFor)
 	}
+	failedOver := waitFor(ctx, o.stopFor, newEpoch) == nil
 	time.Sleep(time.Until(stopAt.Add(o.stopFor)))
 	wake()
+	wokeAt := time.Now()
+	if !failedOver {
+		// A failover decided just before the wake would still publish
+		// its epoch within a few seconds.
+		failedOver = waitFor(ctx, 3*time.Second, newEpoch) == nil
+	}
+	if !failedOver {
+		return tr, s.noFailover(ctx, &tr, w, wcancel, mon, st0, stopAt, wokeAt)
+	}
 	time.Sleep(5 * time.Second) // the woken node answers, is fenced, rejoined or quarantined
 	wcancel()
 	w.wait()
@@ -181,6 +198,45 @@ func stopTrial(o options) (tr trial, err error) {
 	tr.maxWritable = mon.max()
 	tr.maxRouted = maxRoutedPerWindow(rows, ackAt, 100*time.Millisecond)
 	return tr, nil
+}
+
+// noFailover finishes a -fault stop trial in which the frozen primary was
+// not failed over (a freeze shorter than failover.silence_bound): the
+// writers go on against node1 for a second, and the trial records how long
+// the first write sent after the stop waited, that the epoch and primary
+// are unchanged and that no acknowledged write is missing on node1.
+func (s *stack) noFailover(ctx context.Context, tr *trial, w *writers, wcancel context.CancelFunc, mon *writableMonitor,
+	st0 topo.ClusterState, stopAt, wokeAt time.Time) error {
+	time.Sleep(time.Second)
+	wcancel()
+	w.wait()
+	mon.stop()
+	tr.noFailover = true
+	tr.recovery = -1
+	if first, ok := w.firstAfter(ctx, stopAt, 0); ok {
+		tr.recovery = first.Sub(stopAt)
+	}
+	if first, ok := w.firstAfter(ctx, wokeAt, 0); ok {
+		tr.afterWake = first.Sub(wokeAt)
+	} else {
+		return errors.New("no failover, and no write succeeded after the wake")
+	}
+	st, err := s.state(ctx)
+	if err != nil {
+		return err
+	}
+	tr.newPrimary = st.Primary
+	if st.Primary != "node1" || st.Epoch != st0.Epoch {
+		return fmt.Errorf("no new epoch at the proxy, but the store says primary %s epoch %d (was node1 epoch %d)", st.Primary, st.Epoch, st0.Epoch)
+	}
+	ackedIDs := w.acked()
+	missing, err := loadgen.Check(ctx, withDB(s.sb.RootDSN(0), "sbtest"), "", ackedIDs)
+	if err != nil {
+		return err
+	}
+	tr.acked, tr.lost, tr.errors = len(ackedIDs), len(missing), w.errors()
+	tr.maxWritable = mon.max()
+	return nil
 }
 
 type ledgerRow struct {

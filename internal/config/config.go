@@ -242,7 +242,9 @@ type FailoverConfig struct {
 	// ConfirmRounds is how many consecutive probe rounds must find the
 	// primary dead before an automatic failover; the first sign of trouble
 	// starts an extra round at once, and while trouble lasts rounds start
-	// every min(probe.interval, 250ms) instead of waiting for the next tick.
+	// every min(probe.interval, 100ms) instead of waiting for the next tick.
+	// When the verdict rests on a replica's silence (failover.silence_bound)
+	// the rounds that confirm it start at least 200ms apart.
 	// Type: integer (>= 1). Default: 2.
 	ConfirmRounds int `yaml:"confirm_rounds"`
 	// SilenceBound is how long a replica's IO thread may receive nothing
@@ -251,13 +253,14 @@ type FailoverConfig struct {
 	// unchanged between two of the controller's probes of it) before it
 	// counts as having lost the primary, the sign of a partitioned or
 	// frozen primary whose TCP connections stay open. The controller sets
-	// MASTER_HEARTBEAT_PERIOD = SilenceBound/6 and slave_net_timeout =
+	// MASTER_HEARTBEAT_PERIOD = SilenceBound/12 and slave_net_timeout =
 	// 2 × SilenceBound (whole seconds, rounded up) on every replica it
 	// points at a primary and aligns replicas it finds with other values
 	// (MariaDB KB "CHANGE MASTER TO", "slave_net_timeout"). A primary
-	// frozen for less than SilenceBound − SilenceBound/6 + the confirmation
-	// spacing (1.25s with the defaults) is never failed over; one isolated
-	// from everything is failed over about SilenceBound + 0.5s after.
+	// frozen for less than SilenceBound − SilenceBound/12 + the
+	// confirmation spacing (200ms), 1.3s with the defaults, is never failed
+	// over; one isolated from everything is failed over about SilenceBound
+	// + probe.interval/2 + 0.5s after.
 	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
 	// Type: duration. Default: 1.2s.
 	SilenceBound Duration `yaml:"silence_bound"`
@@ -289,22 +292,23 @@ const (
 	// DefaultSilenceBound is failover.silence_bound when unset.
 	DefaultSilenceBound = 1200 * time.Millisecond
 	// MinSilenceBound is the least failover.silence_bound accepted: with
-	// heartbeats every bound/6 a 1s freeze never reaches it.
+	// heartbeats every bound/12 a 1s freeze never reaches it.
 	MinSilenceBound = 1200 * time.Millisecond
 	// MaxSilenceBound is the largest failover.silence_bound accepted.
 	MaxSilenceBound = time.Minute
 )
 
 // HeartbeatPeriod is the MASTER_HEARTBEAT_PERIOD the controller sets on
-// the replicas: SilenceBound/6 rounded to the millisecond (200ms with the
-// default bound), so that a live primary is heard from several times per
-// bound even when it writes nothing.
+// the replicas: SilenceBound/12 rounded to the millisecond (100ms with the
+// default bound), so that a live primary that writes nothing is heard from
+// that often, and a freeze leaves its replicas silent for at most the
+// freeze plus that period.
 func (f FailoverConfig) HeartbeatPeriod() time.Duration {
 	b := f.SilenceBound.D()
 	if b <= 0 {
 		b = DefaultSilenceBound
 	}
-	return (b / 6).Round(time.Millisecond)
+	return (b / 12).Round(time.Millisecond)
 }
 
 // NetTimeout is the slave_net_timeout the controller sets on the replicas,
@@ -379,6 +383,16 @@ type ProbeConfig struct {
 	// than Interval.
 	// Type: duration. Default: 500ms.
 	Timeout Duration `yaml:"timeout"`
+	// ConnectTimeout bounds the TCP connect of a probe (the SYN answered),
+	// so that a node whose packets are dropped (partitioned, blackholed)
+	// fails its probe that fast and the rounds that confirm a silent
+	// primary follow each other quickly; the handshake and the statements
+	// stay bounded by Timeout (a frozen or busy server accepts in the
+	// kernel). Raise it for nodes with a network round trip above ~30ms.
+	// At most Timeout; when Timeout is shorter than the default, unset means
+	// Timeout.
+	// Type: duration. Default: 100ms.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
 }
 
 // ProxyConfig controls the proxy's backend side.
@@ -620,6 +634,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Probe.Timeout == 0 {
 		c.Probe.Timeout = Duration(500 * time.Millisecond)
+	}
+	if c.Probe.ConnectTimeout == 0 {
+		c.Probe.ConnectTimeout = min(Duration(100*time.Millisecond), c.Probe.Timeout)
 	}
 	if c.Proxy.ConnectTimeout == 0 {
 		c.Proxy.ConnectTimeout = Duration(time.Second)

@@ -363,11 +363,11 @@ func TestSilenceBoundDerivedSettings(t *testing.T) {
 		hb    time.Duration
 		net   int
 	}{
-		{0, 200 * time.Millisecond, 3}, // the default 1.2s
-		{1200 * time.Millisecond, 200 * time.Millisecond, 3},
-		{1500 * time.Millisecond, 250 * time.Millisecond, 3},
-		{3 * time.Second, 500 * time.Millisecond, 6},
-		{1250 * time.Millisecond, 208 * time.Millisecond, 3},
+		{0, 100 * time.Millisecond, 3}, // the default 1.2s
+		{1200 * time.Millisecond, 100 * time.Millisecond, 3},
+		{1500 * time.Millisecond, 125 * time.Millisecond, 3},
+		{3 * time.Second, 250 * time.Millisecond, 6},
+		{1250 * time.Millisecond, 104 * time.Millisecond, 3},
 	}
 	for _, tc := range tests {
 		f := FailoverConfig{SilenceBound: Duration(tc.bound)}

@@ -404,6 +404,9 @@ func (c *Config) validateTimings(v *validator) {
 	positive("etcd.dial_timeout", c.Etcd.DialTimeout)
 	iv := positive("probe.interval", c.Probe.Interval)
 	to := positive("probe.timeout", c.Probe.Timeout)
+	if ct := c.Probe.ConnectTimeout; ct < Duration(time.Millisecond) || (to && ct > c.Probe.Timeout) {
+		v.add("probe.connect_timeout", "%s must be at least 1ms and at most probe.timeout (%s)", ct, c.Probe.Timeout)
+	}
 	if iv && to && c.Probe.Timeout >= c.Probe.Interval {
 		v.add("probe.timeout", "%s must be less than probe.interval (%s): a probe must finish before the next round starts", c.Probe.Timeout, c.Probe.Interval)
 	}

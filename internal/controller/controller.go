@@ -290,7 +290,7 @@ func (r *registrar) stop() { <-r.done }
 type nodeProber struct {
 	*probe.Prober
 	address, flavor, user, password string
-	timeout                         time.Duration
+	timeout, connect                time.Duration
 	grantsChecked                   atomic.Bool
 }
 
@@ -302,19 +302,19 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 		return nil, fmt.Errorf("credentials.monitor: %w", err)
 	}
 	key := cl.Name + "/" + n.Name
-	user, timeout := cfg.Credentials.Monitor.User, cfg.Probe.Timeout.D()
+	user, timeout, connect := cfg.Credentials.Monitor.User, cfg.Probe.Timeout.D(), cfg.Probe.ConnectTimeout.D()
 	c.probersMu.Lock()
 	defer c.probersMu.Unlock()
 	if p, ok := c.probers[key]; ok {
-		if p.address == n.Address && p.flavor == cl.Flavor && p.user == user && p.password == pw && p.timeout == timeout {
+		if p.address == n.Address && p.flavor == cl.Flavor && p.user == user && p.password == pw && p.timeout == timeout && p.connect == connect {
 			p.SetReplicaSettings(replicaSettings(cl))
 			return p, nil
 		}
 		_ = p.Close()
 	}
 	p := &nodeProber{
-		Prober:  probe.NewProber(n.Address, probe.Credentials{User: user, Password: pw}, cl.Flavor, timeout),
-		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout,
+		Prober:  probe.NewProberConnect(n.Address, probe.Credentials{User: user, Password: pw}, cl.Flavor, timeout, connect),
+		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout, connect: connect,
 	}
 	// Every CHANGE MASTER through this prober carries the cluster's
 	// heartbeat period and slave_net_timeout (failover.silence_bound).

@@ -82,9 +82,15 @@ func (f *termFailover) extraRound() {
 
 // maxTroubleSpacing bounds the time between the starts of two probe rounds
 // while the primary shows trouble: rounds start every min(probe.interval,
-// maxTroubleSpacing), so a replica's silence is sampled finely and a
-// silence-based DeadPrimary is confirmed that long after it was first seen.
-const maxTroubleSpacing = 250 * time.Millisecond
+// maxTroubleSpacing), so a replica's silence is sampled finely whatever
+// probe.interval is.
+const maxTroubleSpacing = 100 * time.Millisecond
+
+// confirmSpacing is the least time between the starts of two rounds that
+// both count towards confirming a DeadPrimary that rests on a replica's
+// silence (failover.confirm_rounds): the primary must still be silent that
+// long after its replicas' silence first passed failover.silence_bound.
+const confirmSpacing = 200 * time.Millisecond
 
 // troubleSpacing is the spacing of probe rounds during trouble for a probe
 // interval.

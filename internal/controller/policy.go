@@ -82,17 +82,17 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	}
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
 	start := roundStart(probes, now)
-	spacing := troubleSpacing(cfg.Probe.Interval.D())
 	switch {
 	case res.Trouble && !m.trouble:
 		t.fo.extraRound()
 	case res.Trouble:
-		// While trouble lasts, rounds start every spacing: a replica's
-		// silence is sampled that finely whatever probe.interval is.
-		t.fo.roundAt(start.Add(spacing), t.c.now())
+		// While trouble lasts, rounds start every troubleSpacing: a
+		// replica's silence is sampled that finely whatever
+		// probe.interval is.
+		t.fo.roundAt(start.Add(troubleSpacing(cfg.Probe.Interval.D())), t.c.now())
 	}
 	m.trouble = res.Trouble
-	t.decideFailover(ctx, cl, cr, &st, res, m, start, spacing)
+	t.decideFailover(ctx, cl, cr, &st, res, m, start, confirmSpacing)
 	t.repair(ctx, cfg, cl, cr, &st, probes, m)
 	t.alignReplicaSettings(ctx, cfg, cl, cr, &st, probes, res, m)
 }

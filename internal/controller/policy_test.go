@@ -90,11 +90,11 @@ func TestAlarmsAndHelpers(t *testing.T) {
 }
 
 func TestTroubleRounds(t *testing.T) {
-	if d := troubleSpacing(time.Second); d != 250*time.Millisecond {
-		t.Errorf("spacing at a 1s interval = %s, want 250ms", d)
+	if d := troubleSpacing(time.Second); d != 100*time.Millisecond {
+		t.Errorf("spacing at a 1s interval = %s, want 100ms", d)
 	}
-	if d := troubleSpacing(100 * time.Millisecond); d != 100*time.Millisecond {
-		t.Errorf("spacing at a 100ms interval = %s, want 100ms", d)
+	if d := troubleSpacing(50 * time.Millisecond); d != 50*time.Millisecond {
+		t.Errorf("spacing at a 50ms interval = %s, want 50ms", d)
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	probes := map[string]topo.Probe{

@@ -64,7 +64,7 @@ func VerifyWritable(ctx context.Context, address string, cred Credentials, timeo
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	db := openDB(address, cred, timeout, timeout)
+	db := openDB(address, cred, timeout, timeout, timeout)
 	defer db.Close()
 	conn, err := db.Conn(ctx)
 	if err != nil {

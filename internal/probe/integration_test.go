@@ -41,10 +41,10 @@ func TestProbeSandbox(t *testing.T) {
 		t.Fatalf("replica probe = %+v: want a running replica of port %d", rp, c.Nodes[0].Port)
 	}
 	// IO-thread liveness columns (MariaDB SHOW ALL SLAVES STATUS): the
-	// sandbox sets the controller's defaults, MASTER_HEARTBEAT_PERIOD=0.2
+	// sandbox sets the controller's defaults, MASTER_HEARTBEAT_PERIOD=0.1
 	// and slave_net_timeout=3.
-	if rp.HeartbeatPeriod != 0.2 || rp.NetTimeoutSeconds != 3 || rp.GTIDIO == "" || rp.SourceLogFile == "" || rp.ReadSourceLogPos == 0 {
-		t.Fatalf("replica probe = %+v: want heartbeat period 0.2, slave_net_timeout 3, Gtid_IO_Pos, Master_Log_File and Read_Master_Log_Pos", rp)
+	if rp.HeartbeatPeriod != 0.1 || rp.NetTimeoutSeconds != 3 || rp.GTIDIO == "" || rp.SourceLogFile == "" || rp.ReadSourceLogPos == 0 {
+		t.Fatalf("replica probe = %+v: want heartbeat period 0.1, slave_net_timeout 3, Gtid_IO_Pos, Master_Log_File and Read_Master_Log_Pos", rp)
 	}
 
 	for _, pr := range []*Prober{primary, replica} {

@@ -84,8 +84,19 @@ type Result struct {
 // does not connect; an unknown flavor makes every call fail with an error
 // naming it.
 func NewProber(address string, cred Credentials, flavor string, timeout time.Duration) *Prober {
+	return NewProberConnect(address, cred, flavor, timeout, timeout)
+}
+
+// NewProberConnect is NewProber with the probes' TCP connect bounded by
+// connectTimeout (at most timeout; <= 0 means timeout): a node whose
+// packets are dropped fails its probe after connectTimeout, while the
+// handshake and the statements of a probe stay bounded by timeout.
+func NewProberConnect(address string, cred Credentials, flavor string, timeout, connectTimeout time.Duration) *Prober {
 	if timeout <= 0 {
 		timeout = 500 * time.Millisecond
+	}
+	if connectTimeout <= 0 || connectTimeout > timeout {
+		connectTimeout = timeout
 	}
 	d, err := newDialect(flavor)
 	if err != nil {
@@ -93,13 +104,13 @@ func NewProber(address string, cred Credentials, flavor string, timeout time.Dur
 	}
 	p := &Prober{address: address, cred: cred, d: d, timeout: timeout, flavorErr: err}
 	// The context bounds each probe; the I/O deadlines are a backstop.
-	p.probeDB = openDB(address, cred, timeout, 2*timeout)
+	p.probeDB = openDB(address, cred, connectTimeout, 2*timeout, timeout)
 	return p
 }
 
 // openDB builds a pool of at most two connections. readTimeout 0 means no
 // I/O deadline (the caller's context bounds statements).
-func openDB(address string, cred Credentials, connectTimeout, readTimeout time.Duration) *sql.DB {
+func openDB(address string, cred Credentials, connectTimeout, readTimeout, writeTimeout time.Duration) *sql.DB {
 	cfg := mysql.NewConfig()
 	cfg.User = cred.User
 	cfg.Passwd = cred.Password
@@ -107,7 +118,7 @@ func openDB(address string, cred Credentials, connectTimeout, readTimeout time.D
 	cfg.Addr = address
 	cfg.Timeout = connectTimeout
 	cfg.ReadTimeout = readTimeout
-	cfg.WriteTimeout = connectTimeout
+	cfg.WriteTimeout = writeTimeout
 	cfg.InterpolateParams = true
 	cfg.Logger = &mysql.NopLogger{}
 	connector, err := mysql.NewConnector(cfg)
@@ -282,7 +293,7 @@ func (p *Prober) admin() (*sql.DB, error) {
 		return nil, p.flavorErr
 	}
 	p.adminOnce.Do(func() {
-		p.adminDB = openDB(p.address, p.cred, p.timeout, 0)
+		p.adminDB = openDB(p.address, p.cred, p.timeout, 0, p.timeout)
 	})
 	if p.adminDB == nil {
 		return nil, fmt.Errorf("probe %s: closed", p.address)
