@@ -85,6 +85,7 @@ type trial struct {
 	// after the wake the first write was acknowledged.
 	noFailover bool
 	afterWake  time.Duration
+	deadSeen   []string // events naming DeadPrimary during the freeze
 }
 
 func main() {
@@ -241,6 +242,10 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 		for i := range cfg.Clusters[0].Nodes {
 			cfg.Clusters[0].Nodes[i].Address = lab.addr(i)
 		}
+	}
+	if o.fault == "partition" || o.fault == "stop" {
+		// The proxy's check must be able to see a silent primary within
+		// the silence bound at short probe intervals.
 		cfg.Proxy.ConnectTimeout = config.Duration(partitionConnectTimeout(o.interval))
 	}
 	cfg.Etcd.Endpoints = etcd.Endpoints()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,8 +31,11 @@ func runStop(o options) error {
 		}
 		if tr.noFailover {
 			kept++
-			fmt.Printf("trial %2d: no failover (primary %s kept, epoch unchanged)  first write sent after the stop acknowledged after %.0f ms  first write after the wake %.0f ms  acknowledged %5d  lost %d  writable at one probe ≤ %d  client errors %d\n",
-				i, tr.newPrimary, ms(tr.recovery), ms(tr.afterWake), tr.acked, tr.lost, tr.maxWritable, tr.errors)
+			fmt.Printf("trial %2d: no failover (primary %s kept, epoch unchanged)  first write sent after the stop acknowledged after %.0f ms  first write after the wake %.0f ms  acknowledged %5d  lost %d  writable at one probe ≤ %d  client errors %d  DeadPrimary events %d\n",
+				i, tr.newPrimary, ms(tr.recovery), ms(tr.afterWake), tr.acked, tr.lost, tr.maxWritable, tr.errors, len(tr.deadSeen))
+			for _, m := range tr.deadSeen {
+				fmt.Printf("          %s\n", m)
+			}
 			acked += tr.acked
 			lost += tr.lost
 			maxW = max(maxW, tr.maxWritable)
@@ -59,6 +63,13 @@ func runStop(o options) error {
 	sort.Slice(rec, func(i, j int) bool { return rec[i] < rec[j] })
 	if len(rec) == 0 {
 		rec = append(rec, -1)
+	}
+	if kept == o.trials {
+		fmt.Printf("no failover in any trial; acknowledged writes lost: %d of %d; most nodes writable at one 100 ms probe: %d\n", lost, acked, maxW)
+		if lost > 0 {
+			return errors.New("acknowledged writes lost (see above)")
+		}
+		return nil
 	}
 	fmt.Printf("trials in which no write succeeded while the old primary was frozen (writers hung on it): %d\n", hung)
 	fmt.Printf("stop → first write through rw: median %.0f ms, max %.0f ms over %d trials; acknowledged writes lost: %d of %d; late successes from the old primary: %d; never-acknowledged commits on waking: %d; most nodes writable at one 100 ms probe: %d; most nodes taking routed writes in one 100 ms window: %d\n",
@@ -236,6 +247,15 @@ func (s *stack) noFailover(ctx context.Context, tr *trial, w *writers, wcancel c
 	}
 	tr.acked, tr.lost, tr.errors = len(ackedIDs), len(missing), w.errors()
 	tr.maxWritable = mon.max()
+	// How close it came: the rounds that saw DeadPrimary without
+	// confirming it (the confirmation needs a round 150ms later).
+	if evs, err := controller.ListEvents(ctx, s.store, s.keys, "main", 0); err == nil {
+		for _, ev := range evs {
+			if ev.At.After(stopAt) && strings.Contains(ev.Message, "DeadPrimary") {
+				tr.deadSeen = append(tr.deadSeen, ev.Message)
+			}
+		}
+	}
 	return nil
 }
 

@@ -244,7 +244,7 @@ type FailoverConfig struct {
 	// starts an extra round at once, and while trouble lasts rounds start
 	// every min(probe.interval, 100ms) instead of waiting for the next tick.
 	// When the verdict rests on a replica's silence (failover.silence_bound)
-	// the rounds that confirm it start at least 200ms apart.
+	// the rounds that confirm it start at least 150ms apart.
 	// Type: integer (>= 1). Default: 2.
 	ConfirmRounds int `yaml:"confirm_rounds"`
 	// SilenceBound is how long a replica's IO thread may receive nothing
@@ -258,9 +258,9 @@ type FailoverConfig struct {
 	// points at a primary and aligns replicas it finds with other values
 	// (MariaDB KB "CHANGE MASTER TO", "slave_net_timeout"). A primary
 	// frozen for less than SilenceBound − SilenceBound/12 + the
-	// confirmation spacing (200ms), 1.3s with the defaults, is never failed
-	// over; one isolated from everything is failed over about SilenceBound
-	// + probe.interval/2 + 0.5s after.
+	// confirmation spacing (150ms), 1.25s with the defaults, is never
+	// failed over; one isolated from everything is failed over about
+	// SilenceBound + probe.interval/2 + 0.5s after.
 	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
 	// Type: duration. Default: 1.2s.
 	SilenceBound Duration `yaml:"silence_bound"`

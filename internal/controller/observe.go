@@ -90,7 +90,7 @@ const maxTroubleSpacing = 100 * time.Millisecond
 // both count towards confirming a DeadPrimary that rests on a replica's
 // silence (failover.confirm_rounds): the primary must still be silent that
 // long after its replicas' silence first passed failover.silence_bound.
-const confirmSpacing = 200 * time.Millisecond
+const confirmSpacing = 150 * time.Millisecond
 
 // troubleSpacing is the spacing of probe rounds during trouble for a probe
 // interval.
