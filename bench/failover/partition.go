@@ -84,8 +84,11 @@ func runPartition(o options) error {
 	fmt.Printf("isolation → decision: median %.0f ms, max %.0f ms; → new primary published: median %.0f ms, min %.0f ms, max %.0f ms; → first write through rw: median %.0f ms, max %.0f ms; over %d trials; acknowledged writes lost: %d of %d\n",
 		ms(percentile(dec, 50)), ms(dec[len(dec)-1]), ms(percentile(pub, 50)), ms(pub[0]), ms(pub[len(pub)-1]),
 		ms(percentile(first, 50)), ms(first[len(first)-1]), len(pub), lost, acked)
-	if lost > 0 {
+	if lost > 0 && durabilityName(o) != config.DurabilityAsync {
 		return errors.New("acknowledged writes lost (see above)")
+	}
+	if lost > 0 {
+		fmt.Println("(durability async: a write acknowledged by node1 just before the isolation and not shipped yet is lost, as the async window allows)")
 	}
 	return nil
 }
