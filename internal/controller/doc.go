@@ -22,12 +22,21 @@
 // remembers between rounds (each replica's IO-thread progress, last lag,
 // last complete probes) and the proxies' reachability reports, publishes
 // the analysis codes, and applies the policy. The first sign of trouble
-// starts an extra round at once. DeadPrimary is the only code that can lead
-// to a failover, and only in failover.mode auto, confirmed over
-// confirm_rounds consecutive rounds, outside maintenance, while no block
+// starts an extra round at once, and rounds then start every
+// min(probe.interval, 100ms) while it lasts. A replica's progress is dated
+// by its own probe, so its silence is measured between probes of it, never
+// to the end of a round. DeadPrimary is the only code that can lead to a
+// failover, and only in failover.mode auto, confirmed over confirm_rounds
+// consecutive rounds (rounds at least 150ms apart when the verdict rests on
+// a replica's silence, so a pause shorter than failover.silence_bound plus
+// that spacing never confirms), outside maintenance, while no block
 // (set by any failover for block_period, lifted by ack) or disabled
 // automation (set by a failed recovery) applies. Every decision and
 // non-decision is written to the cluster's bounded event log (events.go).
+// The replicas of the published primary are kept on the heartbeat period
+// and slave_net_timeout of failover.silence_bound: every CHANGE MASTER the
+// controller issues carries them, and a healthy replica found with other
+// values is aligned once, one per round (replicasettings.go).
 // A failover refreshes and plans, fences a reachable old primary
 // (read_only=ON, sessions killed) or waits until every proxy applied the new
 // epoch or lost its lease, stops replication IO threads, re-plans, applies
