@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -110,9 +111,13 @@ func holdable(st *topo.ClusterState, cl *config.Cluster) bool {
 // errPrimaryRefused is the error a statement gets at once when the
 // primary is lost and no automatic failover can come: MySQL error 1105
 // (ER_UNKNOWN_ERROR, SQLSTATE HY000).
-func errPrimaryRefused(cluster, node, why string) *mysql.MyError {
-	return errUnknown(fmt.Sprintf("switchyard: primary %s of cluster %s is unreachable and %s; the statement was not run",
-		orText(node, "(none)"), cluster, why))
+// cause is what the proxy saw (a connect error), "" if nothing more.
+func errPrimaryRefused(cluster, node, cause, why string) *mysql.MyError {
+	if cause != "" {
+		cause = " (" + strings.TrimPrefix(cause, "switchyard: ") + ")"
+	}
+	return errUnknown(fmt.Sprintf("switchyard: primary %s of cluster %s is unreachable%s and %s; the statement was not run",
+		orText(node, "(none)"), cluster, cause, why))
 }
 
 // errLostInFlight is the error of a statement in flight when its primary's
@@ -141,6 +146,7 @@ func errReadAbandoned(cluster, node, why string) *mysql.MyError {
 // of one statement) without a new primary. Waiting is idle for the drain
 // monitor and the sweeper. The session's backend must be nil.
 func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
+	defer func() { s.lostCause = "" }()
 	cluster := s.l.cluster
 	rc := s.srv.rc.Load()
 	cl := rc.clusters[cluster]
@@ -203,7 +209,7 @@ func (s *session) refusePrimary(class, node, why string) *mysql.MyError {
 	s.holdStart = time.Time{}
 	s.srv.metrics.primaryLostRefused.WithLabelValues(s.l.cluster, class).Inc()
 	s.log.Warn("primary lost: statement refused", "cluster", s.l.cluster, "node", node, "reason", class, "why", why)
-	return errPrimaryRefused(s.l.cluster, node, why)
+	return errPrimaryRefused(s.l.cluster, node, s.lostCause, why)
 }
 
 // heldDone records the end of a successful hold (the session reached a
@@ -248,11 +254,15 @@ func (s *session) primaryBackendLost(cmd byte) string {
 		_, reason := s.primaryLostInTx(cmd, true)
 		return reason
 	}
-	if cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning {
-		if replaySafe(s.rerun[1:]) {
+	if cmd == mysql.COM_QUERY && s.cls == classSelect {
+		switch {
+		case len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]):
 			return s.rerunRead(node)
+		case len(s.rerun) > 1 && !s.rerunning:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write"))
+		default:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "reads are run again only while an automatic failover can come"))
 		}
-		s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write"))
 		return ""
 	}
 	s.srv.metrics.primaryLostInFlight.WithLabelValues(s.l.cluster).Inc()

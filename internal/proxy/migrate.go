@@ -334,6 +334,7 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 				old.close(false)
 				old = nil
 			}
+			s.lostCause = merr.Message
 			if snap, merr = s.awaitPrimary(t.node); merr != nil {
 				return merr, ""
 			}

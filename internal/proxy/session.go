@@ -75,6 +75,7 @@ type session struct {
 	holdStart  time.Time
 	beLost     bool
 	lostNode   string
+	lostCause  string // the connect error that found the primary lost
 	rerun      []byte
 	rerunning  bool
 	commitSent bool
@@ -238,7 +239,7 @@ func (s *session) login() string {
 	} else {
 		g, merr = s.greeting(t, snap, rc)
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
-			lost, wait, merr = t.node, true, nil
+			lost, wait, s.lostCause, merr = t.node, true, merr.Message, nil
 		}
 	}
 	if merr != nil && deferred == nil && s.l.role == roleReplica {
@@ -362,7 +363,7 @@ func (s *session) loginConnect(t *target, snap *routeSnapshot, rc *runtimeConfig
 		}
 		ct, be, okp, merr := s.connectRoute(t, snap, rc, false)
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
-			wait, lost = true, t.node
+			wait, lost, s.lostCause = true, t.node, merr.Message
 			continue
 		}
 		if merr == nil {
