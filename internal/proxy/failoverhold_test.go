@@ -196,4 +196,3 @@ func TestLostPrimaryNoFailoverFailsAtOnce(t *testing.T) {
 		t.Logf("statement %d: %q after %v", i+1, msg, took.Round(time.Millisecond))
 	}
 }
-

@@ -25,13 +25,13 @@ const minCheckInterval = 100 * time.Millisecond
 // whether a primary is dead (a quorum of proxies must agree), so it is
 // published in the registration whenever a node's reachability changes.
 type reachState struct {
-	once    sync.Once
-	mu      sync.Mutex
-	nodes   map[string]topo.BackendReach // by cluster + "/" + node
+	once  sync.Once
+	mu    sync.Mutex
+	nodes map[string]topo.BackendReach // by cluster + "/" + node
 	// checked is when the last completed check of every node began.
 	checked time.Time
-	changed chan struct{}                // a node changed; rewrite the registration
-	kick    chan struct{}                // a session saw a backend fail; check now
+	changed chan struct{} // a node changed; rewrite the registration
+	kick    chan struct{} // a session saw a backend fail; check now
 }
 
 func (r *reachState) init() {
