@@ -101,11 +101,11 @@ func failoverOutlook(st *topo.ClusterState, cl *config.Cluster, now time.Time) (
 // hold statements if the primary were lost now (cl its config): the
 // sessions then keep what they need to (a copy of an autocommit read, the
 // idle-connection peek). Computed once per snapshot.
-func holdable(st *topo.ClusterState, cl *config.Cluster) bool {
+func holdable(st *topo.ClusterState, cl *config.Cluster, now time.Time) bool {
 	if cl == nil {
 		return false
 	}
-	class, _ := failoverOutlook(st, cl, time.Now())
+	class, _ := failoverOutlook(st, cl, now)
 	return class == ""
 }
 
@@ -133,7 +133,7 @@ func errLostInFlight(cluster, node string) *mysql.MyError {
 // connection died that could not be run again: MySQL error 1105.
 func errReadAbandoned(cluster, node, why string) *mysql.MyError {
 	return errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this read ran and it was not run again (%s); "+
-		"it changed nothing: retry it, the session continues", node, cluster, why))
+		"retry it, the session continues", node, cluster, why))
 }
 
 // awaitPrimary waits, while the session's primary lost (a node name; ""
@@ -178,7 +178,7 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 		if snap.fenced != "" {
 			return nil, s.refusePrimary(refusedFenced, lost, "this proxy stopped routing writes ("+snap.fenced+")")
 		}
-		if class, why := failoverOutlook(&snap.state, cl, time.Now()); class != "" {
+		if class, why := failoverOutlook(&snap.state, cl, s.srv.now()); class != "" {
 			return nil, s.refusePrimary(class, lost, why)
 		}
 		if first {
@@ -255,12 +255,14 @@ func (s *session) primaryBackendLost(cmd byte) string {
 		_, reason := s.primaryLostInTx(cmd, true)
 		return reason
 	}
-	if cmd == mysql.COM_QUERY && s.cls == classSelect {
+	if s.cls == classSelect && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
 		switch {
-		case len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]):
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]):
 			return s.rerunRead(node)
-		case len(s.rerun) > 1 && !s.rerunning:
-			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write"))
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write: check before retrying"))
+		case cmd == mysql.COM_STMT_EXECUTE:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "prepared reads are not run again"))
 		default:
 			s.writeError(1, errReadAbandoned(s.l.cluster, node, "reads are run again only while an automatic failover can come"))
 		}
