@@ -59,6 +59,19 @@ func TestFailoverOutlook(t *testing.T) {
 	}
 }
 
+func TestLostStatementScanners(t *testing.T) {
+	for q, want := range map[string]bool{"COMMIT": true, "commit work": true, "  /* x */ COMMIT": true, "COMMITTED": false, "SELECT 1": false} {
+		if got := isCommit([]byte(q)); got != want {
+			t.Errorf("isCommit(%q) = %v, want %v", q, got, want)
+		}
+	}
+	for q, want := range map[string]bool{"SELECT 1": true, "SELECT 1;": true, "SELECT 1 ; \n": true, "SELECT 1; DELETE FROM t": false, "SELECT ';'": false} {
+		if got := oneStatement([]byte(q)); got != want {
+			t.Errorf("oneStatement(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
 // failoverStates are the states a controller publishes for a crash
 // failover of the harness sandbox from node1 to node2: the failover phase
 // and then the new primary.
