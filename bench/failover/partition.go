@@ -144,7 +144,7 @@ func partitionTrial(o options) (r partitionResult, err error) {
 		r.aligned = strings.Join(al, "; ")
 	}
 
-	w := newWriters(s.rw, o.writers)
+	w := newWriters(s.rw, o.writers, false)
 	wctx, wcancel := context.WithCancel(ctx)
 	w.start(wctx)
 	defer func() { wcancel(); w.wait() }()

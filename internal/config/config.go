@@ -285,6 +285,41 @@ type FailoverConfig struct {
 	// errant transactions is quarantined either way.
 	// Type: bool. Default: true.
 	RejoinOldPrimary *bool `yaml:"rejoin_old_primary"`
+	// Hold makes primary listeners hold statements, instead of failing
+	// them, while the primary is lost and an automatic failover can come
+	// (mode auto, no maintenance, block or disable, a promotable replica):
+	// statements not yet sent, new logins and idle sessions wait for the
+	// new primary, at most max_hold. Where no automatic failover can come
+	// (manual mode, blocked) statements fail at once with the reason.
+	// (Peers: MaxScale's delayed_retry, Vitess's buffering during
+	// reparents.)
+	// Type: bool. Default: true.
+	Hold *bool `yaml:"hold"`
+	// MaxHold bounds how long one statement or login waits for a new
+	// primary after the primary is lost; the client then gets error 1105
+	// saying no primary came. When set it must exceed the detection time,
+	// confirm_rounds × probe.interval. Unset, it is the largest of 5s,
+	// (confirm_rounds + 3) × probe.interval and silence_bound + 3s (a
+	// silent primary is detected only after silence_bound)
+	// (EffectiveMaxHold), so it follows a change of probe.interval.
+	// Type: duration. Optional.
+	MaxHold Duration `yaml:"max_hold"`
+}
+
+// HoldOn reports failover.hold (true when unset).
+func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
+
+// EffectiveMaxHold is failover.max_hold, or when unset the largest of 5s,
+// (confirm_rounds + 3) × interval (probe.interval; 1s when unset) and
+// silence_bound + 3s.
+func (f FailoverConfig) EffectiveMaxHold(interval time.Duration) time.Duration {
+	if f.MaxHold > 0 {
+		return f.MaxHold.D()
+	}
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return max(5*time.Second, time.Duration(max(f.ConfirmRounds, 1)+3)*interval, f.SilenceBound.D()+3*time.Second)
 }
 
 // Silence bounds (failover.silence_bound).
@@ -671,6 +706,13 @@ func (c *Config) ApplyDefaults() {
 	}
 	if sw.WarmConcurrency == 0 {
 		sw.WarmConcurrency = 4
+	}
+	for i := range c.Clusters {
+		f := &c.Clusters[i].Failover
+		if f.Hold == nil {
+			t := true
+			f.Hold = &t
+		}
 	}
 	if c.Versioning.HistoryLimit == 0 {
 		c.Versioning.HistoryLimit = DefaultHistoryLimit
