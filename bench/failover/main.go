@@ -205,7 +205,7 @@ type stack struct {
 	close func() error
 
 	// lab holds the nodes' network namespaces (-fault partition only).
-	lab *netLab
+	lab *sandbox.NetLab
 }
 
 func startStack(ctx context.Context, o options) (_ *stack, err error) {
@@ -261,14 +261,14 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	closers = append(closers, func() error { etcd.Close(); return nil })
 
 	cfg := sb.Config()
-	var lab *netLab
+	var lab *sandbox.NetLab
 	if o.fault == "partition" {
-		if lab, err = newNetLab(ctx, sb); err != nil {
-			return nil, fmt.Errorf("netns lab: %w", err)
+		if lab, err = sandbox.NewNetLab(ctx, sb); err != nil {
+			return nil, err
 		}
-		closers = append(closers, func() error { lab.teardown(); return nil })
+		closers = append(closers, func() error { lab.Teardown(); return nil })
 		for i := range cfg.Clusters[0].Nodes {
-			cfg.Clusters[0].Nodes[i].Address = lab.addr(i)
+			cfg.Clusters[0].Nodes[i].Address = lab.Addr(i)
 		}
 	}
 	if o.fault == "partition" || o.fault == "stop" {

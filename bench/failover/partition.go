@@ -2,20 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -51,11 +42,8 @@ type partitionResult struct {
 // controller aligns them to failover.silence_bound's settings before the
 // trial starts.
 func runPartition(o options) error {
-	if os.Geteuid() != 0 {
-		return errors.New("-fault partition needs root (network namespaces)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		return errors.New("-fault partition needs the ip tool (iproute2)")
+	if why := sandbox.NetNSUnavailable(); why != "" {
+		return fmt.Errorf("-fault partition: %s", why)
 	}
 	var fo config.FailoverConfig
 	fo.SilenceBound = config.Duration(config.DefaultSilenceBound)
@@ -152,7 +140,7 @@ func partitionTrial(o options) (r partitionResult, err error) {
 
 	// Timed from the moment the link is down (a write sent while the ip
 	// command ran may still have been acknowledged by node1).
-	if err := s.lab.isolate(0); err != nil {
+	if err := s.lab.Isolate(0); err != nil {
 		return r, err
 	}
 	isolatedAt := time.Now()
@@ -198,214 +186,4 @@ func partitionTrial(o options) (r partitionResult, err error) {
 	}
 	r.acked, r.lost, r.errors = len(w.acked()), len(missing), w.errors()
 	return r, nil
-}
-
-// netLab puts every sandbox node in its own network namespace, joined by a
-// bridge in the host namespace (the same layout as the S5 scenario test):
-//
-//	host (controller, proxy, etcd, writers) 10.214.N.1 on bridge sy<id>b
-//	node i  in netns sy<id>n<i>             10.214.N.(i+2) on veth sy<id>p<i>
-//
-// Every link, namespace and address is created here and removed by
-// teardown.
-type netLab struct {
-	sb     *sandbox.Cluster
-	id     string
-	subnet string
-	bridge string
-}
-
-func (l *netLab) ns(i int) string   { return fmt.Sprintf("sy%sn%d", l.id, i) }
-func (l *netLab) peer(i int) string { return fmt.Sprintf("sy%sp%d", l.id, i) }
-func (l *netLab) host(i int) string { return fmt.Sprintf("sy%sv%d", l.id, i) }
-func (l *netLab) hostIP() string    { return l.subnet + ".1" }
-func (l *netLab) nodeIP(i int) string {
-	return l.subnet + "." + strconv.Itoa(i+2)
-}
-
-// addr is node i's address in the lab.
-func (l *netLab) addr(i int) string {
-	return net.JoinHostPort(l.nodeIP(i), strconv.Itoa(l.sb.Nodes[i].Port))
-}
-
-func ipCmd(args ...string) error {
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// newNetLab builds the namespaces, moves every node of sb into its
-// namespace (restarting it there, listening on every address) and
-// re-points the replicas at node1's lab address with a 1s heartbeat. On
-// error what was built is removed.
-func newNetLab(ctx context.Context, sb *sandbox.Cluster) (_ *netLab, err error) {
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	l := &netLab{sb: sb, id: hex.EncodeToString(b)}
-	if l.subnet, err = freeLabSubnet(); err != nil {
-		return nil, err
-	}
-	l.bridge = "sy" + l.id + "b"
-	defer func() {
-		if err != nil {
-			l.teardown()
-		}
-	}()
-	steps := [][]string{{"link", "add", l.bridge, "type", "bridge"}, {"addr", "add", l.hostIP() + "/24", "dev", l.bridge}, {"link", "set", l.bridge, "up"}}
-	for i := range sb.Nodes {
-		steps = append(steps, []string{"netns", "add", l.ns(i)}, []string{"-n", l.ns(i), "link", "set", "lo", "up"},
-			[]string{"link", "add", l.host(i), "type", "veth", "peer", "name", l.peer(i)}, []string{"link", "set", l.peer(i), "netns", l.ns(i)},
-			[]string{"link", "set", l.host(i), "master", l.bridge}, []string{"link", "set", l.host(i), "up"},
-			[]string{"-n", l.ns(i), "addr", "add", l.nodeIP(i) + "/24", "dev", l.peer(i)}, []string{"-n", l.ns(i), "link", "set", l.peer(i), "up"})
-	}
-	for _, s := range steps {
-		if err := ipCmd(s...); err != nil {
-			return nil, err
-		}
-	}
-	for i := range sb.Nodes {
-		if err := sb.StopNode(ctx, i); err != nil {
-			return nil, err
-		}
-		if err := l.rewriteDefaults(i); err != nil {
-			return nil, err
-		}
-		if err := l.start(i); err != nil {
-			return nil, err
-		}
-	}
-	// Every sandbox node restarts read-only; node1 is the primary again.
-	if err := l.rootExec(ctx, 0, "SET GLOBAL read_only=0"); err != nil {
-		return nil, err
-	}
-	for i := 1; i < len(sb.Nodes); i++ {
-		if err := l.rootExec(ctx, i, "STOP SLAVE",
-			fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%d, MASTER_HEARTBEAT_PERIOD=1", l.nodeIP(0), sb.Nodes[0].Port),
-			"START SLAVE"); err != nil {
-			return nil, err
-		}
-	}
-	return l, nil
-}
-
-// freeLabSubnet picks 10.214.N.0/24 with no host address in it.
-func freeLabSubnet() (string, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return "", err
-	}
-	for range 50 {
-		b := make([]byte, 1)
-		_, _ = rand.Read(b)
-		subnet := fmt.Sprintf("10.214.%d", 1+int(b[0])%250)
-		used := false
-		for _, a := range addrs {
-			used = used || strings.HasPrefix(a.String(), subnet+".")
-		}
-		if !used {
-			return subnet, nil
-		}
-	}
-	return "", errors.New("no free 10.214.N.0/24 subnet")
-}
-
-// rewriteDefaults makes node i listen on every address of its namespace
-// and never block the host (probes cut by the partition must not lock the
-// controller out: max_connect_errors).
-func (l *netLab) rewriteDefaults(i int) error {
-	p := l.sb.Nodes[i].DefaultsFile
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return err
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		switch {
-		case strings.HasPrefix(line, "bind-address="):
-			line = "bind-address=0.0.0.0"
-		case strings.HasPrefix(line, "report-host="):
-			line = "report-host=" + l.nodeIP(i)
-		}
-		out = append(out, line)
-	}
-	out = append(out, "max-connect-errors=1000000")
-	return os.WriteFile(p, []byte(strings.Join(out, "\n")+"\n"), 0o600)
-}
-
-// start starts node i's mariadbd inside its namespace (ip netns exec execs
-// it in place, so the sandbox still finds and stops it by its pid file) and
-// waits until it answers over its unix socket.
-func (l *netLab) start(i int) error {
-	n := l.sb.Nodes[i]
-	bin, err := exec.LookPath("mariadbd")
-	if err != nil {
-		bin = "/usr/sbin/mariadbd"
-	}
-	out, err := os.OpenFile(filepath.Join(filepath.Dir(n.DefaultsFile), "mariadbd.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	cmd := exec.Command("ip", "netns", "exec", l.ns(i), bin, "--defaults-file="+n.DefaultsFile)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Dir = filepath.Dir(n.DefaultsFile)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s in %s: %w", n.Name, l.ns(i), err)
-	}
-	go func() { _ = cmd.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		db, err := sql.Open("mysql", l.sb.RootDSN(i))
-		if err == nil {
-			err = db.Ping()
-			db.Close()
-		}
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not start in %s: %w", n.Name, l.ns(i), err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (l *netLab) rootExec(ctx context.Context, i int, stmts ...string) error {
-	db, err := sql.Open("mysql", l.sb.RootDSN(i))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	for _, q := range stmts {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%s on %s: %w", q, l.sb.Nodes[i].Name, err)
-		}
-	}
-	return nil
-}
-
-// isolate takes node i's link down: it reaches nobody and nobody reaches
-// it, and nothing answers (the packets are dropped).
-func (l *netLab) isolate(i int) error {
-	return ipCmd("-n", l.ns(i), "link", "set", l.peer(i), "down")
-}
-
-// teardown stops the nodes (they live in the namespaces) and removes every
-// link and namespace the lab created.
-func (l *netLab) teardown() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for i := range l.sb.Nodes {
-		if pid := l.sb.PID(i); pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-		_ = l.sb.StopNode(ctx, i)
-	}
-	for i := range l.sb.Nodes {
-		_ = exec.Command("ip", "link", "del", l.host(i)).Run()
-		_ = exec.Command("ip", "netns", "del", l.ns(i)).Run()
-	}
-	_ = exec.Command("ip", "link", "del", l.bridge).Run()
 }

@@ -39,6 +39,10 @@
 // primary; the controller, not this package, makes the published primary
 // writable again after a restart.
 //
+// NetLab (netns.go) moves a sandbox's nodes into network namespaces behind
+// a bridge, for partitions with dropped packets (scenario tests and
+// bench/failover -fault partition; root and iproute2 needed).
+//
 // The package never reads or writes /etc/mysql, never signals a process it
 // cannot prove it started (a live mariadbd whose command line names this
 // sandbox's defaults file), and makes no topology decisions after Up:
