@@ -645,6 +645,12 @@ func validateFailover(v *validator, f string, fo FailoverConfig) {
 			v.add(f+"."+d.name, "%s must not be negative", d.v)
 		}
 	}
+	if fo.ReplayMaxBytes < 1024 || fo.ReplayMaxBytes > 64<<20 {
+		v.add(f+".replay_max_bytes", "%d is out of range (1024..67108864 bytes recorded per session for transaction replay)", fo.ReplayMaxBytes)
+	}
+	if fo.ReplayMaxStatements < 1 || fo.ReplayMaxStatements > 100000 {
+		v.add(f+".replay_max_statements", "%d is out of range (1..100000 statements recorded per session for transaction replay)", fo.ReplayMaxStatements)
+	}
 }
 
 // validateDurability checks a cluster's durability mode: a known name, and
