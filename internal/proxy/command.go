@@ -53,6 +53,7 @@ func kindOf(cmd byte) responseKind {
 // loop reads client commands until the session ends and returns the reason.
 func (s *session) loop() string {
 	rerouted := false // the pending command was sent back to reroute once
+	s.rlog = s.newReplayLog()
 	for {
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
@@ -137,6 +138,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var trackSchema bool
 	var stmt *stmtInfo
 	var stmtID uint32
+	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	s.cls = classOther
 	switch cmd {
 	case mysql.COM_INIT_DB:
@@ -146,6 +148,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		s.cls = classUse
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
+			payload = p
 			s.noteQuery(p[1:])
 			switch s.cls {
 			case classUse:
@@ -181,18 +184,36 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
 		}
+		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
+			payload = p
+		}
+	}
+	// Transaction replay (replay.go): record the statement before it is
+	// forwarded.
+	long := false
+	if s.rlog != nil {
+		long = s.recordBegin(cmd, payload, stmtID, stmt)
 	}
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
 	var err error
+	plain := false
 	switch {
 	case cmd == mysql.COM_STMT_PREPARE:
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
 		err = s.forwardRebound(stmt)
+	case long:
+		err = s.forwardRecorded()
 	default:
+		plain = true
 		err = s.forward()
 	}
 	if err != nil {
+		if s.rlog != nil {
+			// A packet that fits the read buffer is still there when
+			// writing it to the backend failed (CopyPacket).
+			s.rlog.fl.pend = plain && mysqlproto.HeaderSize+h.Len <= s.cr.Size()
+		}
 		return s.failCommand(err)
 	}
 	s.l.queries.Inc()
@@ -213,6 +234,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	if err != nil {
 		return s.failCommand(err)
+	}
+	if s.rlog != nil {
+		s.recordEnd()
 	}
 	if s.lastOK {
 		switch {
@@ -381,10 +405,21 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
 // client itself is intact).
 func (s *session) failCommand(err error) string {
-	if why, lost, wrote := s.endRelay(); why != "" {
+	why, lost, wrote := s.endRelay()
+	if why != "" {
 		return s.afterCut(why, lost, wrote)
 	}
 	reason := clientReason(err)
+	if reason == closeBackendLost && s.rlog != nil && !errors.Is(err, errResponseOverrun) && !errors.Is(err, errBackendProtocol) {
+		// Transaction replay (replay.go).
+		fl := s.rlog.fl
+		if handled, answered, r := s.replayOnLoss(fl.cmd, !fl.pend, wrote, nodeName(s.be), "the connection to it broke: "+err.Error()); handled {
+			if answered || r != "" {
+				return r
+			}
+			return "" // replayed; the pending command runs next
+		}
+	}
 	switch {
 	case errors.Is(err, errResponseOverrun):
 		s.log.Warn("closing session: backend protocol out of step", "err", err)

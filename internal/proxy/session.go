@@ -82,6 +82,7 @@ type session struct {
 	prepPacket []byte // COM_STMT_PREPARE being relayed (command byte + text)
 	okBuf      []byte // scratch for rewritten OK packets
 	samples    uint32 // read statements seen, for sampling (hotreads.go)
+	rlog       *replayLog // the open transaction's record (replay.go); nil unless failover.transaction_replay
 
 	// Per-command relay state.
 	br      *bufio.Reader // backend reader (pooled)
