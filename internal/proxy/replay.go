@@ -71,8 +71,8 @@ type replayEntry struct {
 	off, n int       // payload in buf
 	stmtID uint32    // client statement id (COM_STMT_EXECUTE)
 	st     *stmtInfo // the statement executed (kept when the client closes it)
-	sum    uint64 // checksum of the result
-	done   bool   // the response was complete
+	sum    uint64    // checksum of the result
+	done   bool      // the response was complete
 }
 
 // flight is what the proxy knows of the command in flight.
