@@ -82,6 +82,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		case fl.kind == kindRollback:
 			s.dropLost()
 			r.reset()
+			s.rejoinPrimary(lost)
 			s.log.Info("primary lost while ROLLBACK ran: the transaction is rolled back either way", "node", lost)
 			ok := mysqlproto.OK{Status: s.status & mysql.SERVER_STATUS_AUTOCOMMIT}
 			if err := s.writeDirect(1, mysqlproto.AppendOK(nil, s.caps, &ok)); err != nil {
@@ -91,6 +92,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		case fl.kind == kindEnds, fl.kind == kindBegin && fl.inTx, !inTx && fl.kind == kindWrite:
 			s.dropLost()
 			r.reset()
+			s.rejoinPrimary(lost)
 			s.srv.metrics.outcomeUnknown.WithLabelValues(s.l.name).Inc()
 			s.log.Warn("primary lost while a statement ending a transaction ran: its outcome is unknown", "node", lost,
 				"statement", fl.keyword(), "cause", cause)
@@ -118,6 +120,9 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	}
 	s.dropLost()
 	r.reset()
+	if result != replayNoPrimary && result != replayConnect {
+		s.rejoinPrimary(lost)
+	}
 	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
 	s.log.Info("transaction not replayed: rolled back", "lost", lost, "result", result, "why", why, "cause", cause)
 	e := errReplayFailed(s.l.cluster, lost, why, inflight)
@@ -137,6 +142,17 @@ func (r *replayLog) dropPending() {
 		r.entries = r.entries[:n-1]
 	}
 	r.cur, r.hashing, r.fl.active = -1, false, false
+}
+
+// rejoinPrimary connects the session, out of any transaction, to the
+// primary (waiting for the one the controller names when the lost one is
+// gone), so that the error it is about to get is its last: its next
+// command runs there. When that fails the session moves (or gets the
+// no-route error) at its next command, as after a cut.
+func (s *session) rejoinPrimary(lost string) {
+	if _, merr := s.connectPrimary(lost); merr != nil {
+		s.log.Info("could not reconnect to the primary after losing it; the session moves at its next command", "lost", lost, "err", merr.Message)
+	}
 }
 
 // dropLost forgets the session's backend connection and transaction: the
