@@ -265,6 +265,23 @@ type FailoverConfig struct {
 	// errant transactions is quarantined either way.
 	// Type: bool. Default: true.
 	RejoinOldPrimary *bool `yaml:"rejoin_old_primary"`
+	// Hold makes primary listeners hold statements, instead of failing
+	// them, while the primary is lost and an automatic failover can come
+	// (mode auto, no maintenance, block or disable, a promotable replica):
+	// statements not yet sent, new logins and idle sessions wait for the
+	// new primary, at most max_hold. Where no automatic failover can come
+	// (manual mode, blocked) statements fail at once with the reason.
+	// (Peers: MaxScale's delayed_retry, Vitess's buffering during
+	// reparents.)
+	// Type: bool. Default: true.
+	Hold *bool `yaml:"hold"`
+	// MaxHold bounds how long one statement or login waits for a new
+	// primary after the primary is lost; the client then gets error 1105
+	// saying no primary came. It must exceed the detection time,
+	// confirm_rounds × probe.interval. Unset, it is the larger of 5s and
+	// (confirm_rounds + 3) × probe.interval.
+	// Type: duration. Default: 5s.
+	MaxHold Duration `yaml:"max_hold"`
 	// TransactionReplay makes the primary (rw) listeners re-execute a
 	// transaction interrupted by the loss of its primary on the new primary,
 	// statement by statement, checking that every statement returns what it
@@ -288,6 +305,9 @@ type FailoverConfig struct {
 	// Type: integer (1..100000). Default: 256.
 	ReplayMaxStatements int `yaml:"replay_max_statements"`
 }
+
+// HoldOn reports failover.hold (true when unset).
+func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
 
 // Rejoin reports failover.rejoin_old_primary (true when unset).
 func (f FailoverConfig) Rejoin() bool { return f.RejoinOldPrimary == nil || *f.RejoinOldPrimary }
@@ -626,6 +646,16 @@ func (c *Config) ApplyDefaults() {
 	}
 	if sw.WarmConcurrency == 0 {
 		sw.WarmConcurrency = 4
+	}
+	for i := range c.Clusters {
+		f := &c.Clusters[i].Failover
+		if f.Hold == nil {
+			t := true
+			f.Hold = &t
+		}
+		if f.MaxHold == 0 {
+			f.MaxHold = Duration(max(5*time.Second, time.Duration(f.ConfirmRounds+3)*c.Probe.Interval.D()))
+		}
 	}
 	if c.Versioning.HistoryLimit == 0 {
 		c.Versioning.HistoryLimit = DefaultHistoryLimit

@@ -19,6 +19,7 @@ import (
 // backend is one server connection owned by a session.
 type backend struct {
 	conn    net.Conn
+	fd      int // the socket's descriptor, for the idle peek (failoverhold.go); -1 if unknown
 	t       *target
 	counter *backendCounter
 	gauge   prometheus.Gauge
@@ -200,7 +201,7 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 		_ = conn.Close()
 		return nil, nil, merr
 	}
-	be := &backend{conn: conn, t: t, threadID: threadID, tracked: tracked}
+	be := &backend{conn: conn, fd: connFD(conn), t: t, threadID: threadID, tracked: tracked}
 	if restore {
 		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 	}

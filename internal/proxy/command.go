@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -102,6 +103,14 @@ func (s *session) loop() string {
 			rerouted = true
 			continue
 		}
+		if s.be != nil && s.l.role == rolePrimary && s.l.route.snap.Load().lossCheck && s.peerGone(s.be) {
+			// The server closed this idle connection (it crashed or was
+			// killed): nothing was sent; move, holding for a failover.
+			s.endRelay()
+			s.log.Info("primary connection closed by the server while the session was idle", "node", s.be.t.node)
+			s.snap, s.detached, s.beLost = nil, true, true
+			continue
+		}
 		rerouted = false
 		reason := s.command(cmd, h)
 		if why, _, _ := s.endRelay(); why != "" && reason == "" {
@@ -113,6 +122,9 @@ func (s *session) loop() string {
 			return reason
 		}
 		s.busy.Store(s.txBits())
+		if !s.holdStart.IsZero() {
+			s.holdStart = time.Time{}
+		}
 	}
 }
 
@@ -150,6 +162,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if p := s.peekPayload(h); p != nil {
 			payload = p
 			s.noteQuery(p[1:])
+			s.keepForLoss(p)
 			switch s.cls {
 			case classUse:
 				schema, trackSchema = parseUse(p[1:])
@@ -159,6 +172,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				}
 			}
 		} else if b, err := s.cr.Peek(s.cr.Size()); err == nil {
+			s.rerun, s.commitSent = s.rerun[:0], false
 			// Longer than the read buffer (a bulk INSERT, say): classify
 			// by its start. Only a long SET cannot be followed.
 			s.cls = classify(b[mysqlproto.HeaderSize+1:])
@@ -214,7 +228,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			// writing it to the backend failed (CopyPacket).
 			s.rlog.fl.pend = plain && mysqlproto.HeaderSize+h.Len <= s.cr.Size()
 		}
-		return s.failCommand(err)
+		return s.failCommand(cmd, err)
 	}
 	s.l.queries.Inc()
 	if kind == respNone {
@@ -228,12 +242,12 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.srv.bytesIn.Add(float64(s.in))
 	s.srv.bytesOut.Add(float64(s.out))
-	if cap(s.prepPacket) > 4<<10 || cap(s.setText) > 4<<10 {
+	if cap(s.prepPacket) > 4<<10 || cap(s.setText) > 4<<10 || cap(s.rerun) > 4<<10 {
 		// Idle sessions keep small buffers only.
-		s.prepPacket, s.setText = nil, nil
+		s.prepPacket, s.setText, s.rerun = nil, nil, nil
 	}
 	if err != nil {
-		return s.failCommand(err)
+		return s.failCommand(cmd, err)
 	}
 	if s.rlog != nil {
 		s.recordEnd()
@@ -322,7 +336,7 @@ func (s *session) afterReset() string {
 		return ""
 	}
 	if err := writePacket(s.be.conn, 0, append([]byte{mysql.COM_QUERY}, trackingSQL...)); err != nil {
-		return s.failCommand(fail(closeBackendLost, err))
+		return s.failCommand(mysql.COM_RESET_CONNECTION, fail(closeBackendLost, err))
 	}
 	br := s.srv.readers.Get().(*bufio.Reader)
 	br.Reset(s.be.conn)
@@ -401,10 +415,14 @@ func (s *session) release() error {
 // ERR packet; the session is closed because the proxy lost track.
 var errResponseOverrun = errors.New("backend sent data beyond the end of the response")
 
-// failCommand ends the session after a failed command. When the backend
-// failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
-// client itself is intact).
-func (s *session) failCommand(err error) string {
+// failCommand ends command cmd after it failed. When the backend failed,
+// the client gets ER_UNKNOWN_ERROR saying so (the connection to the client
+// itself is intact): on a primary listener, when nothing of the response
+// was relayed yet, the session continues (failoverhold.go
+// primaryBackendLost: a read may run again on the new primary, a write's
+// outcome is unknown, a transaction is rolled back, or replayed with
+// transaction replay, replay.go); otherwise the session is closed.
+func (s *session) failCommand(cmd byte, err error) string {
 	why, lost, wrote := s.endRelay()
 	if why != "" {
 		return s.afterCut(why, lost, wrote)
@@ -423,6 +441,9 @@ func (s *session) failCommand(err error) string {
 	switch {
 	case errors.Is(err, errResponseOverrun):
 		s.log.Warn("closing session: backend protocol out of step", "err", err)
+	case reason == closeBackendLost && s.l.role == rolePrimary && s.be != nil && s.out == 0:
+		s.log.Warn("backend connection lost", "node", s.be.t.node, "addr", s.be.t.addr, "err", err)
+		return s.primaryBackendLost(cmd)
 	case reason == closeBackendLost:
 		node, addr := "", ""
 		if s.be != nil {

@@ -104,7 +104,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	start := time.Now()
 	result, why := s.replayTx(lost, inflight)
 	if result == replayOK && inflight {
-		result, why = s.rerun()
+		result, why = s.rerunInFlight()
 	}
 	s.srv.metrics.replays.WithLabelValues(s.l.name, result).Inc()
 	if result == replayOK {
@@ -288,6 +288,7 @@ func (s *session) connectPrimary(lost string) (*backend, *mysql.MyError) {
 	if snap.hold == nil {
 		s.snap = snap
 	}
+	s.heldDone()
 	return be, nil
 }
 
@@ -402,9 +403,9 @@ func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte,
 	}
 }
 
-// rerun runs the statement that was in flight when the primary was lost on
+// rerunInFlight runs the statement that was in flight when the primary was lost on
 // the session's new backend and relays its response as usual.
-func (s *session) rerun() (string, string) {
+func (s *session) rerunInFlight() (string, string) {
 	r := s.rlog
 	idx := len(r.entries) - 1
 	e := &r.entries[idx]

@@ -43,6 +43,14 @@ func (rc *runtimeConfig) nodeAddr(cluster, node string) string {
 	return ""
 }
 
+// maxHold is the cluster's failover.max_hold (5s when unknown).
+func (rc *runtimeConfig) maxHold(cluster string) time.Duration {
+	if cl := rc.clusters[cluster]; cl != nil && cl.Failover.MaxHold > 0 {
+		return cl.Failover.MaxHold.D()
+	}
+	return 5 * time.Second
+}
+
 func (rc *runtimeConfig) fallback(cluster string) bool {
 	cl := rc.clusters[cluster]
 	if cl == nil || cl.ReadRouting.FallbackToPrimary == nil {

@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+func TestFailoverOutlook(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	off := false
+	cl := func(mode string, hold *bool) *config.Cluster {
+		return &config.Cluster{Name: "main", Failover: config.FailoverConfig{Mode: mode, Hold: hold}}
+	}
+	st := func(mut func(*topo.ClusterState)) *topo.ClusterState {
+		s := &topo.ClusterState{Cluster: "main", Primary: "node1", Phase: topo.PhaseStable}
+		if mut != nil {
+			mut(s)
+		}
+		return s
+	}
+	cases := []struct {
+		name  string
+		cl    *config.Cluster
+		st    *topo.ClusterState
+		class string
+		says  string
+	}{
+		{"auto, ready", cl("auto", nil), st(func(s *topo.ClusterState) { s.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"} }), "", ""},
+		{"auto, not published", cl("auto", nil), st(nil), "", ""},
+		{"manual", cl("manual", nil), st(nil), topo.AutoNotAuto, "an operator must run `switchyard failover --cluster main`"},
+		{"manual, failover running", cl("manual", nil), st(func(s *topo.ClusterState) { s.Phase, s.Primary, s.OldPrimary = topo.PhaseFailover, "", "node1" }), "", ""},
+		{"hold off", cl("auto", &off), st(nil), refusedHoldOff, "failover.hold is off"},
+		{"published not ready", cl("auto", nil), st(func(s *topo.ClusterState) {
+			s.AutoFailover = &topo.AutoFailover{Class: topo.AutoNoCandidate, Reason: "no replica of node1 could be promoted"}
+		}), topo.AutoNoCandidate, "no replica of node1"},
+		{"maintenance, not published", cl("auto", nil), st(func(s *topo.ClusterState) { s.Maintenance = &topo.Maintenance{} }), topo.AutoMaintenance, "maintenance"},
+		{"blocked, not published", cl("auto", nil), st(func(s *topo.ClusterState) {
+			s.FailoverBlock = &topo.FailoverBlock{Until: now.Add(time.Minute)}
+		}), topo.AutoBlocked, "switchyard ack --cluster main"},
+		{"block over, not published", cl("auto", nil), st(func(s *topo.ClusterState) {
+			s.FailoverBlock = &topo.FailoverBlock{Until: now.Add(-time.Minute)}
+		}), "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			class, why := failoverOutlook(c.st, c.cl, now)
+			if class != c.class || !strings.Contains(why, c.says) {
+				t.Fatalf("got %q %q, want class %q saying %q", class, why, c.class, c.says)
+			}
+		})
+	}
+}
+
+// failoverStates are the states a controller publishes for a crash
+// failover of the harness sandbox from node1 to node2: the failover phase
+// and then the new primary.
+func failoverStates(h *harness) (failing, done topo.ClusterState) {
+	failing = sandboxState(h.c, 2, 0, 1, 2)
+	failing.Phase, failing.Primary, failing.OldPrimary, failing.Target = topo.PhaseFailover, "", "node1", "node2"
+	done = sandboxState(h.c, 2, 1, 2)
+	return failing, done
+}
+
+// TestHoldWhilePrimaryLost: with failover.mode auto and the controller
+// saying a failover can come, killing the primary costs clients nothing
+// but time: an idle session's next statement, a new login and a pooled
+// session all wait and run on the new primary once it is published, and
+// the idle session keeps its user variable and prepared statement.
+func TestHoldWhilePrimaryLost(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "", nil)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @v := 42"); err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := conn.PrepareContext(ctx, "SELECT ? + 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stmt.Close()
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	type result struct {
+		what   string
+		server int
+		err    error
+		took   time.Duration
+	}
+	results := make(chan result, 3)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var id, v int
+		err := conn.QueryRowContext(ctx, "SELECT @@server_id, @v").Scan(&id, &v)
+		if err == nil && v != 42 {
+			err = fmt.Errorf("user variable @v is %d after the move, want 42", v)
+		}
+		results <- result{"idle session", id, err, time.Since(killed)}
+	})
+	wg.Go(func() {
+		d, err := sql.Open("mysql", h.dsn("rw", "", nil))
+		if err != nil {
+			results <- result{"login", 0, err, 0}
+			return
+		}
+		defer d.Close()
+		var id int
+		err = d.QueryRow("SELECT @@server_id").Scan(&id)
+		results <- result{"new login", id, err, time.Since(killed)}
+	})
+	wg.Go(func() {
+		var id int
+		err := db.QueryRow("SELECT @@server_id").Scan(&id) // the pool opens a second session or reuses
+		results <- result{"pool", id, err, time.Since(killed)}
+	})
+	time.Sleep(300 * time.Millisecond)
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	time.Sleep(200 * time.Millisecond)
+	h.srv.SetClusterState(done)
+	published := time.Since(killed)
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("%s: %v (after %v)", r.what, r.err, r.took)
+		}
+		if r.server != 2 {
+			t.Fatalf("%s ran on server_id %d, want 2 (the new primary)", r.what, r.server)
+		}
+		if r.took < 400*time.Millisecond {
+			t.Fatalf("%s answered after %v, before the new primary was published (%v)", r.what, r.took, published)
+		}
+		t.Logf("%s: ran on the new primary %v after the kill (published at %v)", r.what, r.took.Round(time.Millisecond), published.Round(time.Millisecond))
+	}
+	var n int
+	if err := stmt.QueryRowContext(ctx, 41).Scan(&n); err != nil || n != 42 {
+		t.Fatalf("prepared statement after the failover: %d, %v", n, err)
+	}
+}
+
+// TestLostPrimaryNoFailoverFailsAtOnce: when the controller says no
+// automatic failover can come (here: blocked after an earlier one), a
+// statement on a session whose primary died gets the reason at once and
+// the session stays open.
+func TestLostPrimaryNoFailoverFailsAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Clusters[0].Failover.Mode = config.FailoverAuto })
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Class: topo.AutoBlocked,
+		Reason: "automatic failover is blocked until 2026-01-01T01:00:00Z after a failover (failover.block_period): an operator must run `switchyard failover --cluster main` or `switchyard ack --cluster main`"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	conn, err := h.db("rw", "", nil).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @v := 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the server's FIN reaches the idle connection
+	for i := range 2 {
+		start := time.Now()
+		_, err := conn.ExecContext(ctx, "SELECT 1")
+		took := time.Since(start)
+		code, msg := mysqlErr(err)
+		if code != 1105 || !strings.Contains(msg, "is blocked until") || !strings.Contains(msg, "switchyard ack --cluster main") {
+			t.Fatalf("statement %d: %v", i+1, err)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("statement %d: error after %v, want it at once", i+1, took)
+		}
+		t.Logf("statement %d: %q after %v", i+1, msg, took.Round(time.Millisecond))
+	}
+}
