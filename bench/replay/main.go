@@ -335,4 +335,3 @@ func freeAddrs(n int) ([]string, error) {
 	}
 	return out, nil
 }
-

@@ -50,6 +50,15 @@
 // bounded hot read set (hotreads.go) that the controller replays to warm a
 // candidate.
 //
+// Transaction replay (replay.go, replay_run.go; off unless
+// clusters[].failover.transaction_replay). While a primary-listener session
+// has a transaction open, the statements it sends and a checksum of each
+// result (computed in the relay) are recorded; when its primary is lost the
+// transaction is re-executed on the primary the session reaches next and
+// continues only if every checksum matches (MaxScale's transaction_replay).
+// A COMMIT or any statement that ends a transaction in flight at the loss is
+// never replayed: its outcome is unknown and the client is told so.
+//
 // Authentication. Clients log in with mysql_native_password (clients that
 // start with another plugin — caching_sha2_password, client_ed25519, ... —
 // are switched with an AuthSwitchRequest). Users come from config: with a

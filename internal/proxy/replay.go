@@ -106,6 +106,7 @@ func newReplayLog(maxBytes, maxStmts int) *replayLog {
 
 // reset forgets the recorded transaction.
 func (r *replayLog) reset() {
+	r.fl.active = false
 	r.entries = r.entries[:0]
 	r.broken, r.limit = "", false
 	if cap(r.buf) > 64<<10 {
@@ -302,7 +303,7 @@ func (s *session) forwardRecorded() error {
 	if _, werr := mysqlproto.WritePacket(s.be.conn, 0, payload); werr != nil {
 		err = fail(closeBackendLost, werr)
 	}
-	if len(r.buf)-start+len(payload) <= r.maxBytes && r.add(payload, 0, nil) {
+	if r.add(payload, 0, nil) { // over a bound, add marks the transaction not replayable
 		r.cur = len(r.entries) - 1
 		r.hashing = true
 		r.h.Reset()

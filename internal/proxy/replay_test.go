@@ -124,6 +124,8 @@ func TestTransactionReplay(t *testing.T) {
 		}
 		mustExec(t, conn, "UPDATE rp_t SET v = v + 1 WHERE id = ?", 2) // prepared, executed, closed
 		mustExec(t, conn, "INSERT INTO rp_t VALUES (4, 40)")
+		// Longer than the client read buffer (4 KiB): recorded whole.
+		mustExec(t, conn, "UPDATE rp_t SET v = v + 5 + 0 * LENGTH('"+strings.Repeat("x", 6000)+"') WHERE id = 3")
 		ins, err := conn.PrepareContext(ctx, "INSERT INTO rp_t VALUES (?, ?)")
 		if err != nil {
 			t.Fatal(err)
@@ -143,7 +145,7 @@ func TestTransactionReplay(t *testing.T) {
 		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 			t.Fatalf("COMMIT after the replay: %v", err)
 		}
-		if got, want := rh.rows(), "1=10 2=21 3=31 4=40 5=50 6=60"; got != want {
+		if got, want := rh.rows(), "1=10 2=21 3=36 4=40 5=50 6=60"; got != want {
 			t.Fatalf("rows after the replayed transaction: %s, want %s", got, want)
 		}
 		if n := rh.replays(replayOK) - before; n != 1 {
@@ -293,5 +295,45 @@ func waitForWithin(t *testing.T, d time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTxKind: what a statement does to the transaction around it decides
+// whether it may run again after its primary was lost.
+func TestTxKind(t *testing.T) {
+	for _, c := range []struct {
+		q    string
+		want stmtKind
+		word string
+	}{
+		{"SELECT 1", kindRead, "SELECT"},
+		{"  /* c */ (SELECT 1)", kindRead, ""},
+		{"with x as (select 1) select * from x", kindRead, "with"},
+		{"INSERT INTO t VALUES (1)", kindWrite, "INSERT"},
+		{"update t set v=1", kindWrite, "update"},
+		{"SAVEPOINT a", kindWrite, "SAVEPOINT"},
+		{"ROLLBACK TO SAVEPOINT a", kindWrite, "ROLLBACK"},
+		{"rollback work to a", kindWrite, "rollback"},
+		{"ROLLBACK", kindRollback, "ROLLBACK"},
+		{"ROLLBACK AND CHAIN", kindEnds, "ROLLBACK"},
+		{"BEGIN", kindBegin, "BEGIN"},
+		{"begin work", kindBegin, "begin"},
+		{"BEGIN NOT ATOMIC SELECT 1; END", kindEnds, "BEGIN"},
+		{"START TRANSACTION READ ONLY", kindBegin, "START"},
+		{"START TRANSACTION WITH CONSISTENT SNAPSHOT", kindBegin, "START"},
+		{"START SLAVE", kindEnds, "START"},
+		{"COMMIT", kindEnds, "COMMIT"},
+		{"commit work", kindEnds, "commit"},
+		{"XA END 'x'", kindEnds, "XA"},
+		{"CREATE TABLE t (a INT)", kindEnds, "CREATE"},
+		{"SET autocommit=1", kindEnds, "SET"},
+		{"LOCK TABLES t WRITE", kindEnds, "LOCK"},
+		{"CALL p()", kindEnds, "CALL"},
+		{"", kindEnds, ""},
+	} {
+		var fl flight
+		if got := txKind([]byte(c.q), &fl); got != c.want || string(fl.word[:fl.wlen]) != c.word {
+			t.Errorf("txKind(%q) = %d, word %q; want %d, %q", c.q, got, fl.word[:fl.wlen], c.want, c.word)
+		}
 	}
 }
