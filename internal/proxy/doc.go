@@ -50,6 +50,20 @@
 // bounded hot read set (hotreads.go) that the controller replays to warm a
 // candidate.
 //
+// Crash failover (failoverhold.go, txlost.go). When a primary listener
+// finds its primary lost — a backend connection closed by the server (seen
+// in flight, or by a non-blocking peek before an idle session's next
+// command), a refused or timed-out connect, or the cluster state in
+// PhaseFailover — and the controller publishes that an automatic failover
+// would happen (topo.ClusterState.AutoFailover) or one runs, statements
+// not yet sent, new logins and idle sessions wait for the new primary
+// (at most clusters[].failover.max_hold) and run there with their session
+// state; an autocommit read in flight runs again, a write in flight gets
+// an outcome-unknown error, an open transaction one rolled-back error (or
+// a replay, below), and the session continues. Where no automatic failover can come (manual
+// mode, maintenance, a block, no candidate) the statement fails at once
+// with the reason and what an operator must do.
+//
 // Transaction replay (replay.go, replay_run.go; off unless
 // clusters[].failover.transaction_replay). While a primary-listener session
 // has a transaction open, the statements it sends and a checksum of each

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"golang.org/x/sys/unix"
@@ -100,11 +101,11 @@ func failoverOutlook(st *topo.ClusterState, cl *config.Cluster, now time.Time) (
 // hold statements if the primary were lost now (cl its config): the
 // sessions then keep what they need to (a copy of an autocommit read, the
 // idle-connection peek). Computed once per snapshot.
-func holdable(st *topo.ClusterState, cl *config.Cluster) bool {
+func holdable(st *topo.ClusterState, cl *config.Cluster, now time.Time) bool {
 	if cl == nil {
 		return false
 	}
-	class, _ := failoverOutlook(st, cl, time.Now())
+	class, _ := failoverOutlook(st, cl, now)
 	return class == ""
 }
 
@@ -132,7 +133,7 @@ func errLostInFlight(cluster, node string) *mysql.MyError {
 // connection died that could not be run again: MySQL error 1105.
 func errReadAbandoned(cluster, node, why string) *mysql.MyError {
 	return errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this read ran and it was not run again (%s); "+
-		"it changed nothing: retry it, the session continues", node, cluster, why))
+		"retry it, the session continues", node, cluster, why))
 }
 
 // awaitPrimary waits, while the session's primary lost (a node name; ""
@@ -177,7 +178,7 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 		if snap.fenced != "" {
 			return nil, s.refusePrimary(refusedFenced, lost, "this proxy stopped routing writes ("+snap.fenced+")")
 		}
-		if class, why := failoverOutlook(&snap.state, cl, time.Now()); class != "" {
+		if class, why := failoverOutlook(&snap.state, cl, s.srv.now()); class != "" {
 			return nil, s.refusePrimary(class, lost, why)
 		}
 		if first {
@@ -254,12 +255,14 @@ func (s *session) primaryBackendLost(cmd byte) string {
 		_, reason := s.primaryLostInTx(cmd, true)
 		return reason
 	}
-	if cmd == mysql.COM_QUERY && s.cls == classSelect {
+	if s.cls == classSelect && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
 		switch {
-		case len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]):
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]):
 			return s.rerunRead(node)
-		case len(s.rerun) > 1 && !s.rerunning:
-			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write"))
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write: check before retrying"))
+		case cmd == mysql.COM_STMT_EXECUTE:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "prepared reads are not run again"))
 		default:
 			s.writeError(1, errReadAbandoned(s.l.cluster, node, "reads are run again only while an automatic failover can come"))
 		}
@@ -332,12 +335,9 @@ func (s *session) peerGone(be *backend) bool {
 	if be.fd < 0 || be.closed.Load() {
 		return false
 	}
-	n, _, err := unix.Recvfrom(be.fd, s.peekByte[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
-		return false
-	case err != nil || n >= 0:
-		return true
-	}
-	return false
+	// recvfrom(2) without an address buffer (unix.Recvfrom allocates one).
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(be.fd), uintptr(unsafe.Pointer(&s.peekByte[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	// 0: EOF (n 0) or unasked data (n 1); EAGAIN: nothing to read, alive.
+	return errno != unix.EAGAIN && errno != unix.EINTR
 }

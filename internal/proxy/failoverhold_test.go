@@ -196,3 +196,77 @@ func TestLostPrimaryNoFailoverFailsAtOnce(t *testing.T) {
 		t.Logf("statement %d: %q after %v", i+1, msg, took.Round(time.Millisecond))
 	}
 }
+
+// TestLostPrimaryReadRerunAndTransaction: an autocommit read in flight
+// when the primary is killed runs again on the new primary and returns its
+// full result; a session with a transaction open gets one error saying the
+// transaction was rolled back by the loss of the primary, and its next
+// statement waits for the new primary.
+func TestLostPrimaryReadRerunAndTransaction(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Clusters[0].Failover.Mode = config.FailoverAuto })
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	reader, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	txc, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txc.Close()
+	if _, err := txc.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txc.ExecContext(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		n, server int64
+		err       error
+	}
+	done := make(chan res, 1)
+	go func() {
+		// Long enough to be in flight at the kill (the sequence engine
+		// counts tens of millions of rows per second).
+		var r res
+		r.err = reader.QueryRowContext(ctx, "SELECT COUNT(*), @@server_id FROM seq_1_to_30000000").Scan(&r.n, &r.server)
+		done <- r
+	}()
+	time.Sleep(150 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_, err = txc.ExecContext(ctx, "SELECT 2")
+	if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "your transaction was rolled back by the loss of primary node1") {
+		t.Fatalf("statement in the open transaction after the kill: %v", err)
+	}
+	rolledBack := make(chan error, 1)
+	go func() {
+		_, err := txc.ExecContext(ctx, "ROLLBACK")
+		rolledBack <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	failing, published := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(published)
+	if err := <-rolledBack; err != nil {
+		t.Fatalf("ROLLBACK after the failover: %v", err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("read in flight at the kill: %v", r.err)
+	}
+	if r.n != 30000000 || r.server != 2 {
+		t.Fatalf("read in flight at the kill returned count %d from server_id %d, want 30000000 from 2 (run again on the new primary)", r.n, r.server)
+	}
+	var id int
+	if err := txc.QueryRowContext(ctx, "SELECT @@server_id").Scan(&id); err != nil || id != 2 {
+		t.Fatalf("the transaction's session after the failover: server_id %d, %v", id, err)
+	}
+}

@@ -302,7 +302,7 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	}
 	snap.hold = cr.hold
 	snap.gen = cr.gen
-	snap.holdOn = holdable(&snap.state, rc.clusters[cr.name])
+	snap.holdOn = holdable(&snap.state, rc.clusters[cr.name], s.now())
 	snap.lossCheck = rc.clusters[cr.name] != nil && rc.clusters[cr.name].Failover.HoldOn()
 	old := cr.snap.Swap(snap)
 	if old != nil {

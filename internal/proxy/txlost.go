@@ -46,7 +46,7 @@ func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reaso
 		if inflight {
 			what = "the statement was lost with it"
 		}
-		e = errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back by the loss of primary %s of cluster %s (its connection died); %s; "+
+		e = errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back by the loss of primary %s of cluster %s; %s; "+
 			"the session continues on the primary the controller names: run the transaction again", orText(node, "(unknown)"), s.l.cluster, what))
 	}
 	s.commitSent = false
