@@ -21,7 +21,7 @@ func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reaso
 	if s.rlog != nil {
 		// Transaction replay (replay.go): answered=false when the
 		// transaction was replayed and the pending command runs next.
-		if handled, answered, reason := s.replayOnLoss(cmd, inflight, false, s.lostNode, "its connection died"); handled {
+		if handled, answered, reason := s.replayOnLoss(cmd, inflight, false, s.lostNode, "its connection died or the cluster is failing over"); handled {
 			s.commitSent = false
 			return answered, reason
 		}
