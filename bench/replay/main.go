@@ -103,6 +103,12 @@ func runTrial(o options) (tr trial, err error) {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	s, err := startStack(ctx, o, reg)
+	for attempt := 1; err != nil && strings.Contains(err.Error(), "is used twice") && attempt < 3; attempt++ {
+		// A port picked for a listener was taken by the sandbox
+		// meanwhile: pick again.
+		reg = prometheus.NewRegistry()
+		s, err = startStack(ctx, o, reg)
+	}
 	if err != nil {
 		return tr, err
 	}
