@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -150,7 +151,7 @@ func (r *replayLog) dropPending() {
 // command runs there. When that fails the session moves (or gets the
 // no-route error) at its next command, as after a cut.
 func (s *session) rejoinPrimary(lost string) {
-	if _, merr := s.connectPrimary(lost); merr != nil {
+	if _, merr, _ := s.connectPrimary(lost); merr != nil {
 		s.log.Info("could not reconnect to the primary after losing it; the session moves at its next command", "lost", lost, "err", merr.Message)
 	}
 }
@@ -190,12 +191,12 @@ func (s *session) replayTx(lost string, inflight bool) (string, string) {
 			return replayNotReplayable, "the statement in flight was not recorded"
 		}
 	}
-	be, merr := s.connectPrimary(lost)
+	be, merr, waited := s.connectPrimary(lost)
+	if merr != nil && waited {
+		return replayNoPrimary, merr.Message
+	}
 	if merr != nil {
 		return replayConnect, merr.Message
-	}
-	if be == nil {
-		return replayNoPrimary, "no primary could be reached"
 	}
 	br := s.srv.readers.Get().(*bufio.Reader)
 	br.Reset(be.conn)
@@ -248,8 +249,9 @@ func (s *session) replayTx(lost string, inflight bool) (string, string) {
 // rebuilt, and installs it. The snapshot's primary is tried at once (the
 // connection may have broken while the server lives on: KILL, a network
 // hiccup); when it cannot be reached the session waits for the primary the
-// controller names (awaitPrimary).
-func (s *session) connectPrimary(lost string) (*backend, *mysql.MyError) {
+// controller names (awaitPrimary). waitFailed reports that the error is
+// the wait's (no primary came in time, or none can come).
+func (s *session) connectPrimary(lost string) (_ *backend, _ *mysql.MyError, waitFailed bool) {
 	rc := s.srv.rc.Load()
 	snap := s.l.route.snap.Load()
 	var be *backend
@@ -261,24 +263,24 @@ func (s *session) connectPrimary(lost string) (*backend, *mysql.MyError) {
 	}
 	for attempt := 0; be == nil; attempt++ {
 		if tried && merr != nil && merr.Code != mysql.ER_UNKNOWN_ERROR {
-			return nil, merr // the server refused the login: waiting will not help
+			return nil, merr, false // the server refused the login: waiting will not help
 		}
 		if attempt >= migrateAttempts {
-			return nil, merr
+			return nil, merr, false
 		}
 		if attempt > 0 {
 			time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 		}
 		var werr *mysql.MyError
 		if snap, werr = s.awaitPrimary(lost); werr != nil {
-			return nil, werr
+			return nil, werr, true
 		}
 		_, be, _, merr = s.connectRoute(snap.primary, snap, rc, true)
 		tried = true
 	}
 	if _, ok := s.setBackend(be); !ok {
 		be.close(true)
-		return nil, errUnknown("switchyard: the proxy is shutting down")
+		return nil, errUnknown("switchyard: the proxy is shutting down"), false
 	}
 	s.status = be.status
 	s.tracked = be.tracked
@@ -289,7 +291,7 @@ func (s *session) connectPrimary(lost string) (*backend, *mysql.MyError) {
 		s.snap = snap
 	}
 	s.heldDone()
-	return be, nil
+	return be, nil, false
 }
 
 // replayStmtID returns the new backend's id for the prepared statement
@@ -495,5 +497,5 @@ func errReplayFailed(cluster, lost, why string, inflight bool) *mysql.MyError {
 	}
 	return errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back: the primary %s of cluster %s was lost while it was open "+
 		"and it could not be replayed: %s; %s; the session continues on the current primary: run the transaction again",
-		orText(lost, "?"), cluster, why, stmt))
+		orText(lost, "?"), cluster, strings.TrimPrefix(why, "switchyard: "), stmt))
 }
