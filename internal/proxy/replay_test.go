@@ -19,7 +19,7 @@ import (
 // sbtest.rp_t (id, v) and helpers to break a session's backend connection.
 type replayHarness struct {
 	*harness
-	root *sql.DB
+	root *sql.DB // root on the current primary
 }
 
 func newReplayHarness(t *testing.T, maxStmts int) *replayHarness {
@@ -30,6 +30,23 @@ func newReplayHarness(t *testing.T, maxStmts int) *replayHarness {
 	rh := &replayHarness{harness: h, root: h.direct(0)}
 	mustExec(t, rh.root, "CREATE TABLE sbtest.rp_t (id INT PRIMARY KEY, v INT NOT NULL)")
 	return rh
+}
+
+// promote makes node i the primary by hand, as a failover would (its
+// replication stopped, writable), and publishes it at epoch.
+func (rh *replayHarness) promote(i int, epoch int64) {
+	rh.t.Helper()
+	d := rh.direct(i)
+	mustExec(rh.t, d, "STOP SLAVE")
+	mustExec(rh.t, d, "SET GLOBAL read_only = 0")
+	var serving []int
+	for j := range rh.c.Nodes {
+		if j != i {
+			serving = append(serving, j)
+		}
+	}
+	rh.srv.SetClusterState(sandboxState(rh.c, epoch, i, serving...))
+	rh.root = d
 }
 
 // reset empties rp_t and fills it with rows (id, 10*id) for id in 1..n.
@@ -222,6 +239,43 @@ func TestTransactionReplay(t *testing.T) {
 		}
 	})
 
+	t.Run("primary changed while idle in a transaction", func(t *testing.T) {
+		rh.reset(3)
+		rh.waitReplicated(1, 2)
+		old := rh.root
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		mustExec(t, conn, "BEGIN")
+		mustExec(t, conn, "UPDATE rp_t SET v = 11 WHERE id = 1")
+		var v int
+		if err := conn.QueryRowContext(ctx, "SELECT v FROM rp_t WHERE id = 2").Scan(&v); err != nil || v != 20 {
+			t.Fatalf("select in tx: %d %v", v, err)
+		}
+		before := rh.replays(replayOK)
+		rh.promote(1, 2)
+		mustExec(t, conn, "INSERT INTO rp_t VALUES (4, 40)")
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			t.Fatalf("COMMIT after the replay on the new primary: %v", err)
+		}
+		if id := serverID(t, conn); id != 2 {
+			t.Fatalf("session after the replay answered by server_id %d, want 2", id)
+		}
+		if got, want := rh.rows(), "1=11 2=20 3=30 4=40"; got != want {
+			t.Fatalf("rows on the new primary: %s, want %s", got, want)
+		}
+		if n := rh.replays(replayOK) - before; n != 1 {
+			t.Fatalf("%v replays counted, want 1", n)
+		}
+		rh.root = old
+		if got, want := rh.rows(), "1=10 2=20 3=30"; got != want {
+			t.Fatalf("rows on the old primary: %s, want %s (its transaction rolled back)", got, want)
+		}
+		rh.root = rh.direct(1)
+	})
+
 	t.Run("COMMIT in flight", func(t *testing.T) {
 		rh.reset(3)
 		conn, err := db.Conn(ctx)
@@ -250,11 +304,8 @@ func TestTransactionReplay(t *testing.T) {
 		})
 		unknown := ctrValue(rh.srv.metrics.outcomeUnknown.WithLabelValues("rw"))
 		attempts := ctrValue(rh.srv.metrics.replayAttempts.WithLabelValues("rw"))
-		// The primary changes (a failover by hand: node2 is promoted).
-		n2 := rh.direct(1)
-		mustExec(t, n2, "STOP SLAVE")
-		mustExec(t, n2, "SET GLOBAL read_only = 0")
-		rh.srv.SetClusterState(sandboxState(rh.c, 2, 1, 2))
+		// The primary changes (a failover by hand: node3 is promoted).
+		rh.promote(2, 3)
 		var cerr error
 		select {
 		case cerr = <-done:
@@ -273,8 +324,8 @@ func TestTransactionReplay(t *testing.T) {
 			t.Fatalf("%v replays attempted for a COMMIT in flight, want 0", d)
 		}
 		// The session continues on the new primary.
-		if id := serverID(t, conn); id != 2 {
-			t.Fatalf("session after the outcome-unknown error answered by server_id %d, want 2", id)
+		if id := serverID(t, conn); id != 3 {
+			t.Fatalf("session after the outcome-unknown error answered by server_id %d, want 3", id)
 		}
 	})
 }
