@@ -114,7 +114,8 @@ func (rh *replayHarness) replays(result string) float64 {
 // whose backend connection is killed while it is open (text and prepared
 // statements, a prepared statement closed inside it, a SET TRANSACTION
 // before it) is replayed on the primary and commits exactly its rows with
-// no client error; one whose replayed SELECT reads rows another session
+// no client error, as does one idle when the primary changes (replayed on
+// the new primary); one whose replayed SELECT reads rows another session
 // changed meanwhile gets the rolled-back error naming that statement and
 // leaves nothing behind; one longer than replay_max_statements gets the
 // rolled-back error naming the bound; and a COMMIT in flight when the
