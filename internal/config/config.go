@@ -277,10 +277,11 @@ type FailoverConfig struct {
 	Hold *bool `yaml:"hold"`
 	// MaxHold bounds how long one statement or login waits for a new
 	// primary after the primary is lost; the client then gets error 1105
-	// saying no primary came. It must exceed the detection time,
+	// saying no primary came. When set it must exceed the detection time,
 	// confirm_rounds × probe.interval. Unset, it is the larger of 5s and
-	// (confirm_rounds + 3) × probe.interval.
-	// Type: duration. Default: 5s.
+	// (confirm_rounds + 3) × probe.interval (EffectiveMaxHold), so it
+	// follows a change of probe.interval.
+	// Type: duration. Optional.
 	MaxHold Duration `yaml:"max_hold"`
 	// TransactionReplay makes the primary (rw) listeners re-execute a
 	// transaction interrupted by the loss of its primary on the new primary,
@@ -308,6 +309,18 @@ type FailoverConfig struct {
 
 // HoldOn reports failover.hold (true when unset).
 func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
+
+// EffectiveMaxHold is failover.max_hold, or when unset the larger of 5s and
+// (confirm_rounds + 3) × interval (probe.interval; 1s when unset).
+func (f FailoverConfig) EffectiveMaxHold(interval time.Duration) time.Duration {
+	if f.MaxHold > 0 {
+		return f.MaxHold.D()
+	}
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return max(5*time.Second, time.Duration(max(f.ConfirmRounds, 1)+3)*interval)
+}
 
 // Rejoin reports failover.rejoin_old_primary (true when unset).
 func (f FailoverConfig) Rejoin() bool { return f.RejoinOldPrimary == nil || *f.RejoinOldPrimary }
@@ -652,9 +665,6 @@ func (c *Config) ApplyDefaults() {
 		if f.Hold == nil {
 			t := true
 			f.Hold = &t
-		}
-		if f.MaxHold == 0 {
-			f.MaxHold = Duration(max(5*time.Second, time.Duration(f.ConfirmRounds+3)*c.Probe.Interval.D()))
 		}
 	}
 	if c.Versioning.HistoryLimit == 0 {

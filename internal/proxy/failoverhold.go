@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"time"
@@ -30,11 +31,12 @@ import (
 //   - a statement not yet sent, and a new login, wait and run on the new
 //     primary: the client sees latency only;
 //   - an idle session whose backend died moves like after a switchover;
-//   - a statement in flight when the connection died: an autocommit
-//     SELECT without locking clauses of which nothing reached the client is
-//     run again on the new primary; any other statement gets error 1105
-//     saying its outcome is unknown (errLostInFlight), and the session
-//     continues;
+//   - a statement in flight when the connection died, of which nothing
+//     reached the client: a single autocommit SELECT (text protocol)
+//     without locking clauses is run again on the new primary; another
+//     read gets error 1105 saying it was abandoned (errReadAbandoned), a
+//     write error 1105 saying its outcome is unknown (errLostInFlight); the
+//     session continues;
 //   - a session in a transaction gets one error saying the transaction was
 //     rolled back by the loss of the primary (primaryLostInTx) and
 //     continues.
@@ -43,16 +45,17 @@ import (
 // no candidate, failover.hold off) nothing is held: the statement gets
 // error 1105 at once with the reason and what an operator must do
 // (errPrimaryRefused), counted in
-// switchyard_proxy_primary_lost_refused_total{cluster,reason}. The peers
-// that do the same: MaxScale's readwritesplit delayed_retry (statements
-// retried until delayed_retry_timeout) and Vitess's vtgate buffering
-// during reparents (buffer_window).
+// switchyard_primary_lost_refused_total{cluster,reason}. The peers that do
+// the same: MaxScale's readwritesplit delayed_retry (a failed statement is
+// retried on the next server until delayed_retry_timeout) and Vitess's
+// vtgate buffer (enable_buffer: primary traffic stalls for a bounded
+// window per request during a failover).
 
 // lostPoll is how often a held session looks at this proxy's own check of
 // the lost node (snapshot changes wake it at once).
 const lostPoll = 20 * time.Millisecond
 
-// Refusal classes of switchyard_proxy_primary_lost_refused_total besides
+// Refusal classes of switchyard_primary_lost_refused_total besides
 // the topo.Auto* classes.
 const (
 	refusedHoldOff = "hold_off" // failover.hold is false
@@ -257,7 +260,7 @@ func (s *session) primaryBackendLost(cmd byte) string {
 	}
 	if s.cls == classSelect && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
 		switch {
-		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]):
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]) && oneStatement(s.rerun[1:]):
 			return s.rerunRead(node)
 		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning:
 			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write: check before retrying"))
@@ -325,6 +328,14 @@ func (s *session) keepForLoss(p []byte) {
 	case s.cls == classSelect:
 		s.rerun = append(s.rerun, p...)
 	}
+}
+
+// oneStatement reports whether q holds a single statement: no ';' but
+// trailing ones (a ';' inside a literal makes it look like several, which
+// only means it is not run again).
+func oneStatement(q []byte) bool {
+	q = bytes.TrimRight(q, " \t\r\n;")
+	return bytes.IndexByte(q, ';') < 0
 }
 
 // peerGone reports, without blocking or allocating, whether the server

@@ -59,6 +59,19 @@ func TestFailoverOutlook(t *testing.T) {
 	}
 }
 
+func TestLostStatementScanners(t *testing.T) {
+	for q, want := range map[string]bool{"COMMIT": true, "commit work": true, "  /* x */ COMMIT": true, "COMMITTED": false, "SELECT 1": false} {
+		if got := isCommit([]byte(q)); got != want {
+			t.Errorf("isCommit(%q) = %v, want %v", q, got, want)
+		}
+	}
+	for q, want := range map[string]bool{"SELECT 1": true, "SELECT 1;": true, "SELECT 1 ; \n": true, "SELECT 1; DELETE FROM t": false, "SELECT ';'": false} {
+		if got := oneStatement([]byte(q)); got != want {
+			t.Errorf("oneStatement(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
 // failoverStates are the states a controller publishes for a crash
 // failover of the harness sandbox from node1 to node2: the failover phase
 // and then the new primary.
@@ -157,6 +170,11 @@ func TestHoldWhilePrimaryLost(t *testing.T) {
 	if err := stmt.QueryRowContext(ctx, 41).Scan(&n); err != nil || n != 42 {
 		t.Fatalf("prepared statement after the failover: %d, %v", n, err)
 	}
+	held, released := counterValue(t, h, "switchyard_proxy_primary_lost_held_total"), counterValue(t, h, "switchyard_proxy_primary_lost_released_total")
+	if held < 3 || released != held || counterValue(t, h, "switchyard_primary_lost_refused_total") != 0 {
+		t.Fatalf("held %v, released %v, refused %v: want every held statement released", held, released,
+			counterValue(t, h, "switchyard_primary_lost_refused_total"))
+	}
 }
 
 // TestLostPrimaryNoFailoverFailsAtOnce: when the controller says no
@@ -194,6 +212,9 @@ func TestLostPrimaryNoFailoverFailsAtOnce(t *testing.T) {
 			t.Fatalf("statement %d: error after %v, want it at once", i+1, took)
 		}
 		t.Logf("statement %d: %q after %v", i+1, msg, took.Round(time.Millisecond))
+	}
+	if n := counterValue(t, h, "switchyard_primary_lost_refused_total"); n != 2 {
+		t.Fatalf("switchyard_primary_lost_refused_total = %v, want 2", n)
 	}
 }
 

@@ -342,6 +342,7 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 				old = nil
 			}
 			s.lostCause = merr.Message
+			time.Sleep(lostPoll) // no tight loop when the node's check and a connect disagree
 			if snap, merr = s.awaitPrimary(t.node); merr != nil {
 				return merr, ""
 			}

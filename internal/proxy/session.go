@@ -365,6 +365,7 @@ func (s *session) loginConnect(t *target, snap *routeSnapshot, rc *runtimeConfig
 		ct, be, okp, merr := s.connectRoute(t, snap, rc, false)
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
 			wait, lost, s.lostCause = true, t.node, merr.Message
+			time.Sleep(lostPoll) // no tight loop when the node's check and a connect disagree
 			continue
 		}
 		if merr == nil {
