@@ -304,6 +304,28 @@ type FailoverConfig struct {
 	// (EffectiveMaxHold), so it follows a change of probe.interval.
 	// Type: duration. Optional.
 	MaxHold Duration `yaml:"max_hold"`
+	// TransactionReplay makes the primary (rw) listeners re-execute a
+	// transaction interrupted by the loss of its primary on the new primary,
+	// statement by statement, checking that every statement returns what it
+	// returned the first time (a checksum of the rows and column count of a
+	// result set, the affected rows and last insert id of an OK, the code of
+	// an ERR), as MaxScale's readwritesplit transaction_replay does. A
+	// transaction that cannot be replayed gets one error saying it was rolled
+	// back; a COMMIT (or any statement ending a transaction, or an
+	// autocommit write) in flight when the primary was lost is never
+	// replayed: its client gets error 1105 saying its outcome is unknown.
+	// Applies to sessions opened after the change.
+	// Type: bool. Default: false.
+	TransactionReplay bool `yaml:"transaction_replay"`
+	// ReplayMaxBytes bounds the statements one session records for
+	// transaction replay (COM_QUERY texts and COM_STMT_EXECUTE packets, in
+	// bytes); a transaction that sends more is not replayable.
+	// Type: integer (bytes, 1024..67108864). Default: 1048576.
+	ReplayMaxBytes int `yaml:"replay_max_bytes"`
+	// ReplayMaxStatements bounds how many statements one session records
+	// for transaction replay; a transaction with more is not replayable.
+	// Type: integer (1..100000). Default: 256.
+	ReplayMaxStatements int `yaml:"replay_max_statements"`
 }
 
 // HoldOn reports failover.hold (true when unset).
@@ -662,6 +684,12 @@ func (c *Config) ApplyDefaults() {
 		if f.RejoinOldPrimary == nil {
 			t := true
 			f.RejoinOldPrimary = &t
+		}
+		if f.ReplayMaxBytes == 0 {
+			f.ReplayMaxBytes = 1 << 20
+		}
+		if f.ReplayMaxStatements == 0 {
+			f.ReplayMaxStatements = 256
 		}
 	}
 	if c.Probe.Interval == 0 {

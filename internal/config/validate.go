@@ -660,6 +660,12 @@ func validateFailover(v *validator, f string, fo FailoverConfig, interval time.D
 		v.add(f+".max_hold", "%s must exceed the failure detection time, confirm_rounds × probe.interval = %d × %s = %s: a held statement would give up before a failover could start",
 			fo.MaxHold, max(fo.ConfirmRounds, 1), Duration(interval), Duration(detect))
 	}
+	if fo.ReplayMaxBytes < 1024 || fo.ReplayMaxBytes > 64<<20 {
+		v.add(f+".replay_max_bytes", "%d is out of range (1024..67108864 bytes recorded per session for transaction replay)", fo.ReplayMaxBytes)
+	}
+	if fo.ReplayMaxStatements < 1 || fo.ReplayMaxStatements > 100000 {
+		v.add(f+".replay_max_statements", "%d is out of range (1..100000 statements recorded per session for transaction replay)", fo.ReplayMaxStatements)
+	}
 }
 
 // validateDurability checks a cluster's durability mode: a known name, and

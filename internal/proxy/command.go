@@ -54,6 +54,7 @@ func kindOf(cmd byte) responseKind {
 // loop reads client commands until the session ends and returns the reason.
 func (s *session) loop() string {
 	rerouted := false // the pending command was sent back to reroute once
+	s.rlog = s.newReplayLog()
 	for {
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
@@ -149,6 +150,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var trackSchema bool
 	var stmt *stmtInfo
 	var stmtID uint32
+	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	s.cls = classOther
 	switch cmd {
 	case mysql.COM_INIT_DB:
@@ -158,6 +160,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		s.cls = classUse
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
+			payload = p
 			s.noteQuery(p[1:])
 			s.keepForLoss(p)
 			switch s.cls {
@@ -195,18 +198,36 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
 		}
+		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
+			payload = p
+		}
+	}
+	// Transaction replay (replay.go): record the statement before it is
+	// forwarded.
+	long := false
+	if s.rlog != nil {
+		long = s.recordBegin(cmd, payload, stmtID, stmt)
 	}
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
 	var err error
+	plain := false
 	switch {
 	case cmd == mysql.COM_STMT_PREPARE:
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
 		err = s.forwardRebound(stmt)
+	case long:
+		err = s.forwardRecorded()
 	default:
+		plain = true
 		err = s.forward()
 	}
 	if err != nil {
+		if s.rlog != nil {
+			// A packet that fits the read buffer is still there when
+			// writing it to the backend failed (CopyPacket).
+			s.rlog.fl.pend = plain && mysqlproto.HeaderSize+h.Len <= s.cr.Size()
+		}
 		return s.failCommand(cmd, err)
 	}
 	s.l.queries.Inc()
@@ -227,6 +248,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	if err != nil {
 		return s.failCommand(cmd, err)
+	}
+	if s.rlog != nil {
+		s.recordEnd()
 	}
 	if s.lastOK {
 		switch {
@@ -396,13 +420,24 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // itself is intact): on a primary listener, when nothing of the response
 // was relayed yet, the session continues (failoverhold.go
 // primaryBackendLost: a read may run again on the new primary, a write's
-// outcome is unknown, a transaction is rolled back); otherwise the session
-// is closed.
+// outcome is unknown, a transaction is rolled back, or replayed with
+// transaction replay, replay.go); otherwise the session is closed.
 func (s *session) failCommand(cmd byte, err error) string {
-	if why, lost, wrote := s.endRelay(); why != "" {
+	why, lost, wrote := s.endRelay()
+	if why != "" {
 		return s.afterCut(why, lost, wrote)
 	}
 	reason := clientReason(err)
+	if reason == closeBackendLost && s.rlog != nil && !errors.Is(err, errResponseOverrun) && !errors.Is(err, errBackendProtocol) {
+		// Transaction replay (replay.go).
+		fl := s.rlog.fl
+		if handled, answered, r := s.replayOnLoss(fl.cmd, !fl.pend, wrote, nodeName(s.be), "the connection to it broke: "+err.Error()); handled {
+			if answered || r != "" {
+				return r
+			}
+			return "" // replayed; the pending command runs next
+		}
+	}
 	switch {
 	case errors.Is(err, errResponseOverrun):
 		s.log.Warn("closing session: backend protocol out of step", "err", err)

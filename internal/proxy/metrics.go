@@ -50,6 +50,10 @@ type metrics struct {
 	primaryLostRefused  *prometheus.CounterVec // and reason
 	primaryLostInFlight *prometheus.CounterVec
 	primaryLostRerun    *prometheus.CounterVec
+	// Transaction replay (replay.go).
+	replayAttempts *prometheus.CounterVec
+	replays        *prometheus.CounterVec
+	outcomeUnknown *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -101,6 +105,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		txAborted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_transactions_aborted_total",
 			Help: "Transactions ended with an error because their primary was switched over or failed over while they were open, by listener.",
+		}, []string{"listener"}),
+		replayAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_transaction_replay_attempts_total",
+			Help: "Transactions (or a statement opening one) interrupted by the loss of their primary with failover.transaction_replay on, by listener.",
+		}, []string{"listener"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_transaction_replays_total",
+			Help: "Outcomes of transaction replays, by listener and result: replayed (the transaction continues on the new primary), or why it was rolled back instead (not_replayable, limit, mismatch, no_primary, connect, lost_again).",
+		}, []string{"listener", "result"}),
+		outcomeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_commit_outcome_unknown_total",
+			Help: "Statements ending a transaction (COMMIT, XA, implicit commits) or autocommit writes in flight when their primary was lost, answered with the outcome-unknown error instead of being replayed, by listener.",
 		}, []string{"listener"}),
 		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "switchyard_proxy_hold_seconds",
@@ -182,6 +198,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.primaryLostRefused)
 	reg1(&m.primaryLostInFlight)
 	reg1(&m.primaryLostRerun)
+	reg1(&m.replayAttempts)
+	reg1(&m.replays)
+	reg1(&m.outcomeUnknown)
 	if err == nil {
 		m.holdSeconds, err = register(reg, m.holdSeconds)
 	}

@@ -214,7 +214,14 @@ func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
 			s.beLost = false
 			return s.primaryLostInTx(cmd, false)
 		}
-		return s.abortTx(snap, cmd, fmt.Sprintf("the primary of cluster %s changed (epoch %d) while it was open", s.l.cluster, snap.stateEpoch()))
+		why := fmt.Sprintf("the primary of cluster %s changed (epoch %d) while it was open", s.l.cluster, snap.stateEpoch())
+		if s.rlog != nil {
+			// Transaction replay (replay.go).
+			if handled, answered, reason := s.replayOnLoss(cmd, false, false, nodeName(s.be), why); handled {
+				return answered, reason
+			}
+		}
+		return s.abortTx(snap, cmd, why)
 	}
 	return s.migrate(snap, rc, cmd)
 }

@@ -91,11 +91,12 @@ type session struct {
 	cls        sqlClass // class of the command being relayed
 	setText    []byte   // text of the SET statement being relayed
 	stmts      map[uint32]*stmtInfo
-	xlate      bool   // some client statement id differs from its backend id
-	nextStmtID uint32 // last client id handed out while xlate
-	prepPacket []byte // COM_STMT_PREPARE being relayed (command byte + text)
-	okBuf      []byte // scratch for rewritten OK packets
-	samples    uint32 // read statements seen, for sampling (hotreads.go)
+	xlate      bool       // some client statement id differs from its backend id
+	nextStmtID uint32     // last client id handed out while xlate
+	prepPacket []byte     // COM_STMT_PREPARE being relayed (command byte + text)
+	okBuf      []byte     // scratch for rewritten OK packets
+	samples    uint32     // read statements seen, for sampling (hotreads.go)
+	rlog       *replayLog // the open transaction's record (replay.go); nil unless failover.transaction_replay
 
 	// Per-command relay state.
 	br      *bufio.Reader // backend reader (pooled)

@@ -18,6 +18,14 @@ import (
 // the new primary instead: it returns answered=true when it answered the
 // command, or a close reason.
 func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reason string) {
+	if s.rlog != nil {
+		// Transaction replay (replay.go): answered=false when the
+		// transaction was replayed and the pending command runs next.
+		if handled, answered, reason := s.replayOnLoss(cmd, inflight, false, s.lostNode, "its connection died or the cluster is failing over"); handled {
+			s.commitSent = false
+			return answered, reason
+		}
+	}
 	node := s.lostNode
 	if old, _ := s.setBackend(nil); old != nil {
 		old.close(false)
