@@ -130,8 +130,8 @@ func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, 
 	if err != nil {
 		return p.wrap("change source", err)
 	}
-	if rs.NetTimeout > 0 {
-		if err := p.exec(ctx, "set replica net timeout", p.d.setNetTimeout(rs.NetTimeout)); err != nil {
+	if nt := p.d.setNetTimeout(rs.NetTimeout); rs.NetTimeout > 0 && nt != "" {
+		if err := p.exec(ctx, "set replica net timeout", nt); err != nil {
 			return err
 		}
 	}
@@ -148,8 +148,8 @@ func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, 
 // the error says so; call it only on a replica whose both threads ran.
 func (p *Prober) AlignReplicaSettings(ctx context.Context) error {
 	rs := p.replicaSettings()
-	if rs.NetTimeout > 0 {
-		if err := p.exec(ctx, "set replica net timeout", p.d.setNetTimeout(rs.NetTimeout)); err != nil {
+	if nt := p.d.setNetTimeout(rs.NetTimeout); rs.NetTimeout > 0 && nt != "" {
+		if err := p.exec(ctx, "set replica net timeout", nt); err != nil {
 			return err
 		}
 	}

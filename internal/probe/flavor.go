@@ -43,7 +43,8 @@ type dialect interface {
 	// setHeartbeat changes only the heartbeat period of a stopped replica
 	// (its source and position are kept).
 	setHeartbeat(heartbeat time.Duration) string
-	// setNetTimeout sets the global replica network timeout (seconds).
+	// setNetTimeout sets the global replica network timeout (seconds); ""
+	// when the flavor leaves it alone.
 	setNetTimeout(seconds int) string
 	// writtenGTIDQuery selects every GTID this node has written to its binlog.
 	writtenGTIDQuery() string
@@ -184,7 +185,9 @@ type mysqlDialect struct{}
 func (mysqlDialect) name() string { return FlavorMySQL }
 
 func (mysqlDialect) variablesQuery() string {
-	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', @@global.replica_net_timeout"
+	// The net timeout is not read (0): its name changed in 8.0.26
+	// (replica_net_timeout) and the controller manages it on MariaDB only.
+	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', 0"
 }
 
 func (mysqlDialect) replicaStatusQuery() string { return "SHOW REPLICA STATUS" }
@@ -211,9 +214,9 @@ func (mysqlDialect) setHeartbeat(heartbeat time.Duration) string {
 	return "CHANGE REPLICATION SOURCE TO SOURCE_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
 }
 
-func (mysqlDialect) setNetTimeout(seconds int) string {
-	return fmt.Sprintf("SET GLOBAL replica_net_timeout = %d", seconds)
-}
+// The replica net timeout is left as the server has it on MySQL (its name
+// changed in 8.0.26).
+func (mysqlDialect) setNetTimeout(int) string { return "" }
 
 func (mysqlDialect) writtenGTIDQuery() string { return "SELECT @@global.gtid_executed" }
 
