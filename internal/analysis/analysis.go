@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -184,6 +185,13 @@ type Result struct {
 	// rounds spaced apart in time, so that a pause shorter than the bound
 	// plus that spacing never leads to a failover.
 	Silent bool
+	// Quiet is, when the controller cannot reach the primary, the shortest
+	// silence among its replicas (an IO thread that dropped its connection
+	// counts as silent for ever; no replica: 0). 0 when the primary was
+	// reached or a replica just heard from it: the controller samples
+	// fast only while every replica has been quiet a while, never
+	// against a primary that is merely slow.
+	Quiet time.Duration
 }
 
 // Has reports whether code was found (for any node).
@@ -302,6 +310,7 @@ func (s Snapshot) deadOrUnreachable(p *Node, r *Result, add func(Code, string, s
 	r.Trouble = true
 	var witnesses, lost []string
 	replicas, silent := 0, false
+	quiet := time.Duration(math.MaxInt64)
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		if n.Name == p.Name || !complete(n.Probe) || !n.Probe.Replicating ||
@@ -309,6 +318,13 @@ func (s Snapshot) deadOrUnreachable(p *Node, r *Result, add func(Code, string, s
 			continue
 		}
 		replicas++
+		if n.Probe.IORunning == "Yes" {
+			q := time.Duration(0)
+			if !n.IOProgressAt.IsZero() {
+				q = s.silence(n)
+			}
+			quiet = min(quiet, q)
+		}
 		if ok, why := s.ioConnected(n); ok {
 			witnesses = append(witnesses, fmt.Sprintf("replica %s IO thread connected (%s)", n.Name, why))
 		} else {
@@ -328,6 +344,9 @@ func (s Snapshot) deadOrUnreachable(p *Node, r *Result, add func(Code, string, s
 		default:
 			reaching = append(reaching, "proxy "+px.ID+" (not checked yet)")
 		}
+	}
+	if replicas > 0 {
+		r.Quiet = quiet
 	}
 	quorum := total == 0 || 2*down > total
 	switch {

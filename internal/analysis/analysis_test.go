@@ -400,6 +400,14 @@ func TestSilenceBound(t *testing.T) {
 	if r := Analyze(s); !r.Has(DeadPrimary) || !r.Silent {
 		t.Errorf("mixed: DeadPrimary %v Silent %v, want true true: %v", r.Has(DeadPrimary), r.Silent, r.Findings)
 	}
+	// Quiet: the shortest silence among the replicas while the primary
+	// cannot be reached; 0 when it can.
+	if q := Analyze(silentPrimary(1100*time.Millisecond, 400*time.Millisecond, 0.1, 0)).Quiet; q != 400*time.Millisecond {
+		t.Errorf("Quiet = %s, want the shortest silence 400ms", q)
+	}
+	if q := Analyze(snap{primary: primaryOK("0-1-100"), db2: replicaOK(2, "0-1-100"), db3: replicaOK(3, "0-1-100")}.build()).Quiet; q != 0 {
+		t.Errorf("Quiet with a reachable primary = %s, want 0", q)
+	}
 	f := Analyze(silentPrimary(1300*time.Millisecond, 1300*time.Millisecond, 0.2, 0)).Get(DeadPrimary)
 	if f == nil || !strings.Contains(f.Detail, "nothing received for 1.3s (bound 1.2s)") {
 		t.Errorf("DeadPrimary detail = %+v, want the silence and the bound", f)

@@ -87,10 +87,12 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	switch {
 	case res.Trouble && !m.trouble:
 		t.fo.extraRound()
-	case res.Trouble:
-		// While trouble lasts, rounds start every troubleSpacing: a
-		// replica's silence is sampled that finely whatever
-		// probe.interval is.
+	case res.Trouble && res.Quiet >= cl.Failover.SilenceBound.D()/4:
+		// While the controller cannot reach the primary and no replica
+		// has heard from it for a while, rounds start every
+		// troubleSpacing: the silence is sampled that finely whatever
+		// probe.interval is. A primary that is only slow (a replica
+		// still hears it) is probed at the usual interval.
 		t.fo.roundAt(start.Add(troubleSpacing(cfg.Probe.Interval.D())), t.c.now())
 	}
 	m.trouble = res.Trouble
