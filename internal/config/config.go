@@ -241,8 +241,10 @@ type FailoverConfig struct {
 	Mode string `yaml:"mode"`
 	// ConfirmRounds is how many consecutive probe rounds must find the
 	// primary dead before an automatic failover; the first sign of trouble
-	// starts an extra round at once, and while trouble lasts rounds start
-	// every min(probe.interval, 100ms) instead of waiting for the next tick.
+	// starts an extra round at once, and while the primary cannot be
+	// reached and no replica has heard from it for a quarter of
+	// silence_bound, rounds start every min(probe.interval, 100ms) instead
+	// of waiting for the next tick.
 	// When the verdict rests on a replica's silence (failover.silence_bound)
 	// the rounds that confirm it start at least 150ms apart.
 	// Type: integer (>= 1). Default: 2.

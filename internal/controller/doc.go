@@ -22,8 +22,9 @@
 // remembers between rounds (each replica's IO-thread progress, last lag,
 // last complete probes) and the proxies' reachability reports, publishes
 // the analysis codes, and applies the policy. The first sign of trouble
-// starts an extra round at once, and rounds then start every
-// min(probe.interval, 100ms) while it lasts. A replica's progress is dated
+// starts an extra round at once, and rounds start every
+// min(probe.interval, 100ms) while the primary cannot be reached and every
+// replica has been quiet for a quarter of failover.silence_bound. A replica's progress is dated
 // by its own probe, so its silence is measured between probes of it, never
 // to the end of a round. DeadPrimary is the only code that can lead to a
 // failover, and only in failover.mode auto, confirmed over confirm_rounds
