@@ -72,6 +72,7 @@ func Follow(ctx context.Context, st topo.Store, keys topo.Keys, s *Server) error
 	}()
 	s.watchClusters(ctx, st, keys)
 	<-done
+	s.stopFailsafe("proxy stopping")
 	<-checked
 	<-hot
 	return nil
@@ -216,7 +217,7 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			return
 		}
 		s.log.Warn("proxy registration lease lost; registering again", "key", key)
-		s.fenceWrites("registration lease lost")
+		s.fenceWrites(ctx, "registration lease lost")
 	}
 }
 
@@ -286,6 +287,7 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		Switchovers:     s.acks.snapshot(),
 		BackendSessions: s.backendSessions(),
 		Sessions:        s.listenerSessions(),
+		Failsafe:        s.Failsafe(),
 	}
 	s.mu.Lock()
 	for _, l := range s.listeners {

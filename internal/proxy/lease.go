@@ -41,32 +41,50 @@ func (s *Server) WritesFenced() string {
 	return ""
 }
 
-// fenceWrites stops routing on primary listeners: every cluster's snapshot
-// is rebuilt without a primary, so new sessions are refused and existing
-// ones are moved off (idle) or closed (in a transaction) at their next
-// command.
-func (s *Server) fenceWrites(reason string) {
-	if s.fence.reason.Swap(&reason) == nil {
-		s.log.Error("registration lease lost: refusing writes on primary listeners until registered again", "reason", reason)
+// fenceWrites stops routing on primary listeners, except to the primaries
+// that a direct check of every node confirms (failsafe.go): every cluster's
+// snapshot is rebuilt, so on an unconfirmed cluster new sessions are
+// refused and existing ones are moved off (idle) or closed (in a
+// transaction) at their next command. The first round of checks runs
+// before the fence goes up, so a confirmed cluster sees no gap; the checks
+// then repeat until unfenceWrites.
+func (s *Server) fenceWrites(ctx context.Context, reason string) {
+	s.failsafe.enter.Lock()
+	defer s.failsafe.enter.Unlock()
+	if s.fence.reason.Load() != nil {
+		return
 	}
+	s.startFailsafe(ctx)
+	s.fence.reason.Store(&reason)
+	s.log.Error("registration lease lost: writes on primary listeners only where a direct check of every node confirms the primary (failsafe), until registered again", "reason", reason)
 	s.reapplySnapshots()
 }
 
 // unfenceWrites lifts the fence (after a new registration and a fresh read
-// of every cluster state).
+// of every cluster state) and ends failsafe.
 func (s *Server) unfenceWrites() {
 	if s.fence.reason.Swap(nil) != nil {
 		s.log.Info("registered again with a fresh topology: writes routed again")
 		s.reapplySnapshots()
+		s.stopFailsafe("registered again and re-read the topology")
 	}
 }
 
 // applyFence strips the primary from a snapshot being installed while the
-// fence is up.
+// fence is up, unless failsafe confirms it.
 func (s *Server) applyFence(snap *routeSnapshot) {
-	if r := s.WritesFenced(); r != "" {
-		snap.primary = nil
-		snap.fenced = r
+	r := s.WritesFenced()
+	if r == "" {
+		return
+	}
+	ok, why := s.failsafeHolds(snap)
+	if ok {
+		return
+	}
+	snap.primary = nil
+	snap.fenced = r
+	if why != "" {
+		snap.fenced = r + "; failsafe: " + why
 	}
 }
 
@@ -95,7 +113,7 @@ func (s *Server) watchLease(ctx context.Context, lease topo.Lease) {
 	case <-ctx.Done():
 	case <-lease.Done():
 		if ctx.Err() == nil {
-			s.fenceWrites("registration lease lost")
+			s.fenceWrites(ctx, "registration lease lost")
 		}
 	}
 }
