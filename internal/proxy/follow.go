@@ -206,6 +206,9 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 		go s.watchLease(ctx, lease)
 		if s.WritesFenced() != "" && s.resync(ctx, st, keys) == nil {
 			s.unfenceWrites()
+			// Rewrite the registration: it was made while failsafe still
+			// ran, and now says when it ended.
+			s.updateReach(ctx, lease, started)
 		}
 		s.log.Info("proxy registered", "key", key, "epochs", epochs)
 		if s.keepRegistration(ctx, lease, started, epochs) {
