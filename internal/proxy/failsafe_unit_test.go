@@ -31,9 +31,19 @@ func TestFailsafeVerdict(t *testing.T) {
 		{"primary unreachable", func(p map[string]topo.Probe, _ *topo.ClusterState) { p["n1"] = topo.Probe{Error: "connection refused"} }, "n1: unreachable"},
 		{"replica promoted", func(p map[string]topo.Probe, _ *topo.ClusterState) { p["n2"] = primary }, "n2: writable"},
 		{"candidate IO stopped", func(p map[string]topo.Probe, _ *topo.ClusterState) { x := p["n2"]; x.IORunning = "No"; p["n2"] = x }, `n2: IO thread "No"`},
-		{"replica reconnecting", func(p map[string]topo.Probe, _ *topo.ClusterState) { x := p["n3"]; x.IORunning = "Connecting"; p["n3"] = x }, `n3: IO thread "Connecting"`},
-		{"replica repointed", func(p map[string]topo.Probe, _ *topo.ClusterState) { x := p["n3"]; x.SourceHost = "10.0.0.2"; p["n3"] = x }, "n3: replicates from 10.0.0.2:3306"},
-		{"replica reset", func(p map[string]topo.Probe, _ *topo.ClusterState) { p["n3"] = topo.Probe{Reachable: true, ReadOnly: true} }, "n3: not replicating"},
+		{"replica reconnecting", func(p map[string]topo.Probe, _ *topo.ClusterState) {
+			x := p["n3"]
+			x.IORunning = "Connecting"
+			p["n3"] = x
+		}, `n3: IO thread "Connecting"`},
+		{"replica repointed", func(p map[string]topo.Probe, _ *topo.ClusterState) {
+			x := p["n3"]
+			x.SourceHost = "10.0.0.2"
+			p["n3"] = x
+		}, "n3: replicates from 10.0.0.2:3306"},
+		{"replica reset", func(p map[string]topo.Probe, _ *topo.ClusterState) {
+			p["n3"] = topo.Probe{Reachable: true, ReadOnly: true}
+		}, "n3: not replicating"},
 		{"replica unreachable", func(p map[string]topo.Probe, _ *topo.ClusterState) { p["n3"] = topo.Probe{Error: "timeout"} }, "n3: unreachable"},
 		{"replica not checked", func(p map[string]topo.Probe, _ *topo.ClusterState) { delete(p, "n3") }, "n3: not checked"},
 		{"quarantined read-only", func(p map[string]topo.Probe, st *topo.ClusterState) {
