@@ -248,6 +248,9 @@ func trial(o options, bin string) (string, error) {
 		}
 		writes += r.Writes
 		errs += r.Errors()
+		if r.Errors() > 0 {
+			fmt.Printf("  proxy-%d errors by MySQL error number %v; first: %s\n", i+1, r.ErrorsByCode, strings.Join(r.FirstErrors, " | "))
+		}
 		acked += int64(len(r.Acked))
 		pause = max(pause, r.LongestWritePause)
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,6 +34,8 @@ const (
 	// failsafeTimeoutMax bounds one check of one node (the probe timeout
 	// when it is shorter), so that a pass is renewed well within the window.
 	failsafeTimeoutMax = 350 * time.Millisecond
+	// failsafeRoundsMax bounds the rounds of checks in flight at once.
+	failsafeRoundsMax = 3
 )
 
 // failsafeState is the proxy's failsafe bookkeeping, under mu (never taken
@@ -146,8 +149,31 @@ func (s *Server) startFailsafe(ctx context.Context) {
 	f.mu.Unlock()
 	s.failsafeRound(lctx, false)
 	go func() {
-		for sleepCtx(lctx, failsafeInterval) {
-			s.failsafeRound(lctx, true)
+		// A round starts every failsafeInterval whether or not the last
+		// one finished (at most failsafeRoundsMax at once): one slow probe
+		// on a loaded machine must not let a confirmation lapse.
+		var inFlight sync.WaitGroup
+		defer inFlight.Wait()
+		sem := make(chan struct{}, failsafeRoundsMax)
+		t := time.NewTicker(failsafeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			select {
+			case sem <- struct{}{}:
+			default:
+				continue
+			}
+			inFlight.Add(1)
+			go func() {
+				defer inFlight.Done()
+				defer func() { <-sem }()
+				s.failsafeRound(lctx, true)
+			}()
 		}
 	}()
 }
@@ -241,6 +267,15 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 		h := f.held[name]
 		if err := errs[i]; err != nil {
 			f.checks.WithLabelValues(name, "refused").Inc()
+			var r *failsafeRefusal
+			definitive := !errors.As(err, &r) || r.definitive
+			if h != nil && !definitive {
+				// A node did not answer this time: the last confirmation
+				// stands until it expires (failsafeExpired), as another
+				// round may still confirm within the window.
+				s.log.Debug("failsafe: a check did not complete", "cluster", name, "err", err)
+				continue
+			}
 			if f.why[name] != err.Error() || h != nil {
 				s.log.Error("failsafe: a direct check does not confirm the primary; writes refused until registered again or confirmed",
 					"cluster", name, "primary", j.st.Primary, "epoch", j.st.Epoch, "err", err)
@@ -268,7 +303,9 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 				"cluster", name, "primary", h.primary, "epoch", h.epoch, "window", topo.FailsafeWindow)
 			changed = append(changed, name)
 		}
-		h.validUntil = start.Add(topo.FailsafeWindow)
+		if v := start.Add(topo.FailsafeWindow); v.After(h.validUntil) {
+			h.validUntil = v
+		}
 		if h.timer == nil {
 			h.timer = time.AfterFunc(h.validUntil.Sub(now), func() { s.failsafeExpired(name, h) })
 		} else {
@@ -376,13 +413,17 @@ func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string
 		return fmt.Errorf("primary %q is not a configured node", st.Primary)
 	}
 	var bad []string
+	definitive := false
 	for _, n := range cl.Nodes {
 		p, ok := probes[n.Name]
+		before := len(bad)
 		switch {
 		case !ok:
 			bad = append(bad, n.Name+": not checked")
+			before = len(bad)
 		case !p.Reachable || p.Error != "":
 			bad = append(bad, fmt.Sprintf("%s: unreachable (%s)", n.Name, p.Error))
+			before = len(bad)
 		case n.Name == st.Primary:
 			if p.ReadOnly {
 				bad = append(bad, n.Name+": primary is read_only=ON (fenced)")
@@ -400,12 +441,28 @@ func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string
 		case p.IORunning != "Yes":
 			bad = append(bad, fmt.Sprintf("%s: IO thread %q", n.Name, p.IORunning))
 		}
+		if len(bad) > before {
+			definitive = true
+		}
 	}
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return fmt.Errorf("cannot confirm %s as the only writable node: %s", st.Primary, strings.Join(bad, "; "))
+		return &failsafeRefusal{definitive: definitive,
+			msg: fmt.Sprintf("cannot confirm %s as the only writable node: %s", st.Primary, strings.Join(bad, "; "))}
 	}
 	return nil
 }
+
+// failsafeRefusal is a check that did not confirm the primary. It is
+// definitive when a node answered with something that rules the primary
+// out (read-only primary, another writable node, a replica not replicating
+// from it); a node that did not answer only stops renewing the last
+// confirmation, which then expires at the end of its window.
+type failsafeRefusal struct {
+	msg        string
+	definitive bool
+}
+
+func (r *failsafeRefusal) Error() string { return r.msg }
 
 func hostPortOf(p topo.Probe) string { return fmt.Sprintf("%s:%d", p.SourceHost, p.SourcePort) }
