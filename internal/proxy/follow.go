@@ -199,7 +199,12 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			if !sleepCtx(ctx, backoff) {
 				return
 			}
+			// Without a registration writes depend on failsafe checks:
+			// retry at least every second to return to the store soon.
 			backoff = min(2*backoff, followBackoffMax)
+			if s.WritesFenced() != "" {
+				backoff = min(backoff, time.Second)
+			}
 			continue
 		}
 		backoff = followBackoffMin

@@ -118,12 +118,18 @@ func (s *Server) watchLease(ctx context.Context, lease topo.Lease) {
 	}
 }
 
+// storeAttemptTimeout bounds one attempt to register or to re-read the
+// cluster states: a request sent while the store had no quorum (or over a
+// connection that drops packets) is given up and sent again, so the proxy
+// is registered within about a second of the store answering again.
+const storeAttemptTimeout = 3 * time.Second
+
 // registerBounded registers with a deadline: during a partition a request
 // to etcd can hang on a connection that drops packets, and a proxy whose
 // lease was lost must keep trying so that it routes writes again once the
 // store is back.
 func registerBounded(ctx context.Context, st topo.Store, key string, val []byte) (topo.Lease, error) {
-	rctx, cancel := context.WithTimeout(ctx, RegistrationTTL)
+	rctx, cancel := context.WithTimeout(ctx, storeAttemptTimeout)
 	defer cancel()
 	return st.Register(rctx, key, val, RegistrationTTL)
 }
@@ -136,7 +142,7 @@ func (s *Server) resync(ctx context.Context, st topo.Store, keys topo.Keys) erro
 	prefix := keys.ClustersPrefix()
 	backoff := followBackoffMin
 	for {
-		lctx, cancel := context.WithTimeout(ctx, RegistrationTTL)
+		lctx, cancel := context.WithTimeout(ctx, storeAttemptTimeout)
 		kvs, err := st.List(lctx, prefix)
 		cancel()
 		if err == nil {

@@ -41,7 +41,16 @@ func (s *etcdStore) Campaign(ctx context.Context, election, id string) (Leader, 
 // campaignOnce campaigns with one session. retry is true when the session
 // died before leadership was won.
 func (s *etcdStore) campaignOnce(ctx context.Context, election, id string) (_ Leader, retry bool, _ error) {
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(s.sessionTTL), concurrency.WithContext(s.ctx))
+	// The lease is granted with a bound: a grant sent while the store had
+	// no quorum would otherwise wait for the server's own timeout (about
+	// 7 s) after the quorum is back.
+	gctx, gcancel := context.WithTimeout(ctx, grantTimeout)
+	grant, err := s.cli.Grant(gctx, int64(s.sessionTTL))
+	gcancel()
+	if err != nil {
+		return nil, false, s.wrap("campaign", election, fmt.Errorf("grant session lease: %w", err))
+	}
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(grant.ID), concurrency.WithContext(s.ctx))
 	if err != nil {
 		return nil, false, s.wrap("campaign", election, fmt.Errorf("create session: %w", err))
 	}
@@ -93,6 +102,9 @@ func (s *etcdStore) campaignOnce(ctx context.Context, election, id string) (_ Le
 	s.log.Info("won election", "election", election, "id", id, "key", l.key)
 	return l, false, nil
 }
+
+// grantTimeout bounds granting the lease of an election session.
+const grantTimeout = 2 * time.Second
 
 // errSessionLost: the election key of a campaign is gone.
 var errSessionLost = errors.New("election session lost")
