@@ -26,7 +26,10 @@ import (
 // with its IO thread running (a candidate's IO thread is stopped before it
 // is promoted, and the controller waits topo.FailsafeWindow after that).
 // A confirmation is valid for topo.FailsafeWindow from the start of the
-// check; the checks repeat every failsafeInterval while the lease is lost.
+// check; rounds of checks start every failsafeInterval while the lease is
+// lost. A node that answers with anything that rules the primary out ends
+// the confirmation at once; one that does not answer only stops renewing
+// it.
 // Patroni's failsafe_mode is the model (a primary that cannot reach the
 // DCS keeps its role only while every member confirms it).
 const (
