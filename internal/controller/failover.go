@@ -263,10 +263,12 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 		if err := f.step(ctx, "wait for proxies", f.waitProxies); err != nil {
 			return f.rollback(ctx, "wait for proxies: "+err.Error())
 		}
-		if err := f.step(ctx, "failsafe window", func(ctx context.Context) (string, error) {
-			return f.waitFailsafeWindow(ctx, ioStopped)
-		}); err != nil {
-			return f.rollback(ctx, "failsafe window: "+err.Error())
+		if f.cfg.Proxy.FailsafeOn() {
+			if err := f.step(ctx, "failsafe window", func(ctx context.Context) (string, error) {
+				return f.waitFailsafeWindow(ctx, ioStopped)
+			}); err != nil {
+				return f.rollback(ctx, "failsafe window: "+err.Error())
+			}
 		}
 	}
 	// 7. Re-plan with final received positions, apply the relay log.

@@ -354,6 +354,9 @@ func (s *Server) rebuildCluster(name string) {
 // failsafeCheck probes every node of cl with the monitor account and
 // returns nil when failsafeVerdict confirms st's primary.
 func (s *Server) failsafeCheck(ctx context.Context, cfg *config.Config, cl *config.Cluster, st topo.ClusterState) error {
+	if !cfg.Proxy.FailsafeOn() {
+		return errors.New("failsafe is off (proxy.failsafe)")
+	}
 	pw, err := cfg.Credentials.Monitor.Resolve()
 	if err != nil || cfg.Credentials.Monitor.User == "" {
 		return fmt.Errorf("the monitor account (credentials.monitor) is not usable here: %v", err)

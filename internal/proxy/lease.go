@@ -54,7 +54,9 @@ func (s *Server) fenceWrites(ctx context.Context, reason string) {
 	if s.fence.reason.Load() != nil {
 		return
 	}
-	s.startFailsafe(ctx)
+	if s.cfg.Load().Proxy.FailsafeOn() {
+		s.startFailsafe(ctx)
+	}
 	s.fence.reason.Store(&reason)
 	s.log.Error("registration lease lost: writes on primary listeners only where a direct check of every node confirms the primary (failsafe), until registered again", "reason", reason)
 	s.reapplySnapshots()
