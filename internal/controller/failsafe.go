@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/topo"
@@ -28,4 +29,54 @@ func (f *failoverRun) waitFailsafeWindow(ctx context.Context, stoppedAt time.Tim
 	}
 	return fmt.Sprintf("waited %s so that a proxy without its registration sees the stopped IO threads",
 		left.Round(time.Millisecond)), nil
+}
+
+// failsafeEventRecent bounds which ended failsafe periods a term reports:
+// a proxy keeps its last period in its registration until it restarts, and
+// a new leader must not report old periods again.
+const failsafeEventRecent = 5 * time.Minute
+
+// reportFailsafe writes an alarm event for every failsafe period a proxy
+// reports in its registration once it is registered again (the period has
+// ended): which primary and epoch it kept routing to without the store, from
+// when to when, and why it ended. It runs for the term.
+func (t *term) reportFailsafe(ctx context.Context) {
+	prefix := t.c.keys.Proxies()
+	for ctx.Err() == nil {
+		initial, events, err := t.c.store.Watch(ctx, prefix)
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		for _, kv := range initial {
+			t.failsafeEvents(ctx, prefix, kv)
+		}
+		for ev := range events {
+			if ev.Err != nil {
+				break
+			}
+			if ev.Type == topo.EventPut {
+				t.failsafeEvents(ctx, prefix, ev.KV)
+			}
+		}
+	}
+}
+
+func (t *term) failsafeEvents(ctx context.Context, prefix string, kv topo.KV) {
+	var reg topo.ProxyRegistration
+	if decodeJSON(kv.Value, &reg) != nil || len(reg.Failsafe) == 0 {
+		return
+	}
+	id := strings.TrimPrefix(kv.Key, prefix)
+	now := t.c.now()
+	for cluster, p := range reg.Failsafe {
+		if p.Until.IsZero() || now.Sub(p.Until) > failsafeEventRecent {
+			continue
+		}
+		t.fo.events.emitOnce(ctx, "failsafe|"+id+"|"+cluster+"|"+p.Since.Format(time.RFC3339Nano), failsafeEventRecent, topo.Event{
+			Cluster: cluster, Kind: topo.EventAlarm, Code: topo.AlarmProxyFailsafe, Node: p.Primary, Epoch: p.Epoch,
+			Message: fmt.Sprintf("proxy %s routed writes to %s (epoch %d) without its registration in the topology store from %s to %s (%s), on its direct checks of every node (failsafe); ended: %s",
+				id, p.Primary, p.Epoch, p.Since.Format(time.RFC3339), p.Until.Format(time.RFC3339),
+				p.Until.Sub(p.Since).Round(100*time.Millisecond), p.Ended)})
+	}
 }

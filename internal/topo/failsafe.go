@@ -28,3 +28,7 @@ type FailsafePeriod struct {
 	// Ended says why it ended ("registered again", "check failed: ...").
 	Ended string `json:"ended,omitempty"`
 }
+
+// AlarmProxyFailsafe is the code of the alarm event the leader writes for
+// each failsafe period a proxy reports once it is registered again.
+const AlarmProxyFailsafe = "proxy_failsafe"

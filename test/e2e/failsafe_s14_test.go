@@ -294,6 +294,11 @@ func TestS14StoreQuorumLoss(t *testing.T) {
 		t.Errorf("primary %s epoch %d after the outage, was %s epoch %d: nothing should have changed", after.Primary, after.Epoch, before.Primary, before.Epoch)
 	}
 	for i := range s.proxies {
+		ev := s.waitEvent(fmt.Sprintf("proxy proxy-%d routed writes to node1", i+1), 10*time.Second)
+		if ev.Code != topo.AlarmProxyFailsafe || ev.Kind != topo.EventAlarm {
+			t.Errorf("failsafe event %+v, want an alarm %s", ev, topo.AlarmProxyFailsafe)
+		}
+		t.Logf("event: %s", ev.Message)
 		var reg topo.ProxyRegistration
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_, err := topo.GetJSON(ctx, s.store, s.keys.Proxy(fmt.Sprintf("proxy-%d", i+1)), &reg)
