@@ -16,8 +16,10 @@ import (
 // routes writes (it stops waiting for that proxy's acknowledgement of a new
 // epoch before promoting a new primary), so the proxy must make that true:
 // from the moment it knows its lease is gone until it is registered again
-// and has re-read every cluster state, primary listeners refuse writes
-// while replica listeners keep serving reads from the last known topology.
+// and has re-read every cluster state, primary listeners refuse writes —
+// except to a primary that its direct checks of every node confirm
+// (failsafe.go, internal/topo/FAILSAFE.md) — while replica listeners keep
+// serving reads from the last known topology.
 type writeFence struct {
 	reason atomic.Pointer[string]
 }
@@ -65,6 +67,8 @@ func (s *Server) fenceWrites(ctx context.Context, reason string) {
 // unfenceWrites lifts the fence (after a new registration and a fresh read
 // of every cluster state) and ends failsafe.
 func (s *Server) unfenceWrites() {
+	s.failsafe.enter.Lock() // a lease lost again meanwhile fences after this
+	defer s.failsafe.enter.Unlock()
 	if s.fence.reason.Swap(nil) != nil {
 		s.log.Info("registered again with a fresh topology: writes routed again")
 		s.reapplySnapshots()
