@@ -258,6 +258,11 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 	var changed []string
 	f := &s.failsafe
 	f.mu.Lock()
+	if ctx.Err() != nil {
+		// stopFailsafe ran meanwhile (it cancels under f.mu).
+		f.mu.Unlock()
+		return
+	}
 	if f.held == nil {
 		f.held, f.periods = map[string]*failsafeHold{}, map[string]topo.FailsafePeriod{}
 	}
@@ -369,8 +374,14 @@ func (s *Server) failsafeCheck(ctx context.Context, cfg *config.Config, cl *conf
 	probes := make(map[string]topo.Probe, len(cl.Nodes))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, n := range cl.Nodes {
-		pr := s.failsafeProber(n.Address, cred, cl.Flavor, timeout)
+	probers := make([]*probe.Prober, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		if probers[i] = s.failsafeProber(n.Address, cred, cl.Flavor, timeout); probers[i] == nil {
+			return errors.New("failsafe stopped")
+		}
+	}
+	for i, n := range cl.Nodes {
+		pr := probers[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -386,10 +397,14 @@ func (s *Server) failsafeCheck(ctx context.Context, cfg *config.Config, cl *conf
 	return failsafeVerdict(cl, st, probes)
 }
 
+// failsafeProber returns the prober of addr, or nil once failsafe stopped.
 func (s *Server) failsafeProber(addr string, cred probe.Credentials, flavor string, timeout time.Duration) *probe.Prober {
 	f := &s.failsafe
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cancel == nil {
+		return nil // stopped: no prober is made that nobody closes
+	}
 	if f.probers == nil || f.proberTO != timeout {
 		for _, p := range f.probers {
 			p.Close()
