@@ -429,3 +429,61 @@ func TestS14ControllerCutOffFromStore(t *testing.T) {
 		t.Errorf("primary %s epoch %d after the cut, was %s epoch %d", after.Primary, after.Epoch, before.Primary, before.Epoch)
 	}
 }
+
+// TestS14SwitchoverWhileProxyCutOff: a switchover happens while one proxy
+// is cut off from the store and routes writes on its failsafe checks. The
+// controller does not wait for that proxy (its registration is gone); it
+// fences the old primary (read_only=ON, sessions killed), so the cut-off
+// proxy's next check refuses and the old primary refuses anyway: every
+// write acknowledged through either proxy is on the new primary, and at
+// most one node is writable at every 100 ms sample. When the proxy reaches
+// the store again it routes to the new primary.
+func TestS14SwitchoverWhileProxyCutOff(t *testing.T) {
+	var relay *cutRelay
+	s := startFO(t, foOpts{Proxies: 2, SemiSync: true, ProxyEtcd: func(i int, eps []string) []string {
+		if i != 1 {
+			return eps
+		}
+		relay = newCutRelay(t, strings.TrimPrefix(eps[0], "http://"))
+		return []string{"http://" + relay.ln.Addr().String()}
+	}})
+	p2 := s.proxies[1]
+	ww := watchWritableEvery(s, 100*time.Millisecond)
+	defer ww.stop()
+	start := time.Now()
+	load := startProxyLoad(t, s, 4, 5)
+	relay.cut.Store(true)
+	cutAt := time.Now()
+	waitCond(t, "proxy-2 in failsafe", proxy.RegistrationTTL+10*time.Second, func() (bool, string) {
+		return inFailsafe(p2), fmt.Sprintf("fenced %q, failsafe %+v", p2.WritesFenced(), p2.Failsafe())
+	})
+	t.Logf("proxy-2 cut off from the store: in failsafe %s later", time.Since(cutAt).Round(100*time.Millisecond))
+	time.Sleep(time.Second)
+	swAt := time.Now()
+	out := s.cli("switchover", "--cluster", "main", "--to", "node2")
+	st, _ := s.waitState("switchover to node2", 30*time.Second, func(st topo.ClusterState) bool {
+		return st.Primary == "node2" && st.Phase == topo.PhaseStable
+	})
+	t.Logf("switchover to node2 with proxy-2 cut off: epoch %d, %s\n%s", st.Epoch, time.Since(swAt).Round(time.Millisecond), out)
+	took := waitCond(t, "proxy-2 leaves failsafe", 5*time.Second, func() (bool, string) {
+		return !inFailsafe(p2), fmt.Sprintf("failsafe %+v", p2.Failsafe())
+	})
+	t.Logf("proxy-2 left failsafe %s after the switchover returned: %s", took.Round(10*time.Millisecond), p2.Failsafe()["main"].Ended)
+	rw := openOne(t, s.dsn(1, "primary"))
+	var sid int
+	if err := rw.QueryRow("SELECT @@server_id").Scan(&sid); mysqlErrNo(err) != 1290 {
+		t.Errorf("rw on the cut-off proxy after the switchover: server_id %d, %v; want error 1290", sid, err)
+	}
+	relay.cut.Store(false)
+	waitCond(t, "proxy-2 back on the new primary", 30*time.Second, func() (bool, string) {
+		var id int
+		err := openOne(t, s.dsn(1, "primary")).QueryRow("SELECT @@server_id").Scan(&id)
+		return err == nil && id == 2, fmt.Sprintf("server_id %d, %v", id, err)
+	})
+	time.Sleep(500 * time.Millisecond)
+	res := load.stop(t, s, 1)
+	for p, r := range res {
+		t.Logf("proxy-%d: %d write errors, %d read errors", p+1, r.WriteErrors, r.ReadErrors)
+	}
+	ww.checkOneWritable(t, "whole run", start, time.Now())
+}
