@@ -230,3 +230,24 @@ func TestBackendReachability(t *testing.T) {
 	default:
 	}
 }
+
+// TestFailsafeOff: with proxy.failsafe off a proxy whose lease is lost
+// refuses writes at once although every node would confirm the primary.
+func TestFailsafeOff(t *testing.T) {
+	off := false
+	h := newHarness(t, func(cfg *config.Config) { cfg.Proxy.Failsafe = &off })
+	rw := h.db("rw", "", nil)
+	rw.SetMaxOpenConns(1)
+	if id := serverID(t, rw); id != 1 {
+		t.Fatalf("rw answered by server_id %d, want 1", id)
+	}
+	h.srv.fenceWrites(context.Background(), "registration lease lost")
+	var x int
+	err := rw.QueryRow("SELECT 1").Scan(&x)
+	if code, msg := mysqlErr(err); code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(msg, "lost its registration") {
+		t.Fatalf("rw with failsafe off after the lease was lost: %v, want 1290", err)
+	}
+	if fs := h.srv.Failsafe(); fs != nil {
+		t.Fatalf("failsafe periods with failsafe off: %+v", fs)
+	}
+}
