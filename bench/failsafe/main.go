@@ -10,7 +10,10 @@
 // and how long after quorum returned the proxies were registered again and
 // the controller published again (internal/topo/FAILSAFE.md).
 //
-// Usage: go run ./bench/failsafe [-trials 1] [-outage 60s] [-interval 1s] [-v]
+// -failsafe=false runs the same outage with proxy.failsafe off (proxies
+// refuse writes once their registration is lost), for comparison.
+//
+// Usage: go run ./bench/failsafe [-trials 1] [-outage 60s] [-interval 1s] [-failsafe=false] [-v]
 package main
 
 import (
@@ -46,6 +49,7 @@ type options struct {
 	outage   time.Duration
 	interval time.Duration
 	verbose  bool
+	failsafe bool
 }
 
 func main() {
@@ -54,6 +58,7 @@ func main() {
 	flag.DurationVar(&o.outage, "outage", 60*time.Second, "how long the etcd cluster stays without quorum")
 	flag.DurationVar(&o.interval, "interval", time.Second, "probe.interval")
 	flag.BoolVar(&o.verbose, "v", false, "log warnings of every role to stderr")
+	flag.BoolVar(&o.failsafe, "failsafe", true, "proxy.failsafe (false: a proxy without its registration refuses writes, for comparison)")
 	flag.Parse()
 	if o.trials < 1 || o.outage <= 0 || o.interval <= 0 {
 		fmt.Fprintln(os.Stderr, "failsafe: -trials, -outage and -interval must be positive")
@@ -64,7 +69,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "failsafe: the etcd binary is needed (Debian: apt-get install -y etcd-server etcd-client)")
 		os.Exit(1)
 	}
-	fmt.Printf("store outage: etcd 3 members, 2 killed for %s; 2 proxies × (4 writers + 2 readers); semi-sync; probe interval %s\n", o.outage, o.interval)
+	fmt.Printf("store outage: etcd 3 members, 2 killed for %s; 2 proxies × (4 writers + 2 readers); semi-sync; probe interval %s; proxy.failsafe %v\n", o.outage, o.interval, o.failsafe)
 	failed := false
 	for i := range o.trials {
 		line, err := trial(o, bin)
@@ -117,6 +122,7 @@ func trial(o options, bin string) (string, error) {
 	cfg.Probe.Interval = config.Duration(o.interval)
 	cfg.Probe.Timeout = config.Duration(min(500*time.Millisecond, o.interval*4/5))
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	cfg.Proxy.Failsafe = &o.failsafe
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = "127.0.0.1:0", "127.0.0.1:0"
 	if err := cfg.Validate(); err != nil {

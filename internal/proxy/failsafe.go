@@ -116,6 +116,9 @@ func (s *Server) Failsafe() map[string]topo.FailsafePeriod {
 // failsafeHolds reports whether snap's primary is confirmed by a check that
 // is still valid; otherwise it returns why not.
 func (s *Server) failsafeHolds(snap *routeSnapshot) (bool, string) {
+	if !s.cfg.Load().Proxy.FailsafeOn() {
+		return false, ""
+	}
 	f := &s.failsafe
 	f.mu.Lock()
 	defer f.mu.Unlock()
