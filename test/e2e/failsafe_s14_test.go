@@ -311,7 +311,8 @@ func TestS14StoreQuorumLoss(t *testing.T) {
 }
 
 // TestS14StoreDownPrimaryKilled: with the store without quorum and every
-// proxy in failsafe, the primary is killed. No node can be promoted (a
+// proxy in failsafe, a replica's IO thread is stopped (writes are refused
+// until it replicates again, then resume), then the primary is killed. No node can be promoted (a
 // promotion needs the store), the proxies' checks fail, so writes are
 // refused by design (the primary is gone) while reads continue; at most one
 // writable node at every sample. When quorum returns the failover that was
@@ -335,6 +336,26 @@ func TestS14StoreDownPrimaryKilled(t *testing.T) {
 		})
 	}
 	t.Logf("store without quorum; both proxies in failsafe after %s", time.Since(lostAt).Round(100*time.Millisecond))
+	// A replica that stops replicating cannot be ruled out as a new
+	// primary: writes are refused until it replicates again.
+	s.exec(2, "STOP SLAVE IO_THREAD")
+	stoppedAt := time.Now()
+	for i, p := range s.proxies {
+		waitCond(t, fmt.Sprintf("proxy-%d refuses writes with node3's IO thread stopped", i+1), 5*time.Second, func() (bool, string) {
+			return !inFailsafe(p), fmt.Sprintf("failsafe %+v", p.Failsafe())
+		})
+	}
+	t.Logf("node3's IO thread stopped: both proxies refuse writes %s later: %s", time.Since(stoppedAt).Round(10*time.Millisecond), s.proxies[0].Failsafe()["main"].Ended)
+	if err := openOne(t, s.dsn(1, "primary")).Ping(); mysqlErrNo(err) != 1290 {
+		t.Errorf("new rw session on proxy-2 with node3 not replicating: %v, want error 1290", err)
+	}
+	s.exec(2, "START SLAVE IO_THREAD")
+	for i, p := range s.proxies {
+		waitCond(t, fmt.Sprintf("proxy-%d back in failsafe", i+1), 10*time.Second, func() (bool, string) {
+			return inFailsafe(p), fmt.Sprintf("failsafe %+v", p.Failsafe())
+		})
+	}
+	t.Log("node3 replicating again: both proxies route writes on their checks again")
 	if err := s.sb.KillNode(0); err != nil {
 		t.Fatal(err)
 	}
