@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/analysis"
+	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -17,8 +19,12 @@ import (
 // confirms for FailsafeWindow from its start, so once this wait is over no
 // such proxy routes to the old primary any more and the candidate may take
 // writes. The controller cannot tell a proxy in failsafe from one that is
-// gone (neither has a registration), so it always waits.
+// gone (neither has a registration), so it waits unless the old primary's
+// server is down (oldPrimaryDown).
 func (f *failoverRun) waitFailsafeWindow(ctx context.Context, stoppedAt time.Time) (string, error) {
+	if why := f.oldPrimaryDown(ctx); why != "" {
+		return "not needed: " + why, nil
+	}
 	left := stoppedAt.Add(topo.FailsafeWindow).Sub(f.t.c.now())
 	if left <= 0 {
 		return fmt.Sprintf("%s since the IO threads stopped", topo.FailsafeWindow), nil
@@ -29,6 +35,41 @@ func (f *failoverRun) waitFailsafeWindow(ctx context.Context, stoppedAt time.Tim
 	}
 	return fmt.Sprintf("waited %s so that a proxy without its registration sees the stopped IO threads",
 		left.Round(time.Millisecond)), nil
+}
+
+// oldPrimaryDown returns why no proxy can be writing to the old primary,
+// or "" when one might: its server refused the controller's connections
+// (port closed: mysqld is not running, as after a crash or kill) when the
+// failover refreshed and refuses them again now, and no replica then had
+// its IO thread connected to it. A proxy in failsafe confirms the primary
+// only while every replica's IO thread is connected to it, so its
+// confirmation ended when they lost it, and a server that is not running
+// takes no writes meanwhile; waiting out the window would only delay a
+// crash failover. A primary that merely does not answer (timeout, network)
+// gets the window.
+func (f *failoverRun) oldPrimaryDown(ctx context.Context) string {
+	op := f.probes[f.old]
+	if op.ErrorKind != string(probe.KindRefused) {
+		return ""
+	}
+	old := f.cl.Node(f.old)
+	if old == nil {
+		return ""
+	}
+	for name, p := range f.probes {
+		if name != f.old && complete(p) && p.Replicating && p.IORunning == "Yes" &&
+			analysis.SameAddress(p.SourceHost, p.SourcePort, old.Address) {
+			return ""
+		}
+	}
+	pr, err := f.prober(f.old)
+	if err != nil {
+		return ""
+	}
+	if res := pr.ProbeResult(ctx); res.Kind != probe.KindRefused {
+		return ""
+	}
+	return f.old + " refuses connections (its server is not running) and no replica's IO thread is connected to it"
 }
 
 // failsafeEventRecent bounds which ended failsafe periods a term reports:
