@@ -4,7 +4,12 @@
 // writers insert ledger rows with unique ids through the proxy's rw
 // listener; the primary gets SIGKILL; the figure is the time from the kill
 // to the first write acknowledged through the rw listener afterwards, and
-// the number of acknowledged writes missing from the new primary. Every
+// the number of acknowledged writes missing from the new primary, and the
+// client errors after the kill in three classes: sessions with a statement
+// in flight at the kill, sessions in an open transaction at the kill (half
+// the writers run BEGIN; INSERT; UPDATE; COMMIT, -tx), and all others
+// (statements sent after the kill: 0 while failover.hold holds them; with
+// -hold=false they fail until the new primary is published). Every
 // trial uses a fresh sandbox. It prints each trial and the median, p90 and
 // max.
 //
@@ -18,7 +23,7 @@
 // routed writes within one 100 ms window (read from the ledger's server_id
 // and commit time).
 //
-// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true]
+// Usage: go run ./bench/failover [-trials 10] [-interval 1s] [-semisync=true] [-hold=true] [-tx=true]
 // [-durability async|semi_sync|semi_sync_durable] [-fault kill|stop] [-stop-for 15s]
 package main
 
@@ -58,6 +63,8 @@ type options struct {
 	fault      string
 	stopFor    time.Duration
 	durability string
+	hold       bool
+	tx         bool
 }
 
 type trial struct {
@@ -67,6 +74,8 @@ type trial struct {
 	lost       int
 	errors     int64
 	newPrimary string
+	classed    [3]int64  // errors after the kill: in flight, in a transaction, other
+	samples    [3]string // one message of each class
 
 	// -fault stop only.
 	late           int // acknowledged after the new epoch, executed by the old primary
@@ -86,6 +95,8 @@ func main() {
 	flag.StringVar(&o.durability, "durability", "", "clusters[].durability: async, semi_sync or semi_sync_durable (default: async, or semi_sync with -semisync)")
 	flag.StringVar(&o.fault, "fault", "kill", "kill (SIGKILL the primary) or stop (SIGSTOP it for -stop-for, then SIGCONT)")
 	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
+	flag.BoolVar(&o.hold, "hold", true, "clusters[].failover.hold: hold statements while the primary is lost (false: fail them at once)")
+	flag.BoolVar(&o.tx, "tx", true, "odd-numbered writers run BEGIN; INSERT; UPDATE; COMMIT transactions")
 	flag.Parse()
 	// Clients see the kill as broken connections; the driver's own log of
 	// them is noise here (the figures count them).
@@ -112,8 +123,8 @@ func run(o options) error {
 	if o.fault != "kill" {
 		return fmt.Errorf("-fault %q: want kill or stop", o.fault)
 	}
-	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers, failover.mode auto (confirm_rounds 2)\n",
-		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers)
+	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers (transactions: %v), failover.mode auto (confirm_rounds 2), failover.hold %v\n",
+		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers, o.tx, o.hold)
 	var res []trial
 	for i := 1; i <= o.trials; i++ {
 		tr, err := runTrial(o)
@@ -121,9 +132,26 @@ func run(o options) error {
 			return fmt.Errorf("trial %d: %w", i, err)
 		}
 		res = append(res, tr)
-		fmt.Printf("trial %2d: kill → first write %6.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d\n",
-			i, ms(tr.recovery), tr.failoverMS, tr.newPrimary, tr.acked, tr.lost, tr.errors)
+		fmt.Printf("trial %2d: kill → first write %6.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d (in flight %d, open transaction %d, other %d)\n",
+			i, ms(tr.recovery), tr.failoverMS, tr.newPrimary, tr.acked, tr.lost, tr.errors, tr.classed[classInFlight], tr.classed[classInTx], tr.classed[classOther])
+		if o.verbose {
+			for c, m := range tr.samples {
+				if m != "" {
+					fmt.Printf("          %s: %s\n", []string{"in flight", "open transaction", "other"}[c], m)
+				}
+			}
+		}
 	}
+	var sum [3]int64
+	var maxOther int64
+	for _, r := range res {
+		for c := range sum {
+			sum[c] += r.classed[c]
+		}
+		maxOther = max(maxOther, r.classed[classOther])
+	}
+	fmt.Printf("client errors after the kill over %d trials: in flight at the kill %d, in an open transaction at the kill %d, all others %d (most in one trial %d)\n",
+		len(res), sum[classInFlight], sum[classInTx], sum[classOther], maxOther)
 	var rec []time.Duration
 	lost, acked := 0, 0
 	for _, r := range res {
@@ -219,6 +247,7 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	cfg.Probe.Interval = config.Duration(o.interval)
 	cfg.Probe.Timeout = config.Duration(probeTimeout(o.interval))
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	cfg.Clusters[0].Failover.Hold = &o.hold
 	if o.durability != "" {
 		cfg.Clusters[0].Durability = o.durability
 	}
@@ -304,12 +333,13 @@ func runTrial(o options) (tr trial, err error) {
 			err = cerr
 		}
 	}()
-	w := newWriters(s.rw, o.writers)
+	w := newWriters(s.rw, o.writers, o.tx)
 	wctx, wcancel := context.WithCancel(ctx)
 	w.start(wctx)
 	time.Sleep(2 * time.Second)
 
 	killAt := time.Now()
+	w.markKill()
 	if err := s.sb.KillNode(0); err != nil {
 		wcancel()
 		w.wait()
@@ -340,6 +370,7 @@ func runTrial(o options) (tr trial, err error) {
 		return tr, err
 	}
 	tr.acked, tr.lost, tr.errors = len(w.acked()), len(missing), w.errors()
+	tr.classed, tr.samples = w.classErrors()
 	return tr, nil
 }
 
@@ -388,10 +419,15 @@ func freeAddrs(n int) ([]string, error) {
 }
 
 // writers insert ledger rows with unique ids through the rw listener and
-// remember when each acknowledged one returned.
+// remember when each acknowledged one returned. Even-numbered writers run
+// autocommit INSERTs; odd-numbered ones (with -tx) run transactions of
+// BEGIN; INSERT; UPDATE of the same row; COMMIT. Each writer's state at the
+// kill (a statement in flight, a transaction open, neither) classes the
+// first error it gets after the kill; every other error counts as "other".
 type writers struct {
 	dsn string
 	n   int
+	tx  bool
 	wg  sync.WaitGroup
 
 	mu   sync.Mutex
@@ -399,9 +435,65 @@ type writers struct {
 	sent []time.Time // when each acknowledged write was sent
 	at   []time.Time // when it was acknowledged
 	errs int64
+	// Per writer: a statement is in flight, a transaction is open; the
+	// class taken at the kill (used for its first error after it).
+	inflight, inTx []bool
+	class          []errClass
+	killed         bool
+	classed        [3]int64 // errors after the kill by class
+	sample         [3]string
 }
 
-func newWriters(dsn string, n int) *writers { return &writers{dsn: dsn, n: n} }
+// errClass classes a client error by the session's state at the kill.
+type errClass int
+
+const (
+	classInFlight errClass = iota // a statement was in flight at the kill
+	classInTx                     // a transaction was open at the kill
+	classOther                    // everything else: must be 0 with the hold
+)
+
+func newWriters(dsn string, n int, tx bool) *writers {
+	return &writers{dsn: dsn, n: n, tx: tx, inflight: make([]bool, n), inTx: make([]bool, n), class: make([]errClass, n)}
+}
+
+// markKill takes every writer's class at the kill.
+func (w *writers) markKill() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.killed = true
+	for i := range w.n {
+		switch {
+		case w.inTx[i]:
+			w.class[i] = classInTx
+		case w.inflight[i]:
+			w.class[i] = classInFlight
+		default:
+			w.class[i] = classOther
+		}
+	}
+}
+
+// failed records an error of writer i (w.mu held).
+func (w *writers) failed(i int, err error) {
+	w.errs++
+	if !w.killed {
+		return
+	}
+	c := w.class[i]
+	w.class[i] = classOther // later errors of this writer are "other"
+	w.classed[c]++
+	if w.sample[c] == "" {
+		w.sample[c] = err.Error()
+	}
+}
+
+// set records writer i's state.
+func (w *writers) set(i int, inflight, inTx bool) {
+	w.mu.Lock()
+	w.inflight[i], w.inTx[i] = inflight, inTx
+	w.mu.Unlock()
+}
 
 func (w *writers) start(ctx context.Context) {
 	for i := 0; i < w.n; i++ {
@@ -417,15 +509,22 @@ func (w *writers) start(ctx context.Context) {
 			for seq := int64(1); ctx.Err() == nil; seq++ {
 				id := int64(i+1)*1_000_000_000 + seq
 				sent := time.Now()
-				_, err := db.ExecContext(ctx, "INSERT INTO ledger (id, server_id) VALUES (?, @@server_id)", id)
+				var err error
+				if w.tx && i%2 == 1 {
+					err = w.txWrite(ctx, db, i, id)
+				} else {
+					w.set(i, true, false)
+					_, err = db.ExecContext(ctx, "INSERT INTO ledger (id, server_id) VALUES (?, @@server_id)", id)
+				}
 				now := time.Now()
 				w.mu.Lock()
+				w.inflight[i], w.inTx[i] = false, false
 				if err == nil {
 					w.ids = append(w.ids, id)
 					w.sent = append(w.sent, sent)
 					w.at = append(w.at, now)
 				} else if ctx.Err() == nil {
-					w.errs++
+					w.failed(i, err)
 				}
 				w.mu.Unlock()
 				if err != nil {
@@ -437,6 +536,33 @@ func (w *writers) start(ctx context.Context) {
 			}
 		}(i)
 	}
+}
+
+// txWrite runs one ledger transaction for writer i: BEGIN; INSERT; UPDATE
+// of the same row; COMMIT (rolled back on any error).
+func (w *writers) txWrite(ctx context.Context, db *sql.DB, i int, id int64) error {
+	w.set(i, true, false)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	w.set(i, true, true)
+	if _, err = tx.ExecContext(ctx, "INSERT INTO ledger (id, server_id) VALUES (?, 0)", id); err == nil {
+		_, err = tx.ExecContext(ctx, "UPDATE ledger SET server_id = @@server_id WHERE id = ?", id)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// classErrors returns the errors after the kill by class and one message
+// of each.
+func (w *writers) classErrors() ([3]int64, [3]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.classed, w.sample
 }
 
 func (w *writers) wait() { w.wg.Wait() }

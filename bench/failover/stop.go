@@ -76,7 +76,7 @@ func stopTrial(o options) (tr trial, err error) {
 	}
 	mon := startWritableMonitor(s)
 	defer mon.stop()
-	w := newWriters(s.rw, o.writers)
+	w := newWriters(s.rw, o.writers, false)
 	wctx, wcancel := context.WithCancel(ctx)
 	w.start(wctx)
 	time.Sleep(2 * time.Second)

@@ -265,6 +265,61 @@ type FailoverConfig struct {
 	// errant transactions is quarantined either way.
 	// Type: bool. Default: true.
 	RejoinOldPrimary *bool `yaml:"rejoin_old_primary"`
+	// Hold makes primary listeners hold statements, instead of failing
+	// them, while the primary is lost and an automatic failover can come
+	// (mode auto, no maintenance, block or disable, a promotable replica):
+	// statements not yet sent, new logins and idle sessions wait for the
+	// new primary, at most max_hold. Where no automatic failover can come
+	// (manual mode, blocked) statements fail at once with the reason.
+	// (Peers: MaxScale's delayed_retry, Vitess's buffering during
+	// reparents.)
+	// Type: bool. Default: true.
+	Hold *bool `yaml:"hold"`
+	// MaxHold bounds how long one statement or login waits for a new
+	// primary after the primary is lost; the client then gets error 1105
+	// saying no primary came. When set it must exceed the detection time,
+	// confirm_rounds × probe.interval. Unset, it is the larger of 5s and
+	// (confirm_rounds + 3) × probe.interval (EffectiveMaxHold), so it
+	// follows a change of probe.interval.
+	// Type: duration. Optional.
+	MaxHold Duration `yaml:"max_hold"`
+	// TransactionReplay makes the primary (rw) listeners re-execute a
+	// transaction interrupted by the loss of its primary on the new primary,
+	// statement by statement, checking that every statement returns what it
+	// returned the first time (a checksum of the rows and column count of a
+	// result set, the affected rows and last insert id of an OK, the code of
+	// an ERR), as MaxScale's readwritesplit transaction_replay does. A
+	// transaction that cannot be replayed gets one error saying it was rolled
+	// back; a COMMIT (or any statement ending a transaction, or an
+	// autocommit write) in flight when the primary was lost is never
+	// replayed: its client gets error 1105 saying its outcome is unknown.
+	// Applies to sessions opened after the change.
+	// Type: bool. Default: false.
+	TransactionReplay bool `yaml:"transaction_replay"`
+	// ReplayMaxBytes bounds the statements one session records for
+	// transaction replay (COM_QUERY texts and COM_STMT_EXECUTE packets, in
+	// bytes); a transaction that sends more is not replayable.
+	// Type: integer (bytes, 1024..67108864). Default: 1048576.
+	ReplayMaxBytes int `yaml:"replay_max_bytes"`
+	// ReplayMaxStatements bounds how many statements one session records
+	// for transaction replay; a transaction with more is not replayable.
+	// Type: integer (1..100000). Default: 256.
+	ReplayMaxStatements int `yaml:"replay_max_statements"`
+}
+
+// HoldOn reports failover.hold (true when unset).
+func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
+
+// EffectiveMaxHold is failover.max_hold, or when unset the larger of 5s and
+// (confirm_rounds + 3) × interval (probe.interval; 1s when unset).
+func (f FailoverConfig) EffectiveMaxHold(interval time.Duration) time.Duration {
+	if f.MaxHold > 0 {
+		return f.MaxHold.D()
+	}
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return max(5*time.Second, time.Duration(max(f.ConfirmRounds, 1)+3)*interval)
 }
 
 // Rejoin reports failover.rejoin_old_primary (true when unset).
@@ -572,6 +627,12 @@ func (c *Config) ApplyDefaults() {
 			t := true
 			f.RejoinOldPrimary = &t
 		}
+		if f.ReplayMaxBytes == 0 {
+			f.ReplayMaxBytes = 1 << 20
+		}
+		if f.ReplayMaxStatements == 0 {
+			f.ReplayMaxStatements = 256
+		}
 	}
 	if c.Probe.Interval == 0 {
 		c.Probe.Interval = Duration(time.Second)
@@ -616,6 +677,13 @@ func (c *Config) ApplyDefaults() {
 	}
 	if sw.WarmConcurrency == 0 {
 		sw.WarmConcurrency = 4
+	}
+	for i := range c.Clusters {
+		f := &c.Clusters[i].Failover
+		if f.Hold == nil {
+			t := true
+			f.Hold = &t
+		}
 	}
 	if c.Versioning.HistoryLimit == 0 {
 		c.Versioning.HistoryLimit = DefaultHistoryLimit

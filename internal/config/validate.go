@@ -345,7 +345,7 @@ func (c *Config) validateClusters(v *validator) {
 		if cl.ReadRouting.MaxLag < 0 {
 			v.add(f+".read_routing.max_lag", "%s must not be negative", cl.ReadRouting.MaxLag)
 		}
-		validateFailover(v, f+".failover", cl.Failover)
+		validateFailover(v, f+".failover", cl.Failover, c.Probe.Interval.D())
 		validateDurability(v, f+".durability", cl)
 	}
 }
@@ -627,8 +627,9 @@ func isLoopback(h string) bool {
 	return h == "localhost"
 }
 
-// validateFailover checks a cluster's failover policy.
-func validateFailover(v *validator, f string, fo FailoverConfig) {
+// validateFailover checks a cluster's failover policy; interval is
+// probe.interval (the detection time is confirm_rounds of it).
+func validateFailover(v *validator, f string, fo FailoverConfig, interval time.Duration) {
 	switch fo.Mode {
 	case FailoverManual, FailoverAuto:
 	default:
@@ -640,10 +641,23 @@ func validateFailover(v *validator, f string, fo FailoverConfig) {
 	for _, d := range []struct {
 		name string
 		v    Duration
-	}{{"block_period", fo.BlockPeriod}, {"max_lag", fo.MaxLag}, {"recovery_timeout", fo.RecoveryTimeout}} {
+	}{{"block_period", fo.BlockPeriod}, {"max_lag", fo.MaxLag}, {"recovery_timeout", fo.RecoveryTimeout}, {"max_hold", fo.MaxHold}} {
 		if d.v < 0 {
 			v.add(f+"."+d.name, "%s must not be negative", d.v)
 		}
+	}
+	if interval <= 0 {
+		interval = time.Second
+	}
+	if detect := time.Duration(max(fo.ConfirmRounds, 1)) * interval; fo.MaxHold > 0 && fo.MaxHold.D() <= detect {
+		v.add(f+".max_hold", "%s must exceed the failure detection time, confirm_rounds × probe.interval = %d × %s = %s: a held statement would give up before a failover could start",
+			fo.MaxHold, max(fo.ConfirmRounds, 1), Duration(interval), Duration(detect))
+	}
+	if fo.ReplayMaxBytes < 1024 || fo.ReplayMaxBytes > 64<<20 {
+		v.add(f+".replay_max_bytes", "%d is out of range (1024..67108864 bytes recorded per session for transaction replay)", fo.ReplayMaxBytes)
+	}
+	if fo.ReplayMaxStatements < 1 || fo.ReplayMaxStatements > 100000 {
+		v.add(f+".replay_max_statements", "%d is out of range (1..100000 statements recorded per session for transaction replay)", fo.ReplayMaxStatements)
 	}
 }
 

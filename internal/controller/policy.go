@@ -28,6 +28,7 @@ func carryPolicy(st, prev *topo.ClusterState) {
 	st.Analysis = prev.Analysis
 	st.Quarantined = prev.Quarantined
 	st.LastFailover = prev.LastFailover
+	st.AutoFailover = prev.AutoFailover
 }
 
 // failoverReplicaReason says why a replica may not serve reads during a
@@ -81,6 +82,7 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 		return // a switchover or failover of this cluster is running; it decides
 	}
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
+	t.publishAutoFailover(ctx, cl, cr, &st)
 	if res.Trouble && !m.trouble {
 		t.fo.extraRound()
 	}

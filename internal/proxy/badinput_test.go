@@ -240,7 +240,10 @@ func TestAllBackendsDownGivesClearErrorFast(t *testing.T) {
 	}
 }
 
-// A backend that dies mid-session: the client gets a clear error, not a hang.
+// A backend that dies mid-session: the client gets a clear error, not a
+// hang, and the session stays open: in manual mode (the harness) its next
+// statement gets the lost-primary error at once, naming what an operator
+// must do.
 func TestBackendDiesMidSession(t *testing.T) {
 	h := newHarness(t, nil)
 	db := healthy(t, h)
@@ -257,8 +260,18 @@ func TestBackendDiesMidSession(t *testing.T) {
 	}
 	_, err = conn.ExecContext(context.Background(), "SELECT 1")
 	code, msg := mysqlErr(err)
-	if code != 1105 || !strings.Contains(msg, "lost the connection to backend node1") {
+	if code != 1105 || !strings.Contains(msg, "node1") ||
+		!(strings.Contains(msg, "lost while this read ran") || strings.Contains(msg, "is unreachable")) {
 		t.Fatalf("after backend death: %v", err)
+	}
+	start := time.Now()
+	_, err = conn.ExecContext(context.Background(), "SELECT 1")
+	code, msg = mysqlErr(err)
+	if code != 1105 || !strings.Contains(msg, "failover.mode is manual") || !strings.Contains(msg, "switchyard failover --cluster main") {
+		t.Fatalf("next statement on the same session: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the lost-primary error took %v in manual mode, want it at once", took)
 	}
 }
 

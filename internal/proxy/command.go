@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -53,6 +54,7 @@ func kindOf(cmd byte) responseKind {
 // loop reads client commands until the session ends and returns the reason.
 func (s *session) loop() string {
 	rerouted := false // the pending command was sent back to reroute once
+	s.rlog = s.newReplayLog()
 	for {
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
@@ -101,6 +103,14 @@ func (s *session) loop() string {
 			rerouted = true
 			continue
 		}
+		if s.be != nil && s.l.role == rolePrimary && s.l.route.snap.Load().lossCheck && s.peerGone(s.be) {
+			// The server closed this idle connection (it crashed or was
+			// killed): nothing was sent; move, holding for a failover.
+			s.endRelay()
+			s.log.Info("primary connection closed by the server while the session was idle", "node", s.be.t.node)
+			s.snap, s.detached, s.beLost = nil, true, true
+			continue
+		}
 		rerouted = false
 		reason := s.command(cmd, h)
 		if why, _, _ := s.endRelay(); why != "" && reason == "" {
@@ -112,6 +122,9 @@ func (s *session) loop() string {
 			return reason
 		}
 		s.busy.Store(s.txBits())
+		if !s.holdStart.IsZero() {
+			s.holdStart = time.Time{}
+		}
 	}
 }
 
@@ -137,6 +150,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var trackSchema bool
 	var stmt *stmtInfo
 	var stmtID uint32
+	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	s.cls = classOther
 	switch cmd {
 	case mysql.COM_INIT_DB:
@@ -146,7 +160,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		s.cls = classUse
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
+			payload = p
 			s.noteQuery(p[1:])
+			s.keepForLoss(p)
 			switch s.cls {
 			case classUse:
 				schema, trackSchema = parseUse(p[1:])
@@ -156,6 +172,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				}
 			}
 		} else if b, err := s.cr.Peek(s.cr.Size()); err == nil {
+			s.rerun, s.commitSent = s.rerun[:0], false
 			// Longer than the read buffer (a bulk INSERT, say): classify
 			// by its start. Only a long SET cannot be followed.
 			s.cls = classify(b[mysqlproto.HeaderSize+1:])
@@ -181,19 +198,37 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
 		}
+		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
+			payload = p
+		}
+	}
+	// Transaction replay (replay.go): record the statement before it is
+	// forwarded.
+	long := false
+	if s.rlog != nil {
+		long = s.recordBegin(cmd, payload, stmtID, stmt)
 	}
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
 	var err error
+	plain := false
 	switch {
 	case cmd == mysql.COM_STMT_PREPARE:
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
 		err = s.forwardRebound(stmt)
+	case long:
+		err = s.forwardRecorded()
 	default:
+		plain = true
 		err = s.forward()
 	}
 	if err != nil {
-		return s.failCommand(err)
+		if s.rlog != nil {
+			// A packet that fits the read buffer is still there when
+			// writing it to the backend failed (CopyPacket).
+			s.rlog.fl.pend = plain && mysqlproto.HeaderSize+h.Len <= s.cr.Size()
+		}
+		return s.failCommand(cmd, err)
 	}
 	s.l.queries.Inc()
 	if kind == respNone {
@@ -207,12 +242,15 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.srv.bytesIn.Add(float64(s.in))
 	s.srv.bytesOut.Add(float64(s.out))
-	if cap(s.prepPacket) > 4<<10 || cap(s.setText) > 4<<10 {
+	if cap(s.prepPacket) > 4<<10 || cap(s.setText) > 4<<10 || cap(s.rerun) > 4<<10 {
 		// Idle sessions keep small buffers only.
-		s.prepPacket, s.setText = nil, nil
+		s.prepPacket, s.setText, s.rerun = nil, nil, nil
 	}
 	if err != nil {
-		return s.failCommand(err)
+		return s.failCommand(cmd, err)
+	}
+	if s.rlog != nil {
+		s.recordEnd()
 	}
 	if s.lastOK {
 		switch {
@@ -298,10 +336,10 @@ func (s *session) afterReset() string {
 		return ""
 	}
 	if err := writePacket(s.be.conn, 0, append([]byte{mysql.COM_QUERY}, trackingSQL...)); err != nil {
-		return s.failCommand(fail(closeBackendLost, err))
+		return s.failCommand(mysql.COM_RESET_CONNECTION, fail(closeBackendLost, err))
 	}
 	br := s.srv.readers.Get().(*bufio.Reader)
-	br.Reset(s.be.conn)
+	br.Reset(s.be.reader())
 	p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
 	br.Reset(nil)
 	s.srv.readers.Put(br)
@@ -347,7 +385,7 @@ func (s *session) forward() error {
 // acquire takes a backend reader and a client writer from the pools.
 func (s *session) acquire() {
 	s.br = s.srv.readers.Get().(*bufio.Reader)
-	s.br.Reset(s.be.conn)
+	s.br.Reset(s.be.reader())
 	s.cw = s.srv.writers.Get().(*bufio.Writer)
 	s.cw.Reset(clientGate{s})
 }
@@ -377,17 +415,36 @@ func (s *session) release() error {
 // ERR packet; the session is closed because the proxy lost track.
 var errResponseOverrun = errors.New("backend sent data beyond the end of the response")
 
-// failCommand ends the session after a failed command. When the backend
-// failed, the client gets ER_UNKNOWN_ERROR saying so (the connection to the
-// client itself is intact).
-func (s *session) failCommand(err error) string {
-	if why, lost, wrote := s.endRelay(); why != "" {
+// failCommand ends command cmd after it failed. When the backend failed,
+// the client gets ER_UNKNOWN_ERROR saying so (the connection to the client
+// itself is intact): on a primary listener, when nothing of the response
+// was relayed yet, the session continues (failoverhold.go
+// primaryBackendLost: a read may run again on the new primary, a write's
+// outcome is unknown, a transaction is rolled back, or replayed with
+// transaction replay, replay.go); otherwise the session is closed.
+func (s *session) failCommand(cmd byte, err error) string {
+	why, lost, wrote := s.endRelay()
+	if why != "" {
 		return s.afterCut(why, lost, wrote)
 	}
 	reason := clientReason(err)
+	if reason == closeBackendLost && s.rlog != nil && !errors.Is(err, errResponseOverrun) && !errors.Is(err, errBackendProtocol) &&
+		!(s.be != nil && s.resendable(cmd, err)) {
+		// Transaction replay (replay.go).
+		fl := s.rlog.fl
+		if handled, answered, r := s.replayOnLoss(fl.cmd, !fl.pend, wrote, nodeName(s.be), "the connection to it broke: "+err.Error()); handled {
+			if answered || r != "" {
+				return r
+			}
+			return "" // replayed; the pending command runs next
+		}
+	}
 	switch {
 	case errors.Is(err, errResponseOverrun):
 		s.log.Warn("closing session: backend protocol out of step", "err", err)
+	case reason == closeBackendLost && s.l.role == rolePrimary && s.be != nil && s.out == 0:
+		s.log.Warn("backend connection lost", "node", s.be.t.node, "addr", s.be.t.addr, "err", err)
+		return s.primaryBackendLost(cmd, err)
 	case reason == closeBackendLost:
 		node, addr := "", ""
 		if s.be != nil {

@@ -288,6 +288,16 @@ func (s *session) cut(rule func(role string, t *target) string, lost bool) bool 
 // in place of the response (or, with part of the response already sent,
 // is closed). It returns the close reason ("" to continue).
 func (s *session) afterCut(why string, lost, wrote bool) string {
+	if s.rlog != nil && !wrote {
+		// Transaction replay (replay.go).
+		fl := s.rlog.fl
+		if handled, answered, reason := s.replayOnLoss(fl.cmd, !fl.pend, false, nodeName(s.be), why); handled {
+			if answered || reason != "" {
+				return reason
+			}
+			return "" // replayed; the pending command runs next
+		}
+	}
 	old, _ := s.setBackend(nil)
 	node := ""
 	if old != nil {

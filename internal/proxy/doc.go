@@ -57,6 +57,29 @@
 // bounded hot read set (hotreads.go) that the controller replays to warm a
 // candidate.
 //
+// Crash failover (failoverhold.go, txlost.go). When a primary listener
+// finds its primary lost — a backend connection closed by the server (seen
+// in flight, or by a non-blocking peek before an idle session's next
+// command), a refused or timed-out connect, or the cluster state in
+// PhaseFailover — and the controller publishes that an automatic failover
+// would happen (topo.ClusterState.AutoFailover) or one runs, statements
+// not yet sent, new logins and idle sessions wait for the new primary
+// (at most clusters[].failover.max_hold) and run there with their session
+// state; an autocommit read in flight runs again, a write in flight gets
+// an outcome-unknown error, an open transaction one rolled-back error (or
+// a replay, below), and the session continues. Where no automatic failover can come (manual
+// mode, maintenance, a block, no candidate) the statement fails at once
+// with the reason and what an operator must do.
+//
+// Transaction replay (replay.go, replay_run.go; off unless
+// clusters[].failover.transaction_replay). While a primary-listener session
+// has a transaction open, the statements it sends and a checksum of each
+// result (computed in the relay) are recorded; when its primary is lost the
+// transaction is re-executed on the primary the session reaches next and
+// continues only if every checksum matches (MaxScale's transaction_replay).
+// A COMMIT or any statement that ends a transaction in flight at the loss is
+// never replayed: its outcome is unknown and the client is told so.
+//
 // Authentication. Clients log in with mysql_native_password (clients that
 // start with another plugin — caching_sha2_password, client_ed25519, ... —
 // are switched with an AuthSwitchRequest). Users come from config: with a

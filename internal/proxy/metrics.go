@@ -44,6 +44,16 @@ type metrics struct {
 	commandsCut      *prometheus.CounterVec
 	stateRejected    *prometheus.CounterVec
 	stateAlarm       *prometheus.GaugeVec
+	// Failover hold (failoverhold.go), by cluster.
+	primaryLostHeld     *prometheus.CounterVec
+	primaryLostReleased *prometheus.CounterVec
+	primaryLostRefused  *prometheus.CounterVec // and reason
+	primaryLostInFlight *prometheus.CounterVec
+	primaryLostRerun    *prometheus.CounterVec
+	// Transaction replay (replay.go).
+	replayAttempts *prometheus.CounterVec
+	replays        *prometheus.CounterVec
+	outcomeUnknown *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -96,6 +106,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_transactions_aborted_total",
 			Help: "Transactions ended with an error because their primary was switched over or failed over while they were open, by listener.",
 		}, []string{"listener"}),
+		replayAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_transaction_replay_attempts_total",
+			Help: "Transactions (or a statement opening one) interrupted by the loss of their primary with failover.transaction_replay on, by listener.",
+		}, []string{"listener"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_transaction_replays_total",
+			Help: "Outcomes of transaction replays, by listener and result: replayed (the transaction continues on the new primary), or why it was rolled back instead (not_replayable, limit, mismatch, no_primary, connect, lost_again).",
+		}, []string{"listener", "result"}),
+		outcomeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_commit_outcome_unknown_total",
+			Help: "Statements ending a transaction (COMMIT, XA, implicit commits) or autocommit writes in flight when their primary was lost, answered with the outcome-unknown error instead of being replayed, by listener.",
+		}, []string{"listener"}),
 		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "switchyard_proxy_hold_seconds",
 			Help:    "How long statements were held during switchovers before they ran.",
@@ -120,6 +142,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stateAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_cluster_state_alarm",
 			Help: "1 while the latest cluster state in the store is rejected and the proxy routes by the last known good one, else 0, by cluster.",
+		}, []string{"cluster"}),
+		primaryLostHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_primary_lost_held_total",
+			Help: "Statements and logins on primary listeners held because the primary was lost and an automatic failover could come, by cluster.",
+		}, []string{"cluster"}),
+		primaryLostReleased: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_primary_lost_released_total",
+			Help: "Held statements and logins that reached a primary again and ran, by cluster.",
+		}, []string{"cluster"}),
+		primaryLostRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_primary_lost_refused_total",
+			Help: "Statements and logins failed at once (or after failover.max_hold) because the primary was lost and no automatic failover came, by cluster and reason (manual, maintenance, disabled, blocked, no_candidate, hold_off, fenced, max_hold).",
+		}, []string{"cluster", "reason"}),
+		primaryLostInFlight: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_primary_lost_in_flight_total",
+			Help: "Statements in flight (autocommit) when their primary's connection died, answered with the outcome-unknown error, by cluster.",
+		}, []string{"cluster"}),
+		primaryLostRerun: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_primary_lost_reads_rerun_total",
+			Help: "Autocommit reads in flight when their primary's connection died that were run again on the new primary, by cluster.",
 		}, []string{"cluster"}),
 	}
 	if reg == nil {
@@ -151,6 +193,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.commandsCut)
 	reg1(&m.stateRejected)
 	reg2(&m.stateAlarm)
+	reg1(&m.primaryLostHeld)
+	reg1(&m.primaryLostReleased)
+	reg1(&m.primaryLostRefused)
+	reg1(&m.primaryLostInFlight)
+	reg1(&m.primaryLostRerun)
+	reg1(&m.replayAttempts)
+	reg1(&m.replays)
+	reg1(&m.outcomeUnknown)
 	if err == nil {
 		m.holdSeconds, err = register(reg, m.holdSeconds)
 	}

@@ -183,8 +183,12 @@ func (s *session) answerPing() (bool, string) {
 // backend that is still the route but whose server closed the connection
 // (checked without blocking each time the snapshot changed: a switchover
 // that fenced the old primary, killing its client connections, and then
-// rolled back leaves the same primary) is reconnected like a move, so
-// statements held by the aborted switchover run on the old primary.
+// rolled back leaves the same primary; a primary that crashed) is
+// reconnected like a move, so statements held by the aborted switchover run
+// on the old primary. On primary listeners a session whose primary was lost
+// (its connection died, or the cluster is failing over) waits for the new
+// primary when a failover can come (failoverhold.go); in a transaction it
+// gets one error (primaryLostInTx).
 func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
 	rc := s.srv.rc.Load()
 	fallback := rc.fallback(s.l.cluster)
@@ -197,17 +201,29 @@ func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
 		}
 		// The route is the same but the server closed this connection
 		// meanwhile (the fence of a switchover that was rolled back
-		// killed it): reconnect like a move.
+		// killed it, or the server went away): reconnect like a move.
 		s.log.Info("backend connection closed by the server while the session was idle; reconnecting", "node", s.be.t.node)
-		s.detached = true
+		s.detached, s.beLost = true, true
 	}
 	if (s.inTx() || s.st.locked) && s.be != nil {
 		if s.l.role == roleReplica && !s.detached {
 			return false, "" // let the read transaction end where it is; move after
 		}
-		return s.abortTx(snap, cmd, fmt.Sprintf("the primary of cluster %s changed (epoch %d) while it was open", s.l.cluster, snap.stateEpoch()))
+		if old, failing := s.lostInFailover(snap); s.beLost || (failing && old == s.be.t.node) {
+			s.lostNode = s.be.t.node
+			s.beLost = false
+			return s.primaryLostInTx(cmd, false)
+		}
+		why := fmt.Sprintf("the primary of cluster %s changed (epoch %d) while it was open", s.l.cluster, snap.stateEpoch())
+		if s.rlog != nil {
+			// Transaction replay (replay.go).
+			if handled, answered, reason := s.replayOnLoss(cmd, false, false, nodeName(s.be), why); handled {
+				return answered, reason
+			}
+		}
+		return s.abortTx(snap, cmd, why)
 	}
-	return false, s.migrate(snap, rc)
+	return s.migrate(snap, rc, cmd)
 }
 
 // abortTx ends the session's transaction: the pending command is answered
@@ -255,9 +271,11 @@ func (s *session) unmigratable() string {
 	return ""
 }
 
-// migrate moves an idle session to snap's route. It returns "" on success
-// or the close reason after answering the client with an error.
-func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig) string {
+// migrate moves an idle session to snap's route, with cmd pending. It
+// reports whether it answered cmd (a primary listener whose primary is
+// lost and no failover came: the session continues without a backend), or
+// a close reason after answering the client with an error.
+func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig, cmd byte) (bool, string) {
 	old := s.be
 	if why := s.unmigratable(); why != "" {
 		t, _ := snap.pick(s.l.role, rc.fallback(s.l.cluster))
@@ -270,50 +288,100 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig) string {
 			"switchyard: this session cannot be moved to %s (cluster %s, epoch %d): it %s; the session is closed, reconnect",
 			to, s.l.cluster, snap.stateEpoch(), why)))
 		s.log.Info("closing session: route changed and its state cannot be moved", "from", nodeName(old), "to", to, "why", why)
-		return closeRouteChanged
+		return false, closeRouteChanged
 	}
-	t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
-	if merr != nil {
-		t, merr = snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	s.beLost = false
+	merr, reason := s.moveTo(snap, rc)
+	switch {
+	case merr == nil:
+		return false, ""
+	case reason == "":
+		// The primary is lost and no new one came: this command fails,
+		// the session stays.
+		return s.answerCommand(cmd, merr)
 	}
-	if merr != nil {
-		s.writeError(1, merr)
-		return closeNoRoute
+	s.writeError(1, merr)
+	return false, reason
+}
+
+// moveTo connects the session to snap's route, rebuilding its state, and
+// installs the new backend (closing the old one). On a primary listener
+// whose primary is lost — the snapshot is a failover without a primary
+// yet, or the connect is refused or times out — it waits for the next primary (awaitPrimary) and tries
+// again. It returns nil on success; otherwise the error for the client
+// with a close reason, or with "" when the session may go on without a
+// backend (the primary was lost and none came).
+func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError, string) {
+	old := s.be
+	for {
+		if failed, ok := s.lostInFailover(snap); ok && snap.lossCheck {
+			if old != nil {
+				s.setBackend(nil)
+				old.close(false)
+				old = nil
+			}
+			var merr *mysql.MyError
+			if snap, merr = s.awaitPrimary(failed); merr != nil {
+				return merr, ""
+			}
+		}
+		t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
+		if merr != nil {
+			t, merr = snap.pick(s.l.role, rc.fallback(s.l.cluster))
+		}
+		if merr != nil {
+			return merr, closeNoRoute
+		}
+		t, be, _, merr := s.connectRoute(t, snap, rc, true)
+		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
+			// The primary does not answer: hold for the failover (or get
+			// the reason none can come at once).
+			if old != nil {
+				s.setBackend(nil)
+				old.close(false)
+				old = nil
+			}
+			s.lostCause = merr.Message
+			time.Sleep(lostPoll) // no tight loop when the node's check and a connect disagree
+			if snap, merr = s.awaitPrimary(t.node); merr != nil {
+				return merr, ""
+			}
+			continue
+		}
+		for attempt := 1; connectLost(merr) && attempt < migrateAttempts; attempt++ {
+			// A connect or handshake that timed out (a busy server right
+			// after a promotion): the session waits a little longer rather
+			// than fail. Server refusals (access denied, too many
+			// connections) are not retried.
+			s.log.Info("moving the session: connecting to the new route failed; retrying", "node", t.node, "attempt", attempt, "err", merr.Message)
+			time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+			t, be, _, merr = s.connectRoute(t, snap, rc, true)
+		}
+		if merr != nil {
+			s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "restore").Inc()
+			return merr, closeBackendConnect
+		}
+		if _, ok := s.setBackend(be); !ok {
+			be.close(true)
+			return errUnknown("switchyard: the proxy is shutting down"), closeServer
+		}
+		if old != nil {
+			old.close(true)
+		}
+		s.status = be.status
+		s.tracked = be.tracked
+		s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+		s.applyRestored(be.restored)
+		s.detached = false
+		if snap.hold == nil || s.l.role != rolePrimary {
+			s.snap = snap
+		}
+		s.heldDone()
+		s.srv.metrics.migrations.WithLabelValues(s.l.name).Inc()
+		s.log.Debug("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch(),
+			"variables", len(s.st.vars), "user_variables", len(s.st.userVars), "statements", len(s.stmts))
+		return nil, ""
 	}
-	t, be, _, merr := s.connectRoute(t, snap, rc, true)
-	for attempt := 1; merr != nil && merr.Code == mysql.ER_UNKNOWN_ERROR && attempt < migrateAttempts; attempt++ {
-		// A connect or handshake that timed out (a busy server right
-		// after a promotion): the session waits a little longer rather
-		// than fail. Server refusals (access denied, too many
-		// connections) are not retried.
-		s.log.Info("moving the session: connecting to the new route failed; retrying", "node", t.node, "attempt", attempt, "err", merr.Message)
-		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
-		t, be, _, merr = s.connectRoute(t, snap, rc, true)
-	}
-	if merr != nil {
-		s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "restore").Inc()
-		s.writeError(1, merr)
-		return closeBackendConnect
-	}
-	if _, ok := s.setBackend(be); !ok {
-		be.close(true)
-		return closeServer
-	}
-	if old != nil {
-		old.close(true)
-	}
-	s.status = be.status
-	s.tracked = be.tracked
-	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
-	s.applyRestored(be.restored)
-	s.detached = false
-	if snap.hold == nil || s.l.role != rolePrimary {
-		s.snap = snap
-	}
-	s.srv.metrics.migrations.WithLabelValues(s.l.name).Inc()
-	s.log.Debug("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch(),
-		"variables", len(s.st.vars), "user_variables", len(s.st.userVars), "statements", len(s.stmts))
-	return ""
 }
 
 // applyRestored installs the backend ids of statements prepared again and

@@ -25,11 +25,13 @@ const minCheckInterval = 100 * time.Millisecond
 // whether a primary is dead (a quorum of proxies must agree), so it is
 // published in the registration whenever a node's reachability changes.
 type reachState struct {
-	once    sync.Once
-	mu      sync.Mutex
-	nodes   map[string]topo.BackendReach // by cluster + "/" + node
-	changed chan struct{}                // a node changed; rewrite the registration
-	kick    chan struct{}                // a session saw a backend fail; check now
+	once  sync.Once
+	mu    sync.Mutex
+	nodes map[string]topo.BackendReach // by cluster + "/" + node
+	// checked is when the last completed check of every node began.
+	checked time.Time
+	changed chan struct{} // a node changed; rewrite the registration
+	kick    chan struct{} // a session saw a backend fail; check now
 }
 
 func (r *reachState) init() {
@@ -59,6 +61,16 @@ func (s *Server) reachable(t *target) bool {
 	defer s.reach.mu.Unlock()
 	b, ok := s.reach.nodes[t.cluster+"/"+t.node]
 	return !ok || b.Reachable
+}
+
+// answeredSince reports whether a check of this proxy that began after
+// since found t's node reachable: a lost primary answering again.
+func (s *Server) answeredSince(t *target, since time.Time) bool {
+	s.reach.init()
+	s.reach.mu.Lock()
+	defer s.reach.mu.Unlock()
+	b, ok := s.reach.nodes[t.cluster+"/"+t.node]
+	return ok && b.Reachable && s.reach.checked.After(since)
 }
 
 // backendReport returns the current reachability of every node, sorted by
@@ -111,6 +123,7 @@ func (s *Server) checkBackends(ctx context.Context) {
 }
 
 func (s *Server) checkAll(ctx context.Context) {
+	began := time.Now()
 	rc := s.rc.Load()
 	type job struct{ cluster, node, addr string }
 	var jobs []job
@@ -139,6 +152,7 @@ func (s *Server) checkAll(ctx context.Context) {
 	now := s.now()
 	changed := false
 	s.reach.mu.Lock()
+	s.reach.checked = began
 	seen := map[string]bool{}
 	for _, r := range results {
 		key := r.cluster + "/" + r.node

@@ -201,6 +201,9 @@ func (s *session) relayResults(infile bool) error {
 		if p.Payload == nil || p.Len == mysqlproto.MaxPacketPayload {
 			return backendProtocol("oversized first packet of a result (%d bytes)", p.Len)
 		}
+		if r := s.rlog; r != nil && r.hashing {
+			r.sumFirst(p, infile)
+		}
 		switch p.First {
 		case mysql.OK_HEADER:
 			if err := s.endPacket(p); err != nil {
@@ -254,6 +257,9 @@ func (s *session) relayResultSet(ncols uint64) (bool, error) {
 		}
 		s.status = st
 		if st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+			if s.rlog != nil {
+				s.rlog.breakTx("it opened a cursor")
+			}
 			s.lastOK = true
 			return false, nil
 		}
@@ -278,6 +284,9 @@ func (s *session) relayRows() (bool, error) {
 		}
 		if err != nil {
 			return false, err
+		}
+		if r := s.rlog; r != nil && r.hashing {
+			r.sumRowPacket(p, cont)
 		}
 		if cont || p.Len == mysqlproto.MaxPacketPayload {
 			cont = p.Len == mysqlproto.MaxPacketPayload

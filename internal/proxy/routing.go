@@ -53,6 +53,13 @@ type routeSnapshot struct {
 	// are never a route.
 	quarantined map[string]string
 	unreachable map[string]string
+	// replaced is closed when the next snapshot of the cluster is
+	// installed (sessions waiting for a new primary wake on it).
+	replaced chan struct{}
+	// holdOn: primary listeners would hold statements if the primary were
+	// lost now (failoverhold.go holdable); lossCheck: failover.hold is on,
+	// so they look for a lost primary before forwarding (peerGone).
+	holdOn, lossCheck bool
 }
 
 // clusterRoute holds the current snapshot and what the proxy learnt about a
@@ -88,7 +95,7 @@ type greetingInfo struct {
 
 func buildSnapshot(st topo.ClusterState, addrOf func(node string) string, drained map[string]bool) *routeSnapshot {
 	st.Nodes = slices.Clone(st.Nodes)
-	snap := &routeSnapshot{state: st, drained: drained}
+	snap := &routeSnapshot{state: st, drained: drained, replaced: make(chan struct{})}
 	addr := func(n *topo.NodeState) string {
 		if n.Address != "" {
 			return n.Address
@@ -295,7 +302,12 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	}
 	snap.hold = cr.hold
 	snap.gen = cr.gen
+	snap.holdOn = holdable(&snap.state, rc.clusters[cr.name], s.now())
+	snap.lossCheck = rc.clusters[cr.name] != nil && rc.clusters[cr.name].Failover.HoldOn()
 	old := cr.snap.Swap(snap)
+	if old != nil {
+		close(old.replaced) // wakes sessions waiting for a primary (failoverhold.go)
+	}
 	// Commands in flight on nodes that stopped being a route are cut
 	// before the snapshot is acknowledged (Epochs).
 	s.cutInFlight(cr.name, snap)

@@ -66,6 +66,20 @@ type session struct {
 	// session and read (or swapped, by the sweeper) from other goroutines.
 	busy     atomic.Uint32
 	detached bool // the sweeper closed be: move at the next command
+	// Failover hold (failoverhold.go): when the session started waiting
+	// for a new primary (zero when not), whether its backend was found
+	// closed by the server, the node lost, the autocommit read being
+	// relayed (command byte + text, to run it again), whether that rerun
+	// is running, whether the statement in flight in a transaction is a
+	// COMMIT, and a buffer for the idle peek.
+	holdStart  time.Time
+	beLost     bool
+	lostNode   string
+	lostCause  string // the connect error that found the primary lost
+	rerun      []byte
+	rerunning  bool
+	commitSent bool
+	peekByte   [1]byte
 	// fl is the command in flight, shared with the cutter (cut.go).
 	fl inflight
 
@@ -77,11 +91,12 @@ type session struct {
 	cls        sqlClass // class of the command being relayed
 	setText    []byte   // text of the SET statement being relayed
 	stmts      map[uint32]*stmtInfo
-	xlate      bool   // some client statement id differs from its backend id
-	nextStmtID uint32 // last client id handed out while xlate
-	prepPacket []byte // COM_STMT_PREPARE being relayed (command byte + text)
-	okBuf      []byte // scratch for rewritten OK packets
-	samples    uint32 // read statements seen, for sampling (hotreads.go)
+	xlate      bool       // some client statement id differs from its backend id
+	nextStmtID uint32     // last client id handed out while xlate
+	prepPacket []byte     // COM_STMT_PREPARE being relayed (command byte + text)
+	okBuf      []byte     // scratch for rewritten OK packets
+	samples    uint32     // read statements seen, for sampling (hotreads.go)
+	rlog       *replayLog // the open transaction's record (replay.go); nil unless failover.transaction_replay
 
 	// Per-command relay state.
 	br      *bufio.Reader // backend reader (pooled)
@@ -213,11 +228,20 @@ func (s *session) login() string {
 	var deferred *mysql.MyError
 	var deferredReason string
 	var g *greetingInfo
-	if merr != nil {
+	// On a primary listener whose primary is lost (a failover without a
+	// primary yet, or a refused connect) the login waits for the new
+	// primary after authentication (failoverhold.go).
+	lost, wait := "", false
+	if old, ok := s.lostInFailover(snap); ok && merr != nil {
+		lost, wait, merr = old, true, nil
+	} else if merr != nil {
 		deferred, deferredReason = merr, closeNoRoute
 		s.log.Info("refusing client: no route", "err", merr.Message)
 	} else {
 		g, merr = s.greeting(t, snap, rc)
+		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
+			lost, wait, s.lostCause, merr = t.node, true, merr.Message, nil
+		}
 	}
 	if merr != nil && deferred == nil && s.l.role == roleReplica {
 		// The first session of a cluster reads a greeting from its node:
@@ -304,7 +328,7 @@ func (s *session) login() string {
 	s.stage1 = stage1
 	s.schema = resp.Database
 
-	t, be, okPayload, merr := s.connectRoute(t, snap, rc, false)
+	t, snap, be, okPayload, merr := s.loginConnect(t, snap, rc, lost, wait)
 	if merr != nil {
 		s.writeError(seq, merr)
 		return closeBackendConnect
@@ -321,6 +345,34 @@ func (s *session) login() string {
 	_ = s.client.SetDeadline(time.Time{})
 	s.log.Debug("session open", "user", s.user, "backend", t.node, "backend_addr", t.addr)
 	return ""
+}
+
+// loginConnect opens the session's first backend connection, to t under
+// snap. On a primary listener whose primary is lost (wait, lost naming
+// it, or a connect to it refused or timed out) it waits for the next
+// primary (awaitPrimary, at most failover.max_hold) and connects there. It
+// returns the target and snapshot connected under.
+func (s *session) loginConnect(t *target, snap *routeSnapshot, rc *runtimeConfig, lost string, wait bool) (*target, *routeSnapshot, *backend, []byte, *mysql.MyError) {
+	for {
+		if wait {
+			_ = s.client.SetDeadline(time.Now().Add(handshakeWindow + rc.maxHold(s.l.cluster)))
+			next, merr := s.awaitPrimary(lost)
+			if merr != nil {
+				return t, snap, nil, nil, merr
+			}
+			snap, t = next, next.primary
+		}
+		ct, be, okp, merr := s.connectRoute(t, snap, rc, false)
+		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
+			wait, lost, s.lostCause = true, t.node, merr.Message
+			time.Sleep(lostPoll) // no tight loop when the node's check and a connect disagree
+			continue
+		}
+		if merr == nil {
+			s.heldDone()
+		}
+		return ct, snap, be, okp, merr
+	}
 }
 
 // switchAuth asks the client to answer scramble with mysql_native_password

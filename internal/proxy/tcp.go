@@ -107,3 +107,21 @@ func sinceLastAck(conn net.Conn) (d time.Duration, ok bool) {
 	}
 	return time.Duration(info.Last_ack_recv) * time.Millisecond, true
 }
+
+// connFD returns conn's socket descriptor, or -1. The descriptor is used
+// only while the connection is open and owned by its session.
+func connFD(conn net.Conn) int {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1
+	}
+	return fd
+}

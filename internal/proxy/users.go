@@ -30,6 +30,7 @@ type runtimeConfig struct {
 	tcp            backendTCP // keepalive and TCP_USER_TIMEOUT of backend sockets (tcp.go)
 	maxPerBackend  int
 	clusters       map[string]*config.Cluster
+	probeInterval  time.Duration // probe.interval
 }
 
 func (rc *runtimeConfig) nodeAddr(cluster, node string) string {
@@ -41,6 +42,15 @@ func (rc *runtimeConfig) nodeAddr(cluster, node string) string {
 		return n.Address
 	}
 	return ""
+}
+
+// maxHold is the cluster's failover.max_hold (config EffectiveMaxHold; 5s
+// for a cluster the config does not have).
+func (rc *runtimeConfig) maxHold(cluster string) time.Duration {
+	if cl := rc.clusters[cluster]; cl != nil {
+		return cl.Failover.EffectiveMaxHold(rc.probeInterval)
+	}
+	return 5 * time.Second
 }
 
 func (rc *runtimeConfig) fallback(cluster string) bool {
@@ -59,6 +69,7 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 		connectTimeout: c.Proxy.ConnectTimeout.D(),
 		maxPerBackend:  c.Proxy.MaxConnectionsPerBackend,
 		clusters:       make(map[string]*config.Cluster, len(c.Clusters)),
+		probeInterval:  c.Probe.Interval.D(),
 	}
 	if rc.connectTimeout <= 0 {
 		rc.connectTimeout = time.Second

@@ -137,6 +137,38 @@ type ClusterState struct {
 	Quarantined map[string]string `json:"quarantined,omitempty"`
 	// LastFailover records the most recent failover.
 	LastFailover *FailoverRecord `json:"last_failover,omitempty"`
+	// AutoFailover says whether the controller would fail the primary over
+	// automatically if it were found dead now, and if not why; the leader
+	// recomputes it every probe round and rewrites it when it changes.
+	// Proxies hold statements while the primary is lost only when it is
+	// ready (failover.max_hold); otherwise they answer at once with its
+	// reason. nil: not published (an older controller).
+	AutoFailover *AutoFailover `json:"auto_failover,omitempty"`
+}
+
+// Why an automatic failover would not happen (AutoFailover.Class).
+const (
+	AutoNotAuto     = "manual"       // failover.mode is manual
+	AutoMaintenance = "maintenance"  // maintenance mode is on
+	AutoDisabledOff = "disabled"     // disabled after a failed recovery
+	AutoBlocked     = "blocked"      // failover.block_period after a failover
+	AutoNoCandidate = "no_candidate" // no replica could be promoted
+)
+
+// AutoFailover is the controller's answer to "would a dead primary be
+// failed over automatically now?".
+type AutoFailover struct {
+	// Ready is true when failover.mode is auto, no maintenance, block or
+	// disable applies, and a promotable replica exists (Candidate).
+	Ready bool `json:"ready"`
+	// Candidate is the replica that looks promotable now (a hint: the
+	// failover plans again when it runs); "" when none.
+	Candidate string `json:"candidate,omitempty"`
+	// Class is one of the Auto* constants when Ready is false, else "".
+	Class string `json:"class,omitempty"`
+	// Reason says, for people, why not and what an operator can do; ""
+	// when Ready.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Node returns the node named name, or nil.

@@ -75,6 +75,9 @@ func DecodeState(raw []byte, cluster string, last *ClusterState, nodes NodeAddrs
 //     is still configured (only phase failover drops the primary), phase
 //     switching without a Target other than Primary, phase failover with
 //     a primary or without OldPrimary;
+//   - an AutoFailover that is ready with a Class or Reason, not ready
+//     without a known Class or without a Reason, or names a Candidate
+//     that is not a node;
 //   - another primary in the same epoch as last's (every primary change
 //     bumps the epoch), or phase failover entered without an epoch bump.
 func CheckState(next ClusterState, cluster string, last *ClusterState, nodes NodeAddrs) error {
@@ -167,8 +170,36 @@ func CheckState(next ClusterState, cluster string, last *ClusterState, nodes Nod
 			return invalid("it drops primary %s without a failover (phase %s, epoch %d)", lastPrimary, next.Phase, next.Epoch)
 		}
 	}
+	if err := checkAutoFailover(next.AutoFailover, known); err != nil {
+		return err
+	}
 	if last != nil && next.Epoch == last.Epoch && last.Primary != "" && next.Primary != "" && next.Primary != last.Primary {
 		return invalid("primary %s replaces %s in the same epoch %d (a primary change bumps the epoch)", next.Primary, last.Primary, next.Epoch)
+	}
+	return nil
+}
+
+// checkAutoFailover checks the published automatic-failover readiness.
+func checkAutoFailover(a *AutoFailover, known func(role, name string) error) error {
+	if a == nil {
+		return nil
+	}
+	if err := known("auto_failover candidate", a.Candidate); err != nil {
+		return err
+	}
+	if a.Ready {
+		if a.Class != "" || a.Reason != "" {
+			return invalid("auto_failover is ready but gives a reason (class %q)", a.Class)
+		}
+		return nil
+	}
+	switch a.Class {
+	case AutoNotAuto, AutoMaintenance, AutoDisabledOff, AutoBlocked, AutoNoCandidate:
+	default:
+		return invalid("auto_failover is not ready with unknown class %q", a.Class)
+	}
+	if a.Reason == "" {
+		return invalid("auto_failover is not ready (%s) without a reason", a.Class)
 	}
 	return nil
 }

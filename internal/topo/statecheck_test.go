@@ -27,6 +27,7 @@ func TestCheckState(t *testing.T) {
 	}
 	target := func(n string) func(*ClusterState) { return func(s *ClusterState) { s.Target = n } }
 	oldPrimary := func(n string) func(*ClusterState) { return func(s *ClusterState) { s.OldPrimary = n } }
+	auto := func(a *AutoFailover) func(*ClusterState) { return func(s *ClusterState) { s.AutoFailover = a } }
 	stable5 := st("node1", 5, PhaseStable)
 	failover6 := st("", 6, PhaseFailover, oldPrimary("node1"), target("node2"))
 	switching5 := st("node1", 5, PhaseSwitching, target("node2"))
@@ -59,6 +60,8 @@ func TestCheckState(t *testing.T) {
 		{"removed primary dropped", st("", 5, PhaseStable, func(s *ClusterState) { s.Nodes = nodes("node2", "node3") }),
 			&stable5, NodeAddrs{"node2": cfg["node2"], "node3": cfg["node3"]}, ""},
 		{"without config", stable5, &stable5, nil, ""},
+		{"auto failover ready", st("node1", 5, PhaseStable, auto(&AutoFailover{Ready: true, Candidate: "node2"})), &stable5, cfg, ""},
+		{"auto failover not ready", st("node1", 5, PhaseStable, auto(&AutoFailover{Class: AutoNotAuto, Reason: "failover.mode is manual"})), &stable5, cfg, ""},
 
 		// Bad writes.
 		{"other cluster", st("node1", 5, PhaseStable, func(s *ClusterState) { s.Cluster = "other" }), &stable5, cfg, "names cluster"},
@@ -87,6 +90,10 @@ func TestCheckState(t *testing.T) {
 		{"failover phase without epoch bump", st("", 5, PhaseFailover, oldPrimary("node1")), &stable5, cfg, "bumps the epoch"},
 		{"switching without target", st("node1", 5, PhaseSwitching), &stable5, cfg, "without a target"},
 		{"switching to itself", st("node1", 5, PhaseSwitching, target("node1")), &stable5, cfg, "without a target"},
+		{"auto failover ready with a reason", st("node1", 5, PhaseStable, auto(&AutoFailover{Ready: true, Class: AutoBlocked, Reason: "x"})), &stable5, cfg, "ready but gives a reason"},
+		{"auto failover unknown class", st("node1", 5, PhaseStable, auto(&AutoFailover{Class: "bored", Reason: "x"})), &stable5, cfg, "unknown class"},
+		{"auto failover without reason", st("node1", 5, PhaseStable, auto(&AutoFailover{Class: AutoBlocked})), &stable5, cfg, "without a reason"},
+		{"auto failover unknown candidate", st("node1", 5, PhaseStable, auto(&AutoFailover{Ready: true, Candidate: "node9"})), &stable5, cfg, "candidate node9"},
 		{"without config, primary not listed", st("node9", 6, PhaseStable), &stable5, nil, "not among the state's nodes"},
 	}
 	for _, c := range cases {

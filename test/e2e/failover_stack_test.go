@@ -45,6 +45,8 @@ type foOpts struct {
 	ProxyEtcd func(i int, endpoints []string) []string
 	// Registry, when set, receives the controller's metrics.
 	Registry prometheus.Registerer
+	// ProxyRegistry, when set, receives the first proxy's metrics.
+	ProxyRegistry prometheus.Registerer
 	// Endpoints, when set, is the etcd to use (e.g. a 3-member cluster)
 	// instead of a fresh embedded one.
 	Endpoints []string
@@ -128,7 +130,11 @@ func startFO(t *testing.T, o foOpts) *foStack {
 		pcfg.Listeners = append([]config.Listener(nil), cfg.Listeners...)
 		// Proxies log at error level only: clients retrying against a dead
 		// primary would otherwise log a warning per attempt.
-		srv, err := proxy.New(proxy.Options{Config: &pcfg, ID: fmt.Sprintf("proxy-%d", i+1), Log: errorLogger(t).With("role", fmt.Sprintf("proxy-%d", i+1))})
+		var preg prometheus.Registerer
+		if i == 0 {
+			preg = o.ProxyRegistry
+		}
+		srv, err := proxy.New(proxy.Options{Config: &pcfg, ID: fmt.Sprintf("proxy-%d", i+1), Log: errorLogger(t).With("role", fmt.Sprintf("proxy-%d", i+1)), Registry: preg})
 		if err != nil {
 			t.Fatal(err)
 		}

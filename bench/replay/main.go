@@ -1,0 +1,343 @@
+// Command replay measures transaction replay through a crash failover: a
+// 3-node MariaDB sandbox (semi-sync AFTER_SYNC, durability semi_sync), an
+// embedded etcd, one controller in failover.mode auto and one proxy with
+// failover.transaction_replay on, all on this machine. sysbench
+// oltp_read_write (prepared statements, uniform keys) runs through the rw
+// listener; the primary gets SIGKILL in the middle of the run. sysbench
+// tolerates error 1105 only (--mysql-ignore-errors=1105, so that the run
+// goes on and counts them; any other error is FATAL and fails the trial).
+// Per trial it prints the time from the kill to the published new primary,
+// the transactions the proxy replayed, those it rolled back instead (by
+// reason), the COMMITs in flight (outcome unknown), and the errors
+// sysbench saw, which must equal the last two. Every trial uses a fresh
+// sandbox.
+//
+// Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
+// [-tables 4] [-table-size 10000] [-interval 1s]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/controller"
+	"github.com/switchyard-db/switchyard/internal/proxy"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+type options struct {
+	trials, threads, seconds, tables, tableSize int
+	killAt, interval                            time.Duration
+}
+
+type trial struct {
+	failover                          time.Duration
+	newPrimary                        string
+	transactions                      int
+	sysbenchErrors                    int
+	attempts, replayed, unknown, fail float64
+	failed                            map[string]float64
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.trials, "trials", 5, "number of trials (a fresh sandbox each)")
+	flag.IntVar(&o.threads, "threads", 16, "sysbench threads")
+	flag.IntVar(&o.seconds, "seconds", 30, "sysbench run length")
+	flag.DurationVar(&o.killAt, "kill-at", 10*time.Second, "when the primary is killed, from the start of the run")
+	flag.IntVar(&o.tables, "tables", 4, "sysbench tables")
+	flag.IntVar(&o.tableSize, "table-size", 10000, "rows per sysbench table")
+	flag.DurationVar(&o.interval, "interval", time.Second, "probe.interval")
+	flag.Parse()
+	if _, err := exec.LookPath("sysbench"); err != nil {
+		fmt.Fprintln(os.Stderr, "replay: sysbench not found: apt-get install -y sysbench")
+		os.Exit(1)
+	}
+	if o.killAt >= time.Duration(o.seconds)*time.Second {
+		fmt.Fprintln(os.Stderr, "replay: -kill-at must be before the end of the run (-seconds)")
+		os.Exit(2)
+	}
+	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s\n",
+		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval)
+	var all []trial
+	for i := 1; i <= o.trials; i++ {
+		tr, err := runTrial(o)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "trial %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		all = append(all, tr)
+		fmt.Printf("trial %d: failover to %s %s after the kill; %d sysbench transactions; open transactions at the kill: %v replayed, %v rolled back %v; COMMITs in flight: %v (outcome unknown); sysbench errors %d\n",
+			i, tr.newPrimary, tr.failover.Round(time.Millisecond), tr.transactions, tr.replayed, tr.fail, tr.failed, tr.unknown, tr.sysbenchErrors)
+		if float64(tr.sysbenchErrors) != tr.unknown+tr.fail {
+			fmt.Fprintf(os.Stderr, "trial %d: sysbench saw %d errors, the proxy answered %v outcome-unknown and %v rolled-back transactions\n", i, tr.sysbenchErrors, tr.unknown, tr.fail)
+			os.Exit(1)
+		}
+	}
+	var att, rep, unk, fl float64
+	for _, tr := range all {
+		att, rep, unk, fl = att+tr.attempts, rep+tr.replayed, unk+tr.unknown, fl+tr.fail
+	}
+	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back, %v COMMITs in flight; client errors = rolled back + COMMITs in flight in every trial\n",
+		att, rep, 100*rep/max(att, 1), fl, unk)
+}
+
+func runTrial(o options) (tr trial, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	s, err := startStack(ctx, o, reg)
+	for attempt := 1; err != nil && strings.Contains(err.Error(), "is used twice") && attempt < 3; attempt++ {
+		// A port picked for a listener was taken by the sandbox
+		// meanwhile: pick again.
+		reg = prometheus.NewRegistry()
+		s, err = startStack(ctx, o, reg)
+	}
+	if err != nil {
+		return tr, err
+	}
+	defer func() {
+		if cerr := s.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	host, port, _ := strings.Cut(s.srv.ListenerAddr("rw"), ":")
+	args := []string{"oltp_read_write", "--db-driver=mysql", "--mysql-host=" + host, "--mysql-port=" + port,
+		"--mysql-user=" + s.sb.AppUser, "--mysql-password=" + s.sb.AppPassword, "--mysql-db=sbtest",
+		"--tables=" + strconv.Itoa(o.tables), "--table-size=" + strconv.Itoa(o.tableSize), "--rand-type=uniform"}
+	if out, perr := exec.CommandContext(ctx, "sysbench", append(args, "prepare")...).CombinedOutput(); perr != nil {
+		return tr, fmt.Errorf("sysbench prepare: %v\n%s", perr, out)
+	}
+	sbc := exec.CommandContext(ctx, "sysbench", append(args, "--threads="+strconv.Itoa(o.threads), "--time="+strconv.Itoa(o.seconds),
+		"--mysql-ignore-errors=1105", "--db-ps-mode=auto", "run")...)
+	var out strings.Builder
+	sbc.Stdout, sbc.Stderr = &out, &out
+	if err := sbc.Start(); err != nil {
+		return tr, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- sbc.Wait() }()
+	select {
+	case err := <-done:
+		return tr, fmt.Errorf("sysbench ended before the kill: %v\n%s", err, out.String())
+	case <-time.After(o.killAt):
+	}
+	if err := s.sb.KillNode(0); err != nil {
+		return tr, err
+	}
+	killed := time.Now()
+	var st topo.ClusterState
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
+		return gerr == nil && st.Primary != "" && st.Primary != "node1"
+	}); err != nil {
+		return tr, fmt.Errorf("no failover: %w", err)
+	}
+	tr.failover, tr.newPrimary = time.Since(killed), st.Primary
+	if err := <-done; err != nil || strings.Contains(out.String(), "FATAL") {
+		return tr, fmt.Errorf("sysbench failed (%v):\n%s", err, out.String())
+	}
+	m := regexp.MustCompile(`ignored errors:\s+(\d+)`).FindStringSubmatch(out.String())
+	t := regexp.MustCompile(`transactions:\s+(\d+)`).FindStringSubmatch(out.String())
+	if m == nil || t == nil {
+		return tr, fmt.Errorf("cannot read sysbench's summary:\n%s", out.String())
+	}
+	tr.sysbenchErrors, _ = strconv.Atoi(m[1])
+	tr.transactions, _ = strconv.Atoi(t[1])
+	if err := tr.gather(reg); err != nil {
+		return tr, err
+	}
+	return tr, nil
+}
+
+func (tr *trial) gather(reg *prometheus.Registry) error {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	tr.failed = map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			switch mf.GetName() {
+			case "switchyard_proxy_transaction_replay_attempts_total":
+				tr.attempts += v
+			case "switchyard_proxy_commit_outcome_unknown_total":
+				tr.unknown += v
+			case "switchyard_proxy_transaction_replays_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() != "result" {
+						continue
+					}
+					if l.GetValue() == "replayed" {
+						tr.replayed += v
+					} else {
+						tr.failed[l.GetValue()] += v
+						tr.fail += v
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stack is one trial's sandbox, etcd, controller and proxy.
+type stack struct {
+	sb    *sandbox.Cluster
+	store topo.Store
+	keys  topo.Keys
+	srv   *proxy.Server
+	close func() error
+}
+
+func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *stack, err error) {
+	var closers []func() error
+	cleanup := func() error {
+		var first error
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i](); cerr != nil && first == nil {
+				first = cerr
+			}
+		}
+		return first
+	}
+	defer func() {
+		if err != nil {
+			_ = cleanup()
+		}
+	}()
+	dir, err := os.MkdirTemp("", "sy-bench-replay")
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() error { return os.RemoveAll(dir) })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	addrs, err := freeAddrs(5)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := sandbox.Up(ctx, sandbox.Options{Dir: filepath.Join(dir, "sb"), Nodes: 3, SemiSync: true, StopWithParent: true,
+		TemplateDir: filepath.Join(os.TempDir(), "switchyard-sandbox-template-"+strconv.Itoa(os.Getuid())),
+		ListenerRW:  addrs[0], ListenerRO: addrs[1], AdminAddress: addrs[2], EtcdClientAddress: addrs[3], EtcdPeerAddress: addrs[4]})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	closers = append(closers, func() error {
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		return sandbox.Down(dctx, sb.Dir, true)
+	})
+	etcd, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: filepath.Join(dir, "etcd"), ClientAddress: addrs[3], PeerAddress: addrs[4], UnsafeNoFsync: true})
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	closers = append(closers, func() error { etcd.Close(); return nil })
+
+	cfg := sb.Config()
+	cfg.Etcd.Endpoints = etcd.Endpoints()
+	cfg.Probe.Interval = config.Duration(o.interval)
+	cfg.Probe.Timeout = config.Duration(min(500*time.Millisecond, o.interval*4/5))
+	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	cfg.Clusters[0].Failover.TransactionReplay = true
+	cfg.Clusters[0].Durability = config.DurabilitySemiSync
+	cfg.Admin.Address = "off"
+	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	keys := topo.Keys{Prefix: cfg.Etcd.Prefix}
+	newStore := func() (topo.Store, error) {
+		return topo.NewEtcd(topo.EtcdOptions{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Log: log})
+	}
+	cst, err := newStore()
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, cst.Close)
+	pst, err := newStore()
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, pst.Close)
+	ctl, err := controller.New(controller.Options{Config: cfg, Store: cst, Keys: keys, ID: "bench-ctl", Log: log})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := proxy.New(proxy.Options{Config: cfg, ID: "bench-proxy", Log: log, Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = ctl.Run(rctx) }()
+	go func() { defer wg.Done(); _ = proxy.Follow(rctx, pst, keys, srv) }()
+	closers = append(closers, func() error {
+		rcancel()
+		srv.Close()
+		wg.Wait()
+		return nil
+	})
+	var st topo.ClusterState
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		_, gerr := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st)
+		return gerr == nil && st.Primary == "node1" && srv.Epochs()["main"] == st.Epoch && st.Node("node2").Serving && st.Node("node3").Serving
+	}); err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	return &stack{sb: sb, store: cst, keys: keys, srv: srv, close: cleanup}, nil
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not reached within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func freeAddrs(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}

@@ -1,0 +1,403 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// Holding statements while the primary is lost (a crash failover). A
+// primary listener learns that its primary is gone when a session's
+// backend connection dies (the server's FIN or RST, seen in flight or, for
+// an idle session, by a non-blocking peek before the next command is
+// forwarded), when a connect to it is refused or times out, or when the
+// cluster state enters PhaseFailover (no primary). If an automatic failover
+// can come — clusters[].failover.mode auto and hold on, and the
+// controller's published AutoFailover ready (no maintenance, block or
+// disable, a promotable replica), or the failover already running — the
+// session waits (awaitPrimary) for a snapshot whose primary is another
+// node, or the same node answering this proxy's check again, at most
+// failover.max_hold, and then goes on there with its session state
+// (migrate.go):
+//
+//   - a statement not yet sent, and a new login, wait and run on the new
+//     primary: the client sees latency only;
+//   - an idle session whose backend died moves like after a switchover;
+//   - a statement in flight when the connection died, of which nothing
+//     reached the client, that the server provably never ran (notExecuted:
+//     writing it failed, or the server's kernel reset the connection, which
+//     it does only when the command was still unread in its socket or
+//     arrived after the process was gone) is sent again on the new primary
+//     like a statement not yet sent, when it is an autocommit text-protocol
+//     statement;
+//   - otherwise, a statement in flight of which nothing reached the
+//     client: a single autocommit SELECT (text protocol)
+//     without locking clauses is run again on the new primary; another
+//     read gets error 1105 saying it was abandoned (errReadAbandoned), a
+//     write error 1105 saying its outcome is unknown (errLostInFlight); the
+//     session continues;
+//   - a session in a transaction gets one error saying the transaction was
+//     rolled back by the loss of the primary (primaryLostInTx) and
+//     continues.
+//
+// Where no automatic failover can come (manual mode, maintenance, a block,
+// no candidate, failover.hold off) nothing is held: the statement gets
+// error 1105 at once with the reason and what an operator must do
+// (errPrimaryRefused), counted in
+// switchyard_primary_lost_refused_total{cluster,reason}. The peers that do
+// the same: MaxScale's readwritesplit delayed_retry (a failed statement is
+// retried on the next server until delayed_retry_timeout) and Vitess's
+// vtgate buffer (enable_buffer: primary traffic stalls for a bounded
+// window per request during a failover).
+
+// lostPoll is how often a held session looks at this proxy's own check of
+// the lost node (snapshot changes wake it at once).
+const lostPoll = 20 * time.Millisecond
+
+// Refusal classes of switchyard_primary_lost_refused_total besides
+// the topo.Auto* classes.
+const (
+	refusedHoldOff = "hold_off" // failover.hold is false
+	refusedMaxHold = "max_hold" // no new primary within failover.max_hold
+	refusedFenced  = "fenced"   // this proxy stopped routing writes (lease lost)
+)
+
+// failoverOutlook says whether a failover of cluster's lost primary can be
+// expected from st (the applied state), cl (its config) and now: "" and ""
+// when the session should wait for it, else the refusal class and the
+// reason for the client. Pure.
+func failoverOutlook(st *topo.ClusterState, cl *config.Cluster, now time.Time) (class, why string) {
+	if cl != nil && !cl.Failover.HoldOn() {
+		return refusedHoldOff, "failover.hold is off, so statements are not held for a failover"
+	}
+	if st != nil && st.Phase == topo.PhaseFailover {
+		return "", "" // the failover runs
+	}
+	if cl != nil && cl.Failover.Mode != config.FailoverAuto {
+		return topo.AutoNotAuto, fmt.Sprintf("failover.mode is %s: an operator must run `switchyard failover --cluster %s`", cl.Failover.Mode, cl.Name)
+	}
+	if st == nil {
+		return "", ""
+	}
+	if a := st.AutoFailover; a != nil {
+		if a.Ready {
+			return "", ""
+		}
+		return a.Class, a.Reason
+	}
+	// A controller that does not publish its readiness: judge from the
+	// state's policy fields.
+	switch {
+	case st.Maintenance != nil:
+		return topo.AutoMaintenance, fmt.Sprintf("maintenance mode is on: an operator must run `switchyard failover --cluster %s`", st.Cluster)
+	case st.AutoDisabled != "":
+		return topo.AutoDisabledOff, fmt.Sprintf("automatic failover is disabled (%s): an operator must run `switchyard failover --cluster %s`", st.AutoDisabled, st.Cluster)
+	case st.FailoverBlock != nil && now.Before(st.FailoverBlock.Until):
+		return topo.AutoBlocked, fmt.Sprintf("automatic failover is blocked until %s: an operator must run `switchyard failover --cluster %s` or `switchyard ack --cluster %s`",
+			st.FailoverBlock.Until.UTC().Format(time.RFC3339), st.Cluster, st.Cluster)
+	}
+	return "", ""
+}
+
+// holdable reports whether primary listeners of the cluster of st would
+// hold statements if the primary were lost now (cl its config): the
+// sessions then keep what they need to (a copy of an autocommit read, the
+// idle-connection peek). Computed once per snapshot.
+func holdable(st *topo.ClusterState, cl *config.Cluster, now time.Time) bool {
+	if cl == nil {
+		return false
+	}
+	class, _ := failoverOutlook(st, cl, now)
+	return class == ""
+}
+
+// errPrimaryRefused is the error a statement gets at once when the
+// primary is lost and no automatic failover can come: MySQL error 1105
+// (ER_UNKNOWN_ERROR, SQLSTATE HY000).
+// cause is what the proxy saw (a connect error), "" if nothing more.
+func errPrimaryRefused(cluster, node, cause, why string) *mysql.MyError {
+	if cause != "" {
+		cause = " (" + strings.TrimPrefix(cause, "switchyard: ") + ")"
+	}
+	return errUnknown(fmt.Sprintf("switchyard: primary %s of cluster %s is unreachable%s and %s; the statement was not run",
+		orText(node, "(none)"), cluster, cause, why))
+}
+
+// errLostInFlight is the error of a statement in flight when its primary's
+// connection died, whose outcome the proxy cannot know: MySQL error 1105.
+func errLostInFlight(cluster, node string) *mysql.MyError {
+	return errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this statement ran; "+
+		"its outcome is unknown (it may or may not have been committed): check the table before retrying; the session continues on the primary the controller names",
+		node, cluster))
+}
+
+// errReadAbandoned is the error of a read in flight when its primary's
+// connection died that could not be run again: MySQL error 1105.
+func errReadAbandoned(cluster, node, why string) *mysql.MyError {
+	return errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this read ran and it was not run again (%s); "+
+		"retry it, the session continues", node, cluster, why))
+}
+
+// awaitPrimary waits, while the session's primary lost (a node name; ""
+// when unknown) is gone, for a snapshot whose primary route is usable
+// (not fenced) and is another node, or is lost again answering this
+// proxy's own check after the wait began. It returns that snapshot, or the
+// error to give the client: at once when no failover can come
+// (failoverOutlook: manual mode, maintenance, a block, no candidate,
+// failover.hold off, writes fenced), or when failover.max_hold has passed
+// since the session started holding (s.holdStart, kept across the calls
+// of one statement) without a new primary. Waiting is idle for the drain
+// monitor and the sweeper. The session's backend must be nil.
+func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
+	defer func() { s.lostCause = "" }()
+	cluster := s.l.cluster
+	rc := s.srv.rc.Load()
+	cl := rc.clusters[cluster]
+	maxHold := rc.maxHold(cluster)
+	now := time.Now()
+	first := s.holdStart.IsZero()
+	if first {
+		s.holdStart = now
+	}
+	deadline := s.holdStart.Add(maxHold)
+	s.srv.backendTrouble() // check the nodes now: the controller counts this proxy's view
+	prevBusy := s.busy.Swap(0)
+	defer s.busy.Store(prevBusy &^ busyDetached)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		snap := s.l.route.snap.Load()
+		if snap == nil {
+			return nil, s.refusePrimary(refusedMaxHold, lost, "no routing state for this cluster yet")
+		}
+		if p := snap.primary; p != nil && (p.node != lost || s.srv.answeredSince(p, s.holdStart)) {
+			return snap, nil
+		}
+		if snap.fenced != "" {
+			return nil, s.refusePrimary(refusedFenced, lost, "this proxy stopped routing writes ("+snap.fenced+")")
+		}
+		if class, why := failoverOutlook(&snap.state, cl, s.srv.now()); class != "" {
+			return nil, s.refusePrimary(class, lost, why)
+		}
+		if first {
+			first = false
+			s.srv.metrics.primaryLostHeld.WithLabelValues(cluster).Inc()
+			s.log.Info("primary lost: holding the statement for the failover", "cluster", cluster, "node", lost, "max_hold", maxHold)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, s.refusePrimary(refusedMaxHold, lost, fmt.Sprintf("no new primary was published within %s (failover.max_hold); retry it", maxHold))
+		}
+		if timer == nil {
+			timer = time.NewTimer(min(wait, lostPoll))
+		} else {
+			timer.Reset(min(wait, lostPoll))
+		}
+		select {
+		case <-snap.replaced:
+		case <-timer.C:
+		case <-s.srv.closing:
+			return nil, errUnknown("switchyard: the proxy is shutting down")
+		}
+	}
+}
+
+// refusePrimary counts and logs a statement not held (or no longer held)
+// for a lost primary and returns its error.
+func (s *session) refusePrimary(class, node, why string) *mysql.MyError {
+	s.holdStart = time.Time{}
+	s.srv.metrics.primaryLostRefused.WithLabelValues(s.l.cluster, class).Inc()
+	s.log.Warn("primary lost: statement refused", "cluster", s.l.cluster, "node", node, "reason", class, "why", why)
+	return errPrimaryRefused(s.l.cluster, node, s.lostCause, why)
+}
+
+// heldDone records the end of a successful hold (the session reached a
+// primary again).
+func (s *session) heldDone() {
+	if s.holdStart.IsZero() {
+		return
+	}
+	s.srv.metrics.primaryLostReleased.WithLabelValues(s.l.cluster).Inc()
+	s.srv.metrics.holdSeconds.Observe(time.Since(s.holdStart).Seconds())
+	s.holdStart = time.Time{}
+}
+
+// lostInFailover returns the old primary when snap is a failover in
+// progress (no primary yet) on a primary listener.
+func (s *session) lostInFailover(snap *routeSnapshot) (string, bool) {
+	if s.l.role != rolePrimary || snap == nil || snap.primary != nil || snap.fenced != "" || snap.state.Phase != topo.PhaseFailover {
+		return "", false
+	}
+	return snap.state.OldPrimary, true
+}
+
+// connectLost reports whether merr is a failure to reach a server (a
+// refused or timed-out connect, a handshake cut short) rather than a
+// server's refusal, which keeps its own error number.
+func connectLost(merr *mysql.MyError) bool { return merr != nil && merr.Code == mysql.ER_UNKNOWN_ERROR }
+
+// primaryBackendLost handles a command on a primary listener whose backend
+// connection died (EOF, RST) before anything of the response was relayed:
+// see the package comment above. It returns the close reason ("" to go
+// on).
+func (s *session) primaryBackendLost(cmd byte, err error) string {
+	node := s.be.t.node
+	s.srv.backendTrouble()
+	inTx := s.inTx() || s.st.locked
+	if old, _ := s.setBackend(nil); old != nil {
+		old.close(false)
+	}
+	s.snap, s.detached = nil, false
+	if !inTx && s.resendable(cmd, err) {
+		s.log.Info("the lost primary never ran the statement in flight (connection reset before any answer); sending it to the new primary",
+			"node", node, "err", err)
+		return s.rerunStatement(node, s.cls)
+	}
+	if inTx {
+		s.lostNode = node
+		_, reason := s.primaryLostInTx(cmd, true)
+		return reason
+	}
+	if s.cls == classSelect && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
+		switch {
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]) && oneStatement(s.rerun[1:]):
+			return s.rerunRead(node)
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write: check before retrying"))
+		case cmd == mysql.COM_STMT_EXECUTE:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "prepared reads are not run again"))
+		default:
+			s.writeError(1, errReadAbandoned(s.l.cluster, node, "reads are run again only while an automatic failover can come"))
+		}
+		return ""
+	}
+	s.srv.metrics.primaryLostInFlight.WithLabelValues(s.l.cluster).Inc()
+	s.log.Warn("primary connection lost with a statement in flight; its outcome is unknown", "node", node)
+	if kindOf(cmd) != respNone {
+		s.writeError(1, errLostInFlight(s.l.cluster, node))
+	}
+	return ""
+}
+
+// notExecuted reports whether err, the failure of a command of which no
+// byte of the response had arrived, proves that the server never ran the
+// command: writing it failed (the server did not receive all of it), or
+// the connection was reset. A TCP endpoint closed with data still unread
+// in its receive queue answers with RST instead of FIN (RFC 2525 §2.17,
+// Linux tcp_close), and so does a host whose socket is already gone; the
+// server reads a whole command before it runs it, and has nothing more to
+// read while it runs one. A server that read the command and then died
+// (kill -9 mid-statement) closes with FIN: EOF, outcome unknown.
+func notExecuted(err error) bool {
+	var we *mysqlproto.WriteError
+	return errors.As(err, &we) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)
+}
+
+// resendable reports whether the command cmd that failed with err outside
+// a transaction can be sent again on the next primary as if it had not
+// been sent: the server never ran it (notExecuted), it is a text-protocol
+// statement whose copy was kept (keepForLoss, only while a hold is
+// possible), and no response reached the client.
+func (s *session) resendable(cmd byte, err error) bool {
+	return cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && s.out == 0 && notExecuted(err) &&
+		s.l.role == rolePrimary && !s.inTx() && !s.st.locked
+}
+
+// rerunRead runs the autocommit read saved in s.rerun again once a primary
+// is back (held like a new statement), relaying its response as the
+// answer to the client's command. It returns the close reason.
+func (s *session) rerunRead(lost string) string { return s.rerunStatement(lost, classSelect) }
+
+// rerunStatement sends the autocommit statement saved in s.rerun (of
+// class cls) once a primary is back (held like a new statement), relaying
+// its response as the answer to the client's command: a read run again,
+// or a statement the lost primary never ran (notExecuted). It returns the
+// close reason.
+func (s *session) rerunStatement(lost string, cls sqlClass) string {
+	if merr, reason := s.moveTo(s.l.route.snap.Load(), s.srv.rc.Load()); merr != nil || reason != "" {
+		if merr != nil && reason == "" {
+			s.writeError(1, merr)
+		}
+		return reason
+	}
+	if !s.beginRelay() {
+		s.writeError(1, errReadAbandoned(s.l.cluster, lost, "the route changed again"))
+		return ""
+	}
+	s.log.Info("running a statement again on the new primary after the old one was lost", "lost", lost, "node", s.be.t.node)
+	s.rerunning = true
+	defer func() { s.rerunning = false }()
+	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	s.cls = cls
+	if err := writePacket(s.be.conn, 0, s.rerun); err != nil {
+		return s.failCommand(mysql.COM_QUERY, fail(closeBackendLost, err))
+	}
+	s.acquire()
+	err := s.relay(mysql.COM_QUERY, respResults)
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return s.failCommand(mysql.COM_QUERY, err)
+	}
+	s.srv.metrics.primaryLostRerun.WithLabelValues(s.l.cluster).Inc()
+	return ""
+}
+
+// keepForLoss keeps, before the COM_QUERY payload p (command byte + text)
+// is forwarded on a primary listener where a hold is possible, what a
+// lost primary needs: a copy of an autocommit statement (a read, to run it
+// again; another statement, to send it again if the lost primary never ran
+// it), and whether a transaction's statement is its COMMIT. Nothing
+// otherwise.
+func (s *session) keepForLoss(p []byte) {
+	s.rerun, s.commitSent = s.rerun[:0], false
+	if s.l.role != rolePrimary || !s.l.route.snap.Load().holdOn {
+		return
+	}
+	switch {
+	case s.inTx() || s.st.locked:
+		s.commitSent = isCommit(p[1:])
+	case s.cls == classSelect, s.cls == classOther:
+		// A read, to run again; any other statement, to send again only
+		// if the lost primary provably never ran it (notExecuted).
+		s.rerun = append(s.rerun, p...)
+	}
+}
+
+// oneStatement reports whether q holds a single statement: no ';' but
+// trailing ones (a ';' inside a literal makes it look like several, which
+// only means it is not run again).
+func oneStatement(q []byte) bool {
+	q = bytes.TrimRight(q, " \t\r\n;")
+	return bytes.IndexByte(q, ';') < 0
+}
+
+// peerGone reports, without blocking or allocating, whether the server
+// closed be's connection (or sent something unasked, which it does only
+// when closing it): the idle check before a command is forwarded while a
+// failover hold is possible.
+func (s *session) peerGone(be *backend) bool {
+	if be.fd < 0 || be.closed.Load() {
+		return false
+	}
+	// recvfrom(2) without an address buffer (unix.Recvfrom allocates one).
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(be.fd), uintptr(unsafe.Pointer(&s.peekByte[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	// 0: EOF (n 0) or unasked data (n 1); EAGAIN: nothing to read, alive.
+	return errno != unix.EAGAIN && errno != unix.EINTR
+}

@@ -1,0 +1,442 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+func TestFailoverOutlook(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	off := false
+	cl := func(mode string, hold *bool) *config.Cluster {
+		return &config.Cluster{Name: "main", Failover: config.FailoverConfig{Mode: mode, Hold: hold}}
+	}
+	st := func(mut func(*topo.ClusterState)) *topo.ClusterState {
+		s := &topo.ClusterState{Cluster: "main", Primary: "node1", Phase: topo.PhaseStable}
+		if mut != nil {
+			mut(s)
+		}
+		return s
+	}
+	cases := []struct {
+		name  string
+		cl    *config.Cluster
+		st    *topo.ClusterState
+		class string
+		says  string
+	}{
+		{"auto, ready", cl("auto", nil), st(func(s *topo.ClusterState) { s.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"} }), "", ""},
+		{"auto, not published", cl("auto", nil), st(nil), "", ""},
+		{"manual", cl("manual", nil), st(nil), topo.AutoNotAuto, "an operator must run `switchyard failover --cluster main`"},
+		{"manual, failover running", cl("manual", nil), st(func(s *topo.ClusterState) { s.Phase, s.Primary, s.OldPrimary = topo.PhaseFailover, "", "node1" }), "", ""},
+		{"hold off", cl("auto", &off), st(nil), refusedHoldOff, "failover.hold is off"},
+		{"published not ready", cl("auto", nil), st(func(s *topo.ClusterState) {
+			s.AutoFailover = &topo.AutoFailover{Class: topo.AutoNoCandidate, Reason: "no replica of node1 could be promoted"}
+		}), topo.AutoNoCandidate, "no replica of node1"},
+		{"maintenance, not published", cl("auto", nil), st(func(s *topo.ClusterState) { s.Maintenance = &topo.Maintenance{} }), topo.AutoMaintenance, "maintenance"},
+		{"blocked, not published", cl("auto", nil), st(func(s *topo.ClusterState) {
+			s.FailoverBlock = &topo.FailoverBlock{Until: now.Add(time.Minute)}
+		}), topo.AutoBlocked, "switchyard ack --cluster main"},
+		{"block over, not published", cl("auto", nil), st(func(s *topo.ClusterState) {
+			s.FailoverBlock = &topo.FailoverBlock{Until: now.Add(-time.Minute)}
+		}), "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			class, why := failoverOutlook(c.st, c.cl, now)
+			if class != c.class || !strings.Contains(why, c.says) {
+				t.Fatalf("got %q %q, want class %q saying %q", class, why, c.class, c.says)
+			}
+		})
+	}
+}
+
+func TestLostStatementScanners(t *testing.T) {
+	for q, want := range map[string]bool{"COMMIT": true, "commit work": true, "  /* x */ COMMIT": true, "COMMITTED": false, "SELECT 1": false} {
+		if got := isCommit([]byte(q)); got != want {
+			t.Errorf("isCommit(%q) = %v, want %v", q, got, want)
+		}
+	}
+	for q, want := range map[string]bool{"SELECT 1": true, "SELECT 1;": true, "SELECT 1 ; \n": true, "SELECT 1; DELETE FROM t": false, "SELECT ';'": false} {
+		if got := oneStatement([]byte(q)); got != want {
+			t.Errorf("oneStatement(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+// failoverStates are the states a controller publishes for a crash
+// failover of the harness sandbox from node1 to node2: the failover phase
+// and then the new primary.
+func failoverStates(h *harness) (failing, done topo.ClusterState) {
+	failing = sandboxState(h.c, 2, 0, 1, 2)
+	failing.Phase, failing.Primary, failing.OldPrimary, failing.Target = topo.PhaseFailover, "", "node1", "node2"
+	done = sandboxState(h.c, 2, 1, 2)
+	return failing, done
+}
+
+// TestHoldWhilePrimaryLost: with failover.mode auto and the controller
+// saying a failover can come, killing the primary costs clients nothing
+// but time: an idle session's next statement, a new login and a pooled
+// session all wait and run on the new primary once it is published, and
+// the idle session keeps its user variable and prepared statement.
+func TestHoldWhilePrimaryLost(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "", nil)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @v := 42"); err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := conn.PrepareContext(ctx, "SELECT ? + 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stmt.Close()
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	type result struct {
+		what   string
+		server int
+		err    error
+		took   time.Duration
+	}
+	results := make(chan result, 3)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var id, v int
+		err := conn.QueryRowContext(ctx, "SELECT @@server_id, @v").Scan(&id, &v)
+		if err == nil && v != 42 {
+			err = fmt.Errorf("user variable @v is %d after the move, want 42", v)
+		}
+		results <- result{"idle session", id, err, time.Since(killed)}
+	})
+	wg.Go(func() {
+		d, err := sql.Open("mysql", h.dsn("rw", "", nil))
+		if err != nil {
+			results <- result{"login", 0, err, 0}
+			return
+		}
+		defer d.Close()
+		var id int
+		err = d.QueryRow("SELECT @@server_id").Scan(&id)
+		results <- result{"new login", id, err, time.Since(killed)}
+	})
+	wg.Go(func() {
+		var id int
+		err := db.QueryRow("SELECT @@server_id").Scan(&id) // the pool opens a second session or reuses
+		results <- result{"pool", id, err, time.Since(killed)}
+	})
+	time.Sleep(300 * time.Millisecond)
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	time.Sleep(200 * time.Millisecond)
+	h.srv.SetClusterState(done)
+	published := time.Since(killed)
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("%s: %v (after %v)", r.what, r.err, r.took)
+		}
+		if r.server != 2 {
+			t.Fatalf("%s ran on server_id %d, want 2 (the new primary)", r.what, r.server)
+		}
+		if r.took < 400*time.Millisecond {
+			t.Fatalf("%s answered after %v, before the new primary was published (%v)", r.what, r.took, published)
+		}
+		t.Logf("%s: ran on the new primary %v after the kill (published at %v)", r.what, r.took.Round(time.Millisecond), published.Round(time.Millisecond))
+	}
+	var n int
+	if err := stmt.QueryRowContext(ctx, 41).Scan(&n); err != nil || n != 42 {
+		t.Fatalf("prepared statement after the failover: %d, %v", n, err)
+	}
+	held, released := counterValue(t, h, "switchyard_proxy_primary_lost_held_total"), counterValue(t, h, "switchyard_proxy_primary_lost_released_total")
+	if held < 3 || released != held || counterValue(t, h, "switchyard_primary_lost_refused_total") != 0 {
+		t.Fatalf("held %v, released %v, refused %v: want every held statement released", held, released,
+			counterValue(t, h, "switchyard_primary_lost_refused_total"))
+	}
+}
+
+// TestLostPrimaryNoFailoverFailsAtOnce: when the controller says no
+// automatic failover can come (here: blocked after an earlier one), a
+// statement on a session whose primary died gets the reason at once and
+// the session stays open.
+func TestLostPrimaryNoFailoverFailsAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Clusters[0].Failover.Mode = config.FailoverAuto })
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Class: topo.AutoBlocked,
+		Reason: "automatic failover is blocked until 2026-01-01T01:00:00Z after a failover (failover.block_period): an operator must run `switchyard failover --cluster main` or `switchyard ack --cluster main`"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	conn, err := h.db("rw", "", nil).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @v := 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the server's FIN reaches the idle connection
+	for i := range 2 {
+		start := time.Now()
+		_, err := conn.ExecContext(ctx, "SELECT 1")
+		took := time.Since(start)
+		code, msg := mysqlErr(err)
+		if code != 1105 || !strings.Contains(msg, "is blocked until") || !strings.Contains(msg, "switchyard ack --cluster main") {
+			t.Fatalf("statement %d: %v", i+1, err)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("statement %d: error after %v, want it at once", i+1, took)
+		}
+		t.Logf("statement %d: %q after %v", i+1, msg, took.Round(time.Millisecond))
+	}
+	if n := counterValue(t, h, "switchyard_primary_lost_refused_total"); n != 2 {
+		t.Fatalf("switchyard_primary_lost_refused_total = %v, want 2", n)
+	}
+}
+
+// TestLostPrimaryReadRerunAndTransaction: an autocommit read in flight
+// when the primary is killed runs again on the new primary and returns its
+// full result; a session with a transaction open gets one error saying the
+// transaction was rolled back by the loss of the primary, and its next
+// statement waits for the new primary.
+func TestLostPrimaryReadRerunAndTransaction(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Clusters[0].Failover.Mode = config.FailoverAuto })
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	reader, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	txc, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txc.Close()
+	if _, err := txc.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txc.ExecContext(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		n, server int64
+		err       error
+	}
+	done := make(chan res, 1)
+	go func() {
+		// Long enough to be in flight at the kill (the sequence engine
+		// counts tens of millions of rows per second).
+		var r res
+		r.err = reader.QueryRowContext(ctx, "SELECT COUNT(*), @@server_id FROM seq_1_to_30000000").Scan(&r.n, &r.server)
+		done <- r
+	}()
+	time.Sleep(150 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_, err = txc.ExecContext(ctx, "SELECT 2")
+	if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "your transaction was rolled back by the loss of primary node1") {
+		t.Fatalf("statement in the open transaction after the kill: %v", err)
+	}
+	rolledBack := make(chan error, 1)
+	go func() {
+		_, err := txc.ExecContext(ctx, "ROLLBACK")
+		rolledBack <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	failing, published := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(published)
+	if err := <-rolledBack; err != nil {
+		t.Fatalf("ROLLBACK after the failover: %v", err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("read in flight at the kill: %v", r.err)
+	}
+	if r.n != 30000000 || r.server != 2 {
+		t.Fatalf("read in flight at the kill returned count %d from server_id %d, want 30000000 from 2 (run again on the new primary)", r.n, r.server)
+	}
+	var id int
+	if err := txc.QueryRowContext(ctx, "SELECT @@server_id").Scan(&id); err != nil || id != 2 {
+		t.Fatalf("the transaction's session after the failover: server_id %d, %v", id, err)
+	}
+}
+
+// TestLostPrimaryNeverRanStatementSentAgain: a write the primary provably
+// never ran is sent to the new primary instead of failing. The primary is
+// frozen (SIGSTOP) so that the INSERT forwarded to it stays unread in its
+// socket, then killed: its kernel resets the connection (close with
+// unread data), and the proxy sends the INSERT to the new primary, where
+// it lands exactly once. A write the primary had read and was running when
+// it died (FIN) still gets the outcome-unknown error.
+func TestLostPrimaryNeverRanStatementSentAgain(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	for _, q := range []string{"CREATE TABLE nr_t (id INT PRIMARY KEY)", "CREATE TABLE nr_slow (id INT PRIMARY KEY)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node2, err := sql.Open("mysql", h.c.RootDSN(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node2.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.nr_slow").Scan(&n); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the table never reached node2: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	unread, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unread.Close()
+	running, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	for _, c := range []*sql.Conn{unread, running} {
+		if err := c.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runningErr := make(chan error, 1)
+	go func() {
+		// Read by the server and running (SLEEP) when it dies.
+		_, err := running.ExecContext(ctx, "INSERT INTO nr_slow SELECT 2 FROM (SELECT SLEEP(5)) AS s")
+		runningErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid)
+	unreadErr := make(chan error, 1)
+	go func() {
+		// Forwarded to a frozen server: it stays in the socket, unread.
+		_, err := unread.ExecContext(ctx, "INSERT INTO nr_t VALUES (1)")
+		unreadErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-runningErr; err == nil {
+		t.Fatal("the INSERT running when the primary died succeeded")
+	} else if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "unknown") {
+		t.Fatalf("the INSERT running when the primary died: %v, want the outcome-unknown error", err)
+	}
+	if _, err := node2.ExecContext(ctx, "STOP SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node2.ExecContext(ctx, "SET GLOBAL read_only = OFF"); err != nil {
+		t.Fatal(err)
+	}
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(done)
+	select {
+	case err := <-unreadErr:
+		if err != nil {
+			t.Fatalf("the INSERT the lost primary never read: %v, want it sent to the new primary", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the INSERT the lost primary never read did not finish")
+	}
+	var ids []int
+	rows, err := node2.QueryContext(ctx, "SELECT id FROM sbtest.nr_t ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if len(ids) != 1 || ids[0] != 1 {
+		t.Fatalf("rows on the new primary: %v, want exactly [1]", ids)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ...: the state follows the last ')'.
+			if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d not stopped 10 s after SIGSTOP", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

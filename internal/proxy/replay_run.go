@@ -1,0 +1,501 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Replay results (label "result" of switchyard_proxy_transaction_replays_total).
+const (
+	replayOK            = "replayed"
+	replayNotReplayable = "not_replayable"
+	replayLimit         = "limit"
+	replayMismatch      = "mismatch"
+	replayNoPrimary     = "no_primary"
+	replayConnect       = "connect"
+	replayLostAgain     = "lost_again"
+)
+
+// newReplayLog returns the session's transaction record when
+// failover.transaction_replay is on for its cluster and it is on a primary
+// listener, else nil (nothing is recorded).
+func (s *session) newReplayLog() *replayLog {
+	if s.l.role != rolePrimary {
+		return nil
+	}
+	cl := s.srv.cfg.Load().Cluster(s.l.cluster)
+	if cl == nil || !cl.Failover.TransactionReplay {
+		return nil
+	}
+	maxBytes, maxStmts := cl.Failover.ReplayMaxBytes, cl.Failover.ReplayMaxStatements
+	if maxBytes <= 0 {
+		maxBytes = 1 << 20
+	}
+	if maxStmts <= 0 {
+		maxStmts = 256
+	}
+	return newReplayLog(maxBytes, maxStmts)
+}
+
+// replayOnLoss handles the loss of the session's primary connection (it
+// broke, the command was cut, or the route moved while a transaction was
+// open) when transaction replay is on. cmd is the command concerned; with
+// inflight it had been forwarded (its record is in rlog.fl), else it is
+// still pending in the client read buffer. lost names the primary that was
+// lost and cause says what happened, for messages.
+//
+// It returns handled=false when replay has nothing to say (off, a replica
+// listener, part of the response already relayed, an autocommit read in
+// flight): the caller goes on as without replay. Otherwise the client got
+// its answer — the statement in flight ran again on the new primary after
+// the transaction was replayed, the rolled-back error, or the
+// outcome-unknown error — or, for a pending command (answered=false), the
+// transaction was replayed and the command runs next as usual; reason is a
+// close reason or "".
+func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause string) (handled, answered bool, reason string) {
+	r := s.rlog
+	if r == nil || s.l.role != rolePrimary || wrote {
+		return false, false, ""
+	}
+	fl := r.fl
+	if !inflight {
+		if !s.inTx() && !r.active() {
+			return false, false, ""
+		}
+		fl = flight{cmd: cmd, pend: true, inTx: true}
+		r.dropPending()
+	} else if !fl.active {
+		return false, false, ""
+	}
+	inTx := fl.inTx || r.active()
+	if inflight {
+		switch {
+		case !inTx && fl.kind == kindRead, !inTx && fl.kind == kindRollback:
+			return false, false, "" // nothing of a transaction to keep
+		case fl.kind == kindRollback:
+			s.dropLost()
+			r.reset()
+			s.rejoinPrimary(lost)
+			s.log.Info("primary lost while ROLLBACK ran: the transaction is rolled back either way", "node", lost)
+			ok := mysqlproto.OK{Status: s.status & mysql.SERVER_STATUS_AUTOCOMMIT}
+			if err := s.writeDirect(1, mysqlproto.AppendOK(nil, s.caps, &ok)); err != nil {
+				return true, true, closeClientGone
+			}
+			return true, true, ""
+		case fl.kind == kindEnds, fl.kind == kindBegin && fl.inTx, !inTx && fl.kind == kindWrite:
+			s.dropLost()
+			r.reset()
+			s.rejoinPrimary(lost)
+			s.srv.metrics.outcomeUnknown.WithLabelValues(s.l.name).Inc()
+			s.log.Warn("primary lost while a statement ending a transaction ran: its outcome is unknown", "node", lost,
+				"statement", fl.keyword(), "cause", cause)
+			s.writeError(1, errOutcomeUnknown(fl.keyword(), s.l.cluster, lost, cause))
+			return true, true, ""
+		}
+	}
+	s.srv.metrics.replayAttempts.WithLabelValues(s.l.name).Inc()
+	start := time.Now()
+	result, why := s.replayTx(lost, inflight)
+	if result == replayOK && inflight {
+		result, why = s.rerunInFlight()
+	}
+	s.srv.metrics.replays.WithLabelValues(s.l.name, result).Inc()
+	if result == replayOK {
+		s.log.Info("transaction replayed on the primary", "lost", lost, "node", nodeName(s.be),
+			"statements", len(r.entries), "in_flight", inflight, "took", time.Since(start))
+		if inflight {
+			return true, true, ""
+		}
+		return true, false, ""
+	}
+	if result == closeClientGone || result == closeRouteChanged {
+		return true, true, result
+	}
+	s.dropLost()
+	r.reset()
+	if result != replayNoPrimary && result != replayConnect {
+		s.rejoinPrimary(lost)
+	}
+	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
+	s.log.Info("transaction not replayed: rolled back", "lost", lost, "result", result, "why", why, "cause", cause)
+	e := errReplayFailed(s.l.cluster, lost, why, inflight)
+	if inflight {
+		s.writeError(1, e)
+		return true, true, ""
+	}
+	answered, reason = s.answerCommand(cmd, e)
+	return true, answered, reason
+}
+
+// dropPending forgets the last recorded statement when its response had
+// not begun: it is still pending and is recorded again when it runs.
+func (r *replayLog) dropPending() {
+	if n := len(r.entries); n > 0 && !r.entries[n-1].done {
+		r.buf = r.buf[:r.entries[n-1].off]
+		r.entries = r.entries[:n-1]
+	}
+	r.cur, r.hashing, r.fl.active = -1, false, false
+}
+
+// rejoinPrimary connects the session, out of any transaction, to the
+// primary (waiting for the one the controller names when the lost one is
+// gone), so that the error it is about to get is its last: its next
+// command runs there. When that fails the session moves (or gets the
+// no-route error) at its next command, as after a cut.
+func (s *session) rejoinPrimary(lost string) {
+	if _, merr, _ := s.connectPrimary(lost); merr != nil {
+		s.log.Info("could not reconnect to the primary after losing it; the session moves at its next command", "lost", lost, "err", merr.Message)
+	}
+}
+
+// dropLost forgets the session's backend connection and transaction: the
+// session moves to the current route at its next command.
+func (s *session) dropLost() {
+	old, _ := s.setBackend(nil)
+	if old != nil {
+		old.close(false)
+	}
+	s.status &^= mysql.SERVER_STATUS_IN_TRANS
+	s.st.locked = false
+	s.snap = nil
+	s.detached = false
+}
+
+// replayTx connects the session to the primary with its state rebuilt and
+// replays the recorded statements (the one in flight excepted). It returns
+// replayOK, or the result label and why it failed.
+func (s *session) replayTx(lost string, inflight bool) (string, string) {
+	r := s.rlog
+	s.dropLost()
+	if r.broken != "" {
+		if r.limit {
+			return replayLimit, r.broken
+		}
+		return replayNotReplayable, r.broken
+	}
+	if why := s.unmigratable(); why != "" {
+		return replayNotReplayable, "the session " + why
+	}
+	n := len(r.entries)
+	if inflight {
+		n-- // the last entry is the statement in flight
+		if n < 0 || r.entries[n].done {
+			return replayNotReplayable, "the statement in flight was not recorded"
+		}
+	}
+	be, merr, waited := s.connectPrimary(lost)
+	if merr != nil && waited {
+		return replayNoPrimary, merr.Message
+	}
+	if merr != nil {
+		return replayConnect, merr.Message
+	}
+	br := s.srv.readers.Get().(*bufio.Reader)
+	br.Reset(be.reader())
+	defer func() {
+		br.Reset(nil)
+		s.srv.readers.Put(br)
+	}()
+	_ = be.conn.SetDeadline(time.Now().Add(restoreTimeout))
+	defer func() { _ = be.conn.SetDeadline(time.Time{}) }()
+	var buf []byte
+	for i := 0; i < n; i++ {
+		e := &r.entries[i]
+		if !e.done {
+			return replayNotReplayable, "a statement of the transaction had not completed"
+		}
+		id, temp, merr := s.replayStmtID(br, be, e)
+		if merr != nil {
+			return replayLostAgain, merr.Message
+		}
+		if err := s.sendRecorded(be, e, id); err != nil {
+			return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+		}
+		sum, status, b, err := s.readSum(br, buf)
+		buf = b
+		if err != nil {
+			return replayLostAgain, fmt.Sprintf("replaying on %s: %v", be.t.node, err)
+		}
+		if temp {
+			// COM_STMT_CLOSE has no response.
+			var cl [5]byte
+			cl[0] = mysql.COM_STMT_CLOSE
+			binary.LittleEndian.PutUint32(cl[1:], id)
+			if _, err := mysqlproto.WritePacket(be.conn, 0, cl[:]); err != nil {
+				return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+			}
+		}
+		if sum != e.sum {
+			return replayMismatch, fmt.Sprintf("statement %d of the transaction (%s) returned a different result when replayed on %s",
+				i+1, r.describe(s, e), be.t.node)
+		}
+		s.status = status
+	}
+	if br.Buffered() > 0 {
+		return replayLostAgain, fmt.Sprintf("backend %s sent data beyond the replayed responses", be.t.node)
+	}
+	return replayOK, ""
+}
+
+// connectPrimary opens the session's new primary connection, state
+// rebuilt, and installs it. The snapshot's primary is tried at once (the
+// connection may have broken while the server lives on: KILL, a network
+// hiccup); when it cannot be reached the session waits for the primary the
+// controller names (awaitPrimary). waitFailed reports that the error is
+// the wait's (no primary came in time, or none can come).
+func (s *session) connectPrimary(lost string) (_ *backend, _ *mysql.MyError, waitFailed bool) {
+	rc := s.srv.rc.Load()
+	snap := s.l.route.snap.Load()
+	var be *backend
+	var merr *mysql.MyError
+	tried := false
+	if t := snap.primary; t != nil && snap.fenced == "" && snap.hold == nil {
+		_, be, _, merr = s.connectRoute(t, snap, rc, true)
+		tried = true
+	}
+	for attempt := 0; be == nil; attempt++ {
+		if tried && merr != nil && merr.Code != mysql.ER_UNKNOWN_ERROR {
+			return nil, merr, false // the server refused the login: waiting will not help
+		}
+		if attempt >= migrateAttempts {
+			return nil, merr, false
+		}
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+		}
+		var werr *mysql.MyError
+		if snap, werr = s.awaitPrimary(lost); werr != nil {
+			return nil, werr, true
+		}
+		_, be, _, merr = s.connectRoute(snap.primary, snap, rc, true)
+		tried = true
+	}
+	if _, ok := s.setBackend(be); !ok {
+		be.close(true)
+		return nil, errUnknown("switchyard: the proxy is shutting down"), false
+	}
+	s.status = be.status
+	s.tracked = be.tracked
+	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+	s.applyRestored(be.restored)
+	s.detached = false
+	if snap.hold == nil {
+		s.snap = snap
+	}
+	s.heldDone()
+	return be, nil, false
+}
+
+// replayStmtID returns the new backend's id for the prepared statement
+// recorded entry e executes (0 for a COM_QUERY). A statement the client
+// closed since is prepared again for the replay (temp: close it after).
+func (s *session) replayStmtID(br *bufio.Reader, be *backend, e *replayEntry) (id uint32, temp bool, merr *mysql.MyError) {
+	if e.st == nil {
+		return 0, false, nil
+	}
+	if cur := s.stmts[e.stmtID]; cur == e.st {
+		return cur.backendID, false, nil
+	}
+	if err := writePacket(be.conn, 0, append([]byte{mysql.COM_STMT_PREPARE}, e.st.text...)); err != nil {
+		return 0, false, errUnknown(fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err))
+	}
+	id, merr = s.readPrepared(br, be, e.st)
+	return id, true, merr
+}
+
+// sendRecorded writes recorded statement e to be, a COM_STMT_EXECUTE with
+// statement id id (the new backend's).
+func (s *session) sendRecorded(be *backend, e *replayEntry, id uint32) error {
+	p := s.rlog.payload(e)
+	if e.st != nil {
+		binary.LittleEndian.PutUint32(p[1:], id)
+		defer binary.LittleEndian.PutUint32(p[1:], e.stmtID)
+	}
+	_, err := mysqlproto.WritePacket(be.conn, 0, p)
+	return err
+}
+
+// readSum reads one response from br without relaying it and returns its
+// checksum (computed as the relay does, relay.go) and the status flags it
+// ended with. buf is scratch space, returned for reuse.
+func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte, error) {
+	h := &s.rlog.h
+	h.Reset()
+	var status uint16
+	for {
+		p, _, err := mysqlproto.ReadPacket(br, buf, 0)
+		if err != nil {
+			return 0, 0, buf, err
+		}
+		buf = p[:0]
+		if len(p) == 0 {
+			return 0, 0, buf, errors.New("empty packet")
+		}
+		switch p[0] {
+		case mysql.OK_HEADER:
+			sumOK(h, p)
+			st, _ := mysqlproto.OKStatus(p)
+			status = st
+			if st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+				return h.Sum64(), status, buf, nil
+			}
+			continue
+		case mysql.ERR_HEADER:
+			sumErr(h, p)
+			return h.Sum64(), s.status, buf, nil
+		case mysql.LocalInFile_HEADER:
+			return 0, 0, buf, errors.New("the server asked for a LOCAL INFILE")
+		}
+		ncols, _, ok := mysqlproto.ReadLenEnc(p)
+		if !ok {
+			return 0, 0, buf, errors.New("bad column count packet")
+		}
+		sumCols(h, ncols)
+		skip := int(ncols)
+		if !s.deprecateEOF() {
+			skip++
+		}
+		for range skip {
+			if p, _, err = mysqlproto.ReadPacket(br, buf, 0); err != nil {
+				return 0, 0, buf, err
+			}
+			buf = p[:0]
+		}
+		if !s.deprecateEOF() {
+			if _, st, ok := mysqlproto.ParseEOF(p); ok && st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+				return 0, 0, buf, errors.New("the server opened a cursor")
+			}
+		}
+		more := false
+	rows:
+		for {
+			if p, _, err = mysqlproto.ReadPacket(br, buf, 0); err != nil {
+				return 0, 0, buf, err
+			}
+			buf = p[:0]
+			switch {
+			case len(p) > 0 && p[0] == mysql.ERR_HEADER:
+				sumErr(h, p)
+				return h.Sum64(), s.status, buf, nil
+			case len(p) > 0 && p[0] == mysql.EOF_HEADER && len(p) < mysqlproto.MaxPacketPayload:
+				var st uint16
+				if s.deprecateEOF() {
+					st, _ = mysqlproto.OKStatus(p)
+				} else {
+					_, st, _ = mysqlproto.ParseEOF(p)
+				}
+				status = st
+				more = st&mysql.SERVER_MORE_RESULTS_EXISTS != 0
+				break rows
+			default:
+				sumRow(h, p)
+			}
+		}
+		if !more {
+			return h.Sum64(), status, buf, nil
+		}
+	}
+}
+
+// rerunInFlight runs the statement that was in flight when the primary was lost on
+// the session's new backend and relays its response as usual.
+func (s *session) rerunInFlight() (string, string) {
+	r := s.rlog
+	idx := len(r.entries) - 1
+	e := &r.entries[idx]
+	cmd := r.fl.cmd
+	var id uint32
+	if e.st != nil {
+		cur := s.stmts[e.stmtID]
+		if cur != e.st {
+			return replayNotReplayable, "the prepared statement in flight is gone"
+		}
+		id = cur.backendID
+	}
+	if !s.beginRelay() {
+		return replayLostAgain, "the route changed again before the statement in flight could run again"
+	}
+	if err := s.sendRecorded(s.be, e, id); err != nil {
+		s.endRelay()
+		return replayLostAgain, fmt.Sprintf("the new primary %s was lost: %v", s.be.t.node, err)
+	}
+	r.cur, r.hashing, r.fl.active = idx, true, true
+	r.h.Reset()
+	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	s.acquire()
+	err := s.relay(cmd, kindOf(cmd))
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	cut, _, wrote := s.endRelay()
+	s.srv.bytesOut.Add(float64(s.out))
+	if wrote && (cut != "" || err != nil) {
+		s.log.Info("closing session: the new primary was lost too while the statement ran again, after part of its response was sent")
+		return closeRouteChanged, ""
+	}
+	if cut != "" {
+		return replayLostAgain, "the new primary left the route too while the statement ran again: " + cut
+	}
+	if err != nil {
+		if clientReason(err) == closeClientGone {
+			return closeClientGone, ""
+		}
+		return replayLostAgain, fmt.Sprintf("the statement in flight failed again on %s: %v", nodeName(s.be), err)
+	}
+	s.l.queries.Inc()
+	if s.lastOK {
+		cls := s.cls
+		if e.st != nil {
+			cls = e.st.class
+		}
+		s.st.afterStatement(cls)
+	}
+	s.recordEnd()
+	return replayOK, ""
+}
+
+// describe names recorded statement e for messages: the start of its text.
+func (r *replayLog) describe(s *session, e *replayEntry) string {
+	var text []byte
+	if e.st != nil {
+		text = e.st.text
+	} else {
+		text = r.payload(e)[1:]
+	}
+	q := string(text)
+	if len(q) > 80 {
+		q = q[:77] + "..."
+	}
+	return fmt.Sprintf("%q", q)
+}
+
+// errOutcomeUnknown is the error a client gets when the statement in
+// flight when its primary was lost ended a transaction (or was an
+// autocommit write): MySQL error 1105 (ER_UNKNOWN_ERROR, SQLSTATE HY000).
+// It is never replayed: the primary may have committed it (with semi-sync,
+// a replica may have it and the new primary with it).
+func errOutcomeUnknown(what, cluster, lost, cause string) *mysql.MyError {
+	return errUnknown(fmt.Sprintf("switchyard: the outcome of %s is unknown: the primary was lost while it ran; check before retrying "+
+		"(primary %s of cluster %s: %s; the session continues on the new primary)", what, orText(lost, "?"), cluster, cause))
+}
+
+// errReplayFailed is the error a client gets when its transaction was
+// interrupted by the loss of its primary and could not be replayed: MySQL
+// error 1105 (ER_UNKNOWN_ERROR, SQLSTATE HY000).
+func errReplayFailed(cluster, lost, why string, inflight bool) *mysql.MyError {
+	stmt := "the statement was not run"
+	if inflight {
+		stmt = "nothing of the statement that was running was kept"
+	}
+	return errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back: the primary %s of cluster %s was lost while it was open "+
+		"and it could not be replayed: %s; %s; the session continues on the current primary: run the transaction again",
+		orText(lost, "?"), cluster, strings.TrimPrefix(why, "switchyard: "), stmt))
+}

@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// primaryLostInTx ends the session's transaction after its primary was
+// lost (s.lostNode: the backend connection died, or the cluster entered a
+// failover) and answers the command cmd with one error: the transaction
+// was rolled back by the loss of the primary — or, for a COMMIT in flight
+// (inflight and s.commitSent), that its outcome is unknown. With inflight
+// the command was already forwarded (its packet is consumed); otherwise
+// its packet is consumed here. The backend connection is dropped, the
+// session continues and its next command waits for the new primary
+// (failoverhold.go). This is the entry point for replaying transactions on
+// the new primary instead: it returns answered=true when it answered the
+// command, or a close reason.
+func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reason string) {
+	if s.rlog != nil {
+		// Transaction replay (replay.go): answered=false when the
+		// transaction was replayed and the pending command runs next.
+		if handled, answered, reason := s.replayOnLoss(cmd, inflight, false, s.lostNode, "its connection died or the cluster is failing over"); handled {
+			s.commitSent = false
+			return answered, reason
+		}
+	}
+	node := s.lostNode
+	if old, _ := s.setBackend(nil); old != nil {
+		old.close(false)
+	}
+	s.status &^= mysql.SERVER_STATUS_IN_TRANS
+	s.st.locked = false
+	s.snap, s.detached = nil, false
+	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
+	var e *mysql.MyError
+	if inflight && s.commitSent {
+		s.log.Warn("primary connection lost while COMMIT ran; its outcome is unknown", "node", node)
+		e = errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while COMMIT ran; "+
+			"the transaction's outcome is unknown (it may or may not have been committed): check the table before retrying; the session continues on the primary the controller names",
+			node, s.l.cluster))
+	} else {
+		s.log.Info("transaction ended by the loss of the primary", "node", node, "in_flight", inflight)
+		what := "the statement was not run"
+		if inflight {
+			what = "the statement was lost with it"
+		}
+		e = errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back by the loss of primary %s of cluster %s; %s; "+
+			"the session continues on the primary the controller names: run the transaction again", orText(node, "(unknown)"), s.l.cluster, what))
+	}
+	s.commitSent = false
+	if inflight {
+		if kindOf(cmd) != respNone {
+			s.writeError(1, e)
+		}
+		return true, ""
+	}
+	return s.answerCommand(cmd, e)
+}
+
+// isCommit reports whether query q is a COMMIT (COMMIT [WORK] ..., not
+// COMMITTED in a SET).
+func isCommit(q []byte) bool {
+	w, _ := firstWord(q)
+	return len(w) == 6 && eqFold(w, "commit")
+}
