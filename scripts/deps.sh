@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Switchyard's demo, tests and benchmarks need, only when missing:
 # MariaDB server and client, sysbench, HAProxy (benchmarks), iproute2 (partition
-# scenarios). Debian/Ubuntu only; run as root (or with sudo available).
+# scenarios), etcd server and client (store-outage scenarios, a real
+# 3-member cluster). Debian/Ubuntu only; run as root (or with sudo available).
 set -euo pipefail
 
 need=()
@@ -10,6 +11,8 @@ command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
 command -v sysbench >/dev/null 2>&1 || need+=(sysbench)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

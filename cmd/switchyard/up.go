@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,7 +34,7 @@ type roleFlags struct {
 }
 
 func (r *roleFlags) register(cmd *cobra.Command, role string) {
-	cmd.Flags().StringVar(&r.id, "id", "", "id of this "+role+" in the topology store (default hostname-pid)")
+	cmd.Flags().StringVar(&r.id, "id", "", "id of this "+role+" in the topology store (default hostname-pid; for up with an embedded etcd, hostname-up-<hash of its data directory>, the same after a restart)")
 	cmd.Flags().StringVar(&r.pidFile, "pid-file", "", "write the process id to this file (removed on exit)")
 	cmd.Flags().StringVar(&r.admin, "admin-address", "", "host:port of the admin HTTP endpoint (/healthz, /metrics, /api/status); overrides admin.address, \"off\" disables it")
 }
@@ -104,11 +105,12 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	host, _ := os.Hostname()
 	id := rf.id
 	if id == "" {
-		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
+	idLog := log
 	log = log.With("id", id)
 
 	cfg, cfgPath, fileErr := g.loadConfig()
@@ -136,6 +138,15 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		}
 		defer e.Close()
 		endpoints = e.Endpoints()
+		if rf.id == "" {
+			// The embedded etcd holds its data directory exclusively, so an
+			// id derived from it is unique among live processes and the
+			// same after a restart: the restarted controller then drops
+			// the election key its killed predecessor left and leads at
+			// once (topo: campaign drops stale keys of its identity).
+			id = embeddedID(host, dataDir)
+			log = idLog.With("id", id)
+		}
 		log.Info("embedded etcd started", "endpoints", endpoints, "data_dir", dataDir)
 	}
 	if len(endpoints) == 0 {
@@ -307,4 +318,15 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			log.Info("config reloaded", "file", cfgPath, "rev", res.Revision.Rev)
 		}
 	}
+}
+
+// embeddedID is the default id of `switchyard up` with an embedded etcd:
+// "<host>-up-<8 hex digits of the FNV-1a hash of the data directory>".
+func embeddedID(host, dataDir string) string {
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	h := fnv.New32a()
+	h.Write([]byte(dataDir))
+	return fmt.Sprintf("%s-up-%08x", host, h.Sum32())
 }

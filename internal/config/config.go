@@ -465,7 +465,21 @@ type ProxyConfig struct {
 	// past it the server refuses with error 1040.
 	// Type: integer. Default: 2000.
 	MaxConnectionsPerBackend int `yaml:"max_connections_per_backend"`
+	// Failsafe lets a proxy that lost its registration in the topology store
+	// keep routing writes to a cluster's primary while its direct checks of
+	// every node confirm that primary (writable, every other node read-only
+	// and replicating from it); see internal/topo/FAILSAFE.md, after
+	// Patroni's failsafe_mode. While it is on, a failover that could not
+	// fence the old primary waits 1 s more (the failsafe window) before
+	// promoting. Off: a proxy without its registration refuses writes.
+	// Change it while the store is healthy (proxies and controller must
+	// agree).
+	// Type: bool. Default: true.
+	Failsafe *bool `yaml:"failsafe"`
 }
+
+// FailsafeOn reports whether proxy failsafe is on (Failsafe unset or true).
+func (p ProxyConfig) FailsafeOn() bool { return p.Failsafe == nil || *p.Failsafe }
 
 // SwitchoverConfig controls planned switchovers.
 type SwitchoverConfig struct {
@@ -708,6 +722,10 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Proxy.MaxConnectionsPerBackend == 0 {
 		c.Proxy.MaxConnectionsPerBackend = 2000
+	}
+	if c.Proxy.Failsafe == nil {
+		t := true
+		c.Proxy.Failsafe = &t
 	}
 	if c.Switchover.CatchupTimeout == 0 {
 		c.Switchover.CatchupTimeout = Duration(10 * time.Second)

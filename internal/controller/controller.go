@@ -163,7 +163,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 			c.log.Warn("campaign failed; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, backoff)
-			backoff = min(2*backoff, 5*time.Second)
+			// At most a second: leadership returns soon after the store
+			// does (each attempt is bounded by the store's own timeouts).
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 200 * time.Millisecond

@@ -255,10 +255,20 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	}
 	// 6. Stop receiving from the old primary everywhere.
 	_ = f.step(ctx, "stop replication IO threads", f.stopIO)
-	// 7. Without a fence, wait until no proxy routes to the old primary.
+	ioStopped := f.t.c.now()
+	// 7. Without a fence, wait until no proxy routes to the old primary:
+	// registered ones acknowledge, and one in failsafe sees the stopped IO
+	// threads within the failsafe window.
 	if !f.fenced {
 		if err := f.step(ctx, "wait for proxies", f.waitProxies); err != nil {
 			return f.rollback(ctx, "wait for proxies: "+err.Error())
+		}
+		if f.cfg.Proxy.FailsafeOn() {
+			if err := f.step(ctx, "failsafe window", func(ctx context.Context) (string, error) {
+				return f.waitFailsafeWindow(ctx, ioStopped)
+			}); err != nil {
+				return f.rollback(ctx, "failsafe window: "+err.Error())
+			}
 		}
 	}
 	// 7. Re-plan with final received positions, apply the relay log.

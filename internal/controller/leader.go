@@ -82,7 +82,8 @@ func newTerm(c *Controller, leader topo.Leader) *term {
 
 func (t *term) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); t.reportFailsafe(ctx) }()
 	go func() { defer wg.Done(); t.guardStates(ctx) }()
 	go func() { defer wg.Done(); t.watchRequests(ctx) }()
 	go func() { defer wg.Done(); t.serveRequests(ctx) }()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,42 @@ type backend struct {
 	// restored maps client statement ids to the ids this backend gave the
 	// statements it prepared again (connect with restore).
 	restored map[uint32]uint32
+	// rd is what the session's response reader reads from (reader).
+	rd stickyReader
+}
+
+// reader returns the io.Reader responses are read from: the connection,
+// keeping its first error (stickyReader).
+func (b *backend) reader() io.Reader {
+	if b.rd.c != b.conn {
+		b.rd = stickyReader{c: b.conn}
+	}
+	return &b.rd
+}
+
+// stickyReader reads from a backend connection and returns its first
+// error other than a timeout on every later read. bufio.Reader hands an
+// error out once (a failed Peek clears it) and a socket reports a reset
+// once (the next read returns EOF): without it a connection reset, which
+// proves the server never read the command (failoverhold.go notExecuted),
+// would be seen as a plain EOF.
+type stickyReader struct {
+	c   net.Conn
+	err error
+}
+
+// Read implements io.Reader.
+func (r *stickyReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.c.Read(p)
+	if err != nil {
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			r.err = err
+		}
+	}
+	return n, err
 }
 
 // close ends the backend connection; with quit it first sends COM_QUIT so the

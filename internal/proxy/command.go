@@ -339,7 +339,7 @@ func (s *session) afterReset() string {
 		return s.failCommand(mysql.COM_RESET_CONNECTION, fail(closeBackendLost, err))
 	}
 	br := s.srv.readers.Get().(*bufio.Reader)
-	br.Reset(s.be.conn)
+	br.Reset(s.be.reader())
 	p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
 	br.Reset(nil)
 	s.srv.readers.Put(br)
@@ -385,7 +385,7 @@ func (s *session) forward() error {
 // acquire takes a backend reader and a client writer from the pools.
 func (s *session) acquire() {
 	s.br = s.srv.readers.Get().(*bufio.Reader)
-	s.br.Reset(s.be.conn)
+	s.br.Reset(s.be.reader())
 	s.cw = s.srv.writers.Get().(*bufio.Writer)
 	s.cw.Reset(clientGate{s})
 }
@@ -428,7 +428,8 @@ func (s *session) failCommand(cmd byte, err error) string {
 		return s.afterCut(why, lost, wrote)
 	}
 	reason := clientReason(err)
-	if reason == closeBackendLost && s.rlog != nil && !errors.Is(err, errResponseOverrun) && !errors.Is(err, errBackendProtocol) {
+	if reason == closeBackendLost && s.rlog != nil && !errors.Is(err, errResponseOverrun) && !errors.Is(err, errBackendProtocol) &&
+		!(s.be != nil && s.resendable(cmd, err)) {
 		// Transaction replay (replay.go).
 		fl := s.rlog.fl
 		if handled, answered, r := s.replayOnLoss(fl.cmd, !fl.pend, wrote, nodeName(s.be), "the connection to it broke: "+err.Error()); handled {
@@ -443,7 +444,7 @@ func (s *session) failCommand(cmd byte, err error) string {
 		s.log.Warn("closing session: backend protocol out of step", "err", err)
 	case reason == closeBackendLost && s.l.role == rolePrimary && s.be != nil && s.out == 0:
 		s.log.Warn("backend connection lost", "node", s.be.t.node, "addr", s.be.t.addr, "err", err)
-		return s.primaryBackendLost(cmd)
+		return s.primaryBackendLost(cmd, err)
 	case reason == closeBackendLost:
 		node, addr := "", ""
 		if s.be != nil {

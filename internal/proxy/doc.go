@@ -42,6 +42,13 @@
 // documents are checked (topo.DecodeState) before they are applied; an
 // invalid one is not applied and raises an alarm (statealarm.go).
 //
+// Store outages (failsafe.go, internal/topo/FAILSAFE.md). A proxy whose
+// registration lease is lost keeps routing writes to a cluster's primary
+// only while its own checks of every node, made with the monitor account,
+// confirm that primary as the only writable node; otherwise its primary
+// listeners refuse writes (1290) until it is registered again and has
+// re-read every cluster state.
+//
 // Switchover. During a coordinated switchover (topo.SwitchoverProgress,
 // hold.go, coordinate.go) primary listeners hold new statements at
 // transaction boundaries within the switchover limits, let open

@@ -8,21 +8,49 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
-// TestWritesFencedWhileLeaseLost: while the registration lease is lost the
-// primary listener refuses new and existing sessions with error 1290 and a
-// message saying why, the replica listener keeps serving, and lifting the
-// fence restores writes.
+// gaugeValue reads the gauge name{cluster=cluster} from reg (-1 if absent).
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, cluster string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == cluster {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestWritesFencedWhileLeaseLost: while the registration lease is lost and
+// no direct check can confirm the primary (here: the monitor account is not
+// usable), the primary listener refuses new and existing sessions with
+// error 1290 and a message saying why, the replica listener keeps serving,
+// and lifting the fence restores writes.
 func TestWritesFencedWhileLeaseLost(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, func(cfg *config.Config) { cfg.Credentials.Monitor.Password = "wrong" })
 	rw := h.db("rw", "", nil)
 	rw.SetMaxOpenConns(1)
 	if id := serverID(t, rw); id != 1 {
 		t.Fatalf("rw answered by server_id %d, want 1", id)
 	}
 
-	h.srv.fenceWrites("registration lease lost")
+	h.srv.fenceWrites(context.Background(), "registration lease lost")
 	if h.srv.WritesFenced() == "" {
 		t.Fatal("WritesFenced() is empty after fenceWrites")
 	}
@@ -30,9 +58,10 @@ func TestWritesFencedWhileLeaseLost(t *testing.T) {
 	var x int
 	err := rw.QueryRow("SELECT 1").Scan(&x)
 	code, msg := mysqlErr(err)
-	if code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(msg, "lost its registration") {
-		t.Fatalf("existing rw session while fenced: err %v (code %d), want 1290 naming the lost registration", err, code)
+	if code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(msg, "lost its registration") || !strings.Contains(msg, "failsafe") {
+		t.Fatalf("existing rw session while fenced: err %v (code %d), want 1290 naming the lost registration and the failsafe check", err, code)
 	}
+	t.Logf("fenced without failsafe: %s", msg)
 	// A new session is refused at login.
 	rw2, err := sql.Open("mysql", h.dsn("rw", "", nil))
 	if err != nil {
@@ -53,6 +82,94 @@ func TestWritesFencedWhileLeaseLost(t *testing.T) {
 	rw3 := h.db("rw", "", nil)
 	if id := serverID(t, rw3); id != 1 {
 		t.Fatalf("rw after the fence was lifted answered by server_id %d, want 1", id)
+	}
+}
+
+// TestFailsafeWhileLeaseLost: with the lease lost and every node confirming
+// the primary (writable, the replicas read-only with their IO threads
+// running from it), writes continue on the same session with no error; a
+// replica whose IO thread stops (as a failover stops it before promoting)
+// ends failsafe within topo.FailsafeWindow and writes are refused; once it
+// replicates again failsafe resumes; registering again ends it, and the
+// registration, Failsafe() and the metrics say so.
+func TestFailsafeWhileLeaseLost(t *testing.T) {
+	h := newHarness(t, nil)
+	rw := h.db("rw", "", nil)
+	rw.SetMaxOpenConns(1)
+	if id := serverID(t, rw); id != 1 {
+		t.Fatalf("rw answered by server_id %d, want 1", id)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.srv.fenceWrites(ctx, "registration lease lost")
+	for i := range 20 {
+		if id := serverID(t, rw); id != 1 {
+			t.Fatalf("rw in failsafe (query %d) answered by server_id %d, want 1", i, id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fs := h.srv.Failsafe()[sandbox.ClusterName]
+	if fs.Primary != "node1" || fs.Since.IsZero() || !fs.Until.IsZero() {
+		t.Fatalf("failsafe period %+v, want an active one on node1", fs)
+	}
+	if v := gaugeValue(t, h.reg, "switchyard_failsafe_active", sandbox.ClusterName); v != 1 {
+		t.Fatalf("switchyard_failsafe_active %v, want 1", v)
+	}
+
+	root, err := sql.Open("mysql", h.c.RootDSN(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.Exec("STOP SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var refused string
+	for refused == "" {
+		if time.Since(stopped) > 10*topo.FailsafeWindow {
+			t.Fatal("writes still routed 10 s after a replica's IO thread stopped")
+		}
+		var x int
+		if err := rw.QueryRow("SELECT 1").Scan(&x); err != nil {
+			code, msg := mysqlErr(err)
+			if code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(msg, "IO thread") {
+				t.Fatalf("rw after the IO thread stopped: %v, want 1290 naming the IO thread", err)
+			}
+			refused = msg
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("IO thread of node2 stopped: writes refused %s later: %s", time.Since(stopped).Round(time.Millisecond), refused)
+	if fs := h.srv.Failsafe()[sandbox.ClusterName]; fs.Until.IsZero() || !strings.Contains(fs.Ended, "IO thread") {
+		t.Fatalf("failsafe period after the check failed: %+v", fs)
+	}
+	if _, err := root.Exec("START SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var id int
+		if err := rw.QueryRow("SELECT @@server_id").Scan(&id); err == nil && id == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("failsafe did not resume after the IO thread restarted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	h.srv.unfenceWrites()
+	fs = h.srv.Failsafe()[sandbox.ClusterName]
+	if fs.Until.IsZero() || fs.Ended != "registered again and re-read the topology" {
+		t.Fatalf("failsafe period after registering again: %+v", fs)
+	}
+	if v := gaugeValue(t, h.reg, "switchyard_failsafe_active", sandbox.ClusterName); v != 0 {
+		t.Fatalf("switchyard_failsafe_active %v after registering again, want 0", v)
+	}
+	reg, err := h.srv.registration(time.Now(), h.srv.Epochs())
+	if err != nil || !strings.Contains(string(reg), `"failsafe":{"main":{"primary":"node1"`) {
+		t.Fatalf("registration does not show the failsafe period: %s, %v", reg, err)
 	}
 }
 
@@ -111,5 +228,26 @@ func TestBackendReachability(t *testing.T) {
 	case <-h.srv.reach.changed:
 		t.Fatal("an unchanged check signalled a change")
 	default:
+	}
+}
+
+// TestFailsafeOff: with proxy.failsafe off a proxy whose lease is lost
+// refuses writes at once although every node would confirm the primary.
+func TestFailsafeOff(t *testing.T) {
+	off := false
+	h := newHarness(t, func(cfg *config.Config) { cfg.Proxy.Failsafe = &off })
+	rw := h.db("rw", "", nil)
+	rw.SetMaxOpenConns(1)
+	if id := serverID(t, rw); id != 1 {
+		t.Fatalf("rw answered by server_id %d, want 1", id)
+	}
+	h.srv.fenceWrites(context.Background(), "registration lease lost")
+	var x int
+	err := rw.QueryRow("SELECT 1").Scan(&x)
+	if code, msg := mysqlErr(err); code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(msg, "lost its registration") || strings.Contains(msg, "failsafe") {
+		t.Fatalf("rw with failsafe off after the lease was lost: %v, want 1290 without a failsafe reason", err)
+	}
+	if fs := h.srv.Failsafe(); fs != nil {
+		t.Fatalf("failsafe periods with failsafe off: %+v", fs)
 	}
 }

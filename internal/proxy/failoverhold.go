@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -32,7 +34,14 @@ import (
 //     primary: the client sees latency only;
 //   - an idle session whose backend died moves like after a switchover;
 //   - a statement in flight when the connection died, of which nothing
-//     reached the client: a single autocommit SELECT (text protocol)
+//     reached the client, that the server provably never ran (notExecuted:
+//     writing it failed, or the server's kernel reset the connection, which
+//     it does only when the command was still unread in its socket or
+//     arrived after the process was gone) is sent again on the new primary
+//     like a statement not yet sent, when it is an autocommit text-protocol
+//     statement;
+//   - otherwise, a statement in flight of which nothing reached the
+//     client: a single autocommit SELECT (text protocol)
 //     without locking clauses is run again on the new primary; another
 //     read gets error 1105 saying it was abandoned (errReadAbandoned), a
 //     write error 1105 saying its outcome is unknown (errLostInFlight); the
@@ -245,7 +254,7 @@ func connectLost(merr *mysql.MyError) bool { return merr != nil && merr.Code == 
 // connection died (EOF, RST) before anything of the response was relayed:
 // see the package comment above. It returns the close reason ("" to go
 // on).
-func (s *session) primaryBackendLost(cmd byte) string {
+func (s *session) primaryBackendLost(cmd byte, err error) string {
 	node := s.be.t.node
 	s.srv.backendTrouble()
 	inTx := s.inTx() || s.st.locked
@@ -253,6 +262,11 @@ func (s *session) primaryBackendLost(cmd byte) string {
 		old.close(false)
 	}
 	s.snap, s.detached = nil, false
+	if !inTx && s.resendable(cmd, err) {
+		s.log.Info("the lost primary never ran the statement in flight (connection reset before any answer); sending it to the new primary",
+			"node", node, "err", err)
+		return s.rerunStatement(node, s.cls)
+	}
 	if inTx {
 		s.lostNode = node
 		_, reason := s.primaryLostInTx(cmd, true)
@@ -279,10 +293,41 @@ func (s *session) primaryBackendLost(cmd byte) string {
 	return ""
 }
 
+// notExecuted reports whether err, the failure of a command of which no
+// byte of the response had arrived, proves that the server never ran the
+// command: writing it failed (the server did not receive all of it), or
+// the connection was reset. A TCP endpoint closed with data still unread
+// in its receive queue answers with RST instead of FIN (RFC 2525 §2.17,
+// Linux tcp_close), and so does a host whose socket is already gone; the
+// server reads a whole command before it runs it, and has nothing more to
+// read while it runs one. A server that read the command and then died
+// (kill -9 mid-statement) closes with FIN: EOF, outcome unknown.
+func notExecuted(err error) bool {
+	var we *mysqlproto.WriteError
+	return errors.As(err, &we) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)
+}
+
+// resendable reports whether the command cmd that failed with err outside
+// a transaction can be sent again on the next primary as if it had not
+// been sent: the server never ran it (notExecuted), it is a text-protocol
+// statement whose copy was kept (keepForLoss, only while a hold is
+// possible), and no response reached the client.
+func (s *session) resendable(cmd byte, err error) bool {
+	return cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && s.out == 0 && notExecuted(err) &&
+		s.l.role == rolePrimary && !s.inTx() && !s.st.locked
+}
+
 // rerunRead runs the autocommit read saved in s.rerun again once a primary
 // is back (held like a new statement), relaying its response as the
 // answer to the client's command. It returns the close reason.
-func (s *session) rerunRead(lost string) string {
+func (s *session) rerunRead(lost string) string { return s.rerunStatement(lost, classSelect) }
+
+// rerunStatement sends the autocommit statement saved in s.rerun (of
+// class cls) once a primary is back (held like a new statement), relaying
+// its response as the answer to the client's command: a read run again,
+// or a statement the lost primary never ran (notExecuted). It returns the
+// close reason.
+func (s *session) rerunStatement(lost string, cls sqlClass) string {
 	if merr, reason := s.moveTo(s.l.route.snap.Load(), s.srv.rc.Load()); merr != nil || reason != "" {
 		if merr != nil && reason == "" {
 			s.writeError(1, merr)
@@ -293,11 +338,11 @@ func (s *session) rerunRead(lost string) string {
 		s.writeError(1, errReadAbandoned(s.l.cluster, lost, "the route changed again"))
 		return ""
 	}
-	s.log.Info("running a read again on the new primary after the old one was lost", "lost", lost, "node", s.be.t.node)
+	s.log.Info("running a statement again on the new primary after the old one was lost", "lost", lost, "node", s.be.t.node)
 	s.rerunning = true
 	defer func() { s.rerunning = false }()
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
-	s.cls = classSelect
+	s.cls = cls
 	if err := writePacket(s.be.conn, 0, s.rerun); err != nil {
 		return s.failCommand(mysql.COM_QUERY, fail(closeBackendLost, err))
 	}
@@ -315,8 +360,10 @@ func (s *session) rerunRead(lost string) string {
 
 // keepForLoss keeps, before the COM_QUERY payload p (command byte + text)
 // is forwarded on a primary listener where a hold is possible, what a
-// lost primary needs: a copy of an autocommit read, to run it again, and
-// whether a transaction's statement is its COMMIT. Nothing otherwise.
+// lost primary needs: a copy of an autocommit statement (a read, to run it
+// again; another statement, to send it again if the lost primary never ran
+// it), and whether a transaction's statement is its COMMIT. Nothing
+// otherwise.
 func (s *session) keepForLoss(p []byte) {
 	s.rerun, s.commitSent = s.rerun[:0], false
 	if s.l.role != rolePrimary || !s.l.route.snap.Load().holdOn {
@@ -325,7 +372,9 @@ func (s *session) keepForLoss(p []byte) {
 	switch {
 	case s.inTx() || s.st.locked:
 		s.commitSent = isCommit(p[1:])
-	case s.cls == classSelect:
+	case s.cls == classSelect, s.cls == classOther:
+		// A read, to run again; any other statement, to send again only
+		// if the lost primary provably never ran it (notExecuted).
 		s.rerun = append(s.rerun, p...)
 	}
 }

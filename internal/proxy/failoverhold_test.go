@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,5 +293,150 @@ func TestLostPrimaryReadRerunAndTransaction(t *testing.T) {
 	var id int
 	if err := txc.QueryRowContext(ctx, "SELECT @@server_id").Scan(&id); err != nil || id != 2 {
 		t.Fatalf("the transaction's session after the failover: server_id %d, %v", id, err)
+	}
+}
+
+// TestLostPrimaryNeverRanStatementSentAgain: a write the primary provably
+// never ran is sent to the new primary instead of failing. The primary is
+// frozen (SIGSTOP) so that the INSERT forwarded to it stays unread in its
+// socket, then killed: its kernel resets the connection (close with
+// unread data), and the proxy sends the INSERT to the new primary, where
+// it lands exactly once. A write the primary had read and was running when
+// it died (FIN) still gets the outcome-unknown error.
+func TestLostPrimaryNeverRanStatementSentAgain(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	for _, q := range []string{"CREATE TABLE nr_t (id INT PRIMARY KEY)", "CREATE TABLE nr_slow (id INT PRIMARY KEY)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node2, err := sql.Open("mysql", h.c.RootDSN(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node2.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.nr_slow").Scan(&n); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the table never reached node2: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	unread, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unread.Close()
+	running, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	for _, c := range []*sql.Conn{unread, running} {
+		if err := c.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runningErr := make(chan error, 1)
+	go func() {
+		// Read by the server and running (SLEEP) when it dies.
+		_, err := running.ExecContext(ctx, "INSERT INTO nr_slow SELECT 2 FROM (SELECT SLEEP(5)) AS s")
+		runningErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid)
+	unreadErr := make(chan error, 1)
+	go func() {
+		// Forwarded to a frozen server: it stays in the socket, unread.
+		_, err := unread.ExecContext(ctx, "INSERT INTO nr_t VALUES (1)")
+		unreadErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-runningErr; err == nil {
+		t.Fatal("the INSERT running when the primary died succeeded")
+	} else if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "unknown") {
+		t.Fatalf("the INSERT running when the primary died: %v, want the outcome-unknown error", err)
+	}
+	if _, err := node2.ExecContext(ctx, "STOP SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node2.ExecContext(ctx, "SET GLOBAL read_only = OFF"); err != nil {
+		t.Fatal(err)
+	}
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(done)
+	select {
+	case err := <-unreadErr:
+		if err != nil {
+			t.Fatalf("the INSERT the lost primary never read: %v, want it sent to the new primary", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the INSERT the lost primary never read did not finish")
+	}
+	var ids []int
+	rows, err := node2.QueryContext(ctx, "SELECT id FROM sbtest.nr_t ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if len(ids) != 1 || ids[0] != 1 {
+		t.Fatalf("rows on the new primary: %v, want exactly [1]", ids)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ...: the state follows the last ')'.
+			if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d not stopped 10 s after SIGSTOP", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

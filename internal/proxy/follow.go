@@ -72,6 +72,7 @@ func Follow(ctx context.Context, st topo.Store, keys topo.Keys, s *Server) error
 	}()
 	s.watchClusters(ctx, st, keys)
 	<-done
+	s.stopFailsafe("proxy stopping")
 	<-checked
 	<-hot
 	return nil
@@ -198,13 +199,21 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			if !sleepCtx(ctx, backoff) {
 				return
 			}
+			// Without a registration writes depend on failsafe checks:
+			// retry at least every second to return to the store soon.
 			backoff = min(2*backoff, followBackoffMax)
+			if s.WritesFenced() != "" {
+				backoff = min(backoff, time.Second)
+			}
 			continue
 		}
 		backoff = followBackoffMin
 		go s.watchLease(ctx, lease)
 		if s.WritesFenced() != "" && s.resync(ctx, st, keys) == nil {
 			s.unfenceWrites()
+			// Rewrite the registration: it was made while failsafe still
+			// ran, and now says when it ended.
+			s.updateReach(ctx, lease, started)
 		}
 		s.log.Info("proxy registered", "key", key, "epochs", epochs)
 		if s.keepRegistration(ctx, lease, started, epochs) {
@@ -216,7 +225,7 @@ func (s *Server) register(ctx context.Context, st topo.Store, keys topo.Keys) {
 			return
 		}
 		s.log.Warn("proxy registration lease lost; registering again", "key", key)
-		s.fenceWrites("registration lease lost")
+		s.fenceWrites(ctx, "registration lease lost")
 	}
 }
 
@@ -286,6 +295,7 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		Switchovers:     s.acks.snapshot(),
 		BackendSessions: s.backendSessions(),
 		Sessions:        s.listenerSessions(),
+		Failsafe:        s.Failsafe(),
 	}
 	s.mu.Lock()
 	for _, l := range s.listeners {

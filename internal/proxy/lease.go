@@ -16,8 +16,10 @@ import (
 // routes writes (it stops waiting for that proxy's acknowledgement of a new
 // epoch before promoting a new primary), so the proxy must make that true:
 // from the moment it knows its lease is gone until it is registered again
-// and has re-read every cluster state, primary listeners refuse writes
-// while replica listeners keep serving reads from the last known topology.
+// and has re-read every cluster state, primary listeners refuse writes —
+// except to a primary that its direct checks of every node confirm
+// (failsafe.go, internal/topo/FAILSAFE.md) — while replica listeners keep
+// serving reads from the last known topology.
 type writeFence struct {
 	reason atomic.Pointer[string]
 }
@@ -41,32 +43,54 @@ func (s *Server) WritesFenced() string {
 	return ""
 }
 
-// fenceWrites stops routing on primary listeners: every cluster's snapshot
-// is rebuilt without a primary, so new sessions are refused and existing
-// ones are moved off (idle) or closed (in a transaction) at their next
-// command.
-func (s *Server) fenceWrites(reason string) {
-	if s.fence.reason.Swap(&reason) == nil {
-		s.log.Error("registration lease lost: refusing writes on primary listeners until registered again", "reason", reason)
+// fenceWrites stops routing on primary listeners, except to the primaries
+// that a direct check of every node confirms (failsafe.go): every cluster's
+// snapshot is rebuilt, so on an unconfirmed cluster new sessions are
+// refused and existing ones are moved off (idle) or closed (in a
+// transaction) at their next command. The first round of checks runs
+// before the fence goes up, so a confirmed cluster sees no gap; the checks
+// then repeat until unfenceWrites.
+func (s *Server) fenceWrites(ctx context.Context, reason string) {
+	s.failsafe.enter.Lock()
+	defer s.failsafe.enter.Unlock()
+	if s.fence.reason.Load() != nil {
+		return
 	}
+	if s.cfg.Load().Proxy.FailsafeOn() {
+		s.startFailsafe(ctx)
+	}
+	s.fence.reason.Store(&reason)
+	s.log.Error("registration lease lost: writes on primary listeners only where a direct check of every node confirms the primary (failsafe), until registered again", "reason", reason)
 	s.reapplySnapshots()
 }
 
 // unfenceWrites lifts the fence (after a new registration and a fresh read
-// of every cluster state).
+// of every cluster state) and ends failsafe.
 func (s *Server) unfenceWrites() {
+	s.failsafe.enter.Lock() // a lease lost again meanwhile fences after this
+	defer s.failsafe.enter.Unlock()
 	if s.fence.reason.Swap(nil) != nil {
 		s.log.Info("registered again with a fresh topology: writes routed again")
 		s.reapplySnapshots()
+		s.stopFailsafe("registered again and re-read the topology")
 	}
 }
 
 // applyFence strips the primary from a snapshot being installed while the
-// fence is up.
+// fence is up, unless failsafe confirms it.
 func (s *Server) applyFence(snap *routeSnapshot) {
-	if r := s.WritesFenced(); r != "" {
-		snap.primary = nil
-		snap.fenced = r
+	r := s.WritesFenced()
+	if r == "" {
+		return
+	}
+	ok, why := s.failsafeHolds(snap)
+	if ok {
+		return
+	}
+	snap.primary = nil
+	snap.fenced = r
+	if why != "" {
+		snap.fenced = r + "; failsafe: " + why
 	}
 }
 
@@ -95,17 +119,23 @@ func (s *Server) watchLease(ctx context.Context, lease topo.Lease) {
 	case <-ctx.Done():
 	case <-lease.Done():
 		if ctx.Err() == nil {
-			s.fenceWrites("registration lease lost")
+			s.fenceWrites(ctx, "registration lease lost")
 		}
 	}
 }
+
+// storeAttemptTimeout bounds one attempt to register or to re-read the
+// cluster states: a request sent while the store had no quorum (or over a
+// connection that drops packets) is given up and sent again, so the proxy
+// is registered within about a second of the store answering again.
+const storeAttemptTimeout = 3 * time.Second
 
 // registerBounded registers with a deadline: during a partition a request
 // to etcd can hang on a connection that drops packets, and a proxy whose
 // lease was lost must keep trying so that it routes writes again once the
 // store is back.
 func registerBounded(ctx context.Context, st topo.Store, key string, val []byte) (topo.Lease, error) {
-	rctx, cancel := context.WithTimeout(ctx, RegistrationTTL)
+	rctx, cancel := context.WithTimeout(ctx, storeAttemptTimeout)
 	defer cancel()
 	return st.Register(rctx, key, val, RegistrationTTL)
 }
@@ -118,7 +148,7 @@ func (s *Server) resync(ctx context.Context, st topo.Store, keys topo.Keys) erro
 	prefix := keys.ClustersPrefix()
 	backoff := followBackoffMin
 	for {
-		lctx, cancel := context.WithTimeout(ctx, RegistrationTTL)
+		lctx, cancel := context.WithTimeout(ctx, storeAttemptTimeout)
 		kvs, err := st.List(lctx, prefix)
 		cancel()
 		if err == nil {

@@ -199,7 +199,7 @@ func (s *session) replayTx(lost string, inflight bool) (string, string) {
 		return replayConnect, merr.Message
 	}
 	br := s.srv.readers.Get().(*bufio.Reader)
-	br.Reset(be.conn)
+	br.Reset(be.reader())
 	defer func() {
 		br.Reset(nil)
 		s.srv.readers.Put(br)

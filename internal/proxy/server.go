@@ -73,6 +73,8 @@ type Server struct {
 
 	reach reachState // backend reachability as this proxy sees it (reachability.go)
 	fence writeFence // set while the registration lease is lost (lease.go)
+	// failsafe confirms primaries directly while the fence is up (failsafe.go)
+	failsafe failsafeState
 
 	stateAlarm stateAlarms // cluster states refused (statealarm.go)
 
@@ -136,6 +138,9 @@ func New(o Options) (*Server, error) {
 		closing:      make(chan struct{}),
 		bytesIn:      m.bytes.WithLabelValues("client_to_backend"),
 		bytesOut:     m.bytes.WithLabelValues("backend_to_client"),
+	}
+	if err := s.failsafe.initMetrics(o.Registry); err != nil {
+		return nil, err
 	}
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -227,6 +229,9 @@ func WriteTable(w io.Writer, r *Report) error {
 			for _, c := range sortedKeys(p.StateAlarms) {
 				cfg += fmt.Sprintf(" STATE ALARM %s: %s", c, p.StateAlarms[c])
 			}
+			for _, c := range slices.Sorted(maps.Keys(p.Failsafe)) {
+				cfg += " " + failsafeText(c, p.Failsafe[c], r.CollectedAt)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", p.ID, strings.Join(p.Listeners, ","), strings.Join(eps, ","), cfg, age(r.CollectedAt, p.UpdatedAt))
 		}
 		return tw.Flush()
@@ -284,4 +289,17 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// failsafeText words a proxy's failsafe period for the PROXIES table:
+// "FAILSAFE main since 11:48:24 on node1 epoch 3 (2m10s)" while it lasts,
+// "failsafe main 11:48:24–11:48:31 (6.4s) on node1: registered again ..."
+// once it ended.
+func failsafeText(cluster string, p topo.FailsafePeriod, now time.Time) string {
+	if p.Until.IsZero() {
+		return fmt.Sprintf("FAILSAFE %s since %s on %s epoch %d (%s)", cluster, p.Since.Format("15:04:05"), p.Primary, p.Epoch,
+			now.Sub(p.Since).Round(time.Second))
+	}
+	return fmt.Sprintf("failsafe %s %s–%s (%s) on %s: %s", cluster, p.Since.Format("15:04:05"), p.Until.Format("15:04:05"),
+		p.Until.Sub(p.Since).Round(100*time.Millisecond), p.Primary, p.Ended)
 }

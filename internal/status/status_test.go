@@ -34,7 +34,9 @@ func TestCollectFlagsInvalidState(t *testing.T) {
 			st := topo.NewMemory()
 			put(t, st, keys.ClusterState("main"), []byte(c.state))
 			reg, _ := json.Marshal(topo.ProxyRegistration{ID: "p1", Epochs: map[string]int64{"main": 7},
-				StateAlarms: map[string]string{"main": "invalid cluster state: something"}})
+				StateAlarms: map[string]string{"main": "invalid cluster state: something"},
+				Failsafe: map[string]topo.FailsafePeriod{"main": {Primary: "n1", Epoch: 7, Since: time.Date(2026, 1, 1, 11, 48, 24, 0, time.UTC),
+					Until: time.Date(2026, 1, 1, 11, 48, 31, 0, time.UTC), Ended: "registered again and re-read the topology"}}})
 			put(t, st, keys.Proxy("p1"), reg)
 			r, err := Collect(ctx, st, keys, time.Now())
 			if err != nil {
@@ -47,7 +49,8 @@ func TestCollectFlagsInvalidState(t *testing.T) {
 			if err := WriteTable(&b, r); err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range []string{"STATE INVALID: ", "STATE ALARM main: invalid cluster state: something"} {
+			for _, w := range []string{"STATE INVALID: ", "STATE ALARM main: invalid cluster state: something",
+				"failsafe main 11:48:24–11:48:31 (7s) on n1: registered again and re-read the topology"} {
 				if !strings.Contains(b.String(), w) {
 					t.Fatalf("table lacks %q:\n%s", w, b.String())
 				}

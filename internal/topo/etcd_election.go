@@ -41,10 +41,20 @@ func (s *etcdStore) Campaign(ctx context.Context, election, id string) (Leader, 
 // campaignOnce campaigns with one session. retry is true when the session
 // died before leadership was won.
 func (s *etcdStore) campaignOnce(ctx context.Context, election, id string) (_ Leader, retry bool, _ error) {
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(s.sessionTTL), concurrency.WithContext(s.ctx))
+	// The lease is granted with a bound: a grant sent while the store had
+	// no quorum would otherwise wait for the server's own timeout (about
+	// 7 s) after the quorum is back.
+	gctx, gcancel := context.WithTimeout(ctx, grantTimeout)
+	grant, err := s.cli.Grant(gctx, int64(s.sessionTTL))
+	gcancel()
+	if err != nil {
+		return nil, false, s.wrap("campaign", election, fmt.Errorf("grant session lease: %w", err))
+	}
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(grant.ID), concurrency.WithContext(s.ctx))
 	if err != nil {
 		return nil, false, s.wrap("campaign", election, fmt.Errorf("create session: %w", err))
 	}
+	s.dropStaleCampaigns(ctx, election, id, sess.Lease())
 	el := concurrency.NewElection(sess, election)
 	cctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(sess.Ctx(), cancel)
@@ -92,6 +102,9 @@ func (s *etcdStore) campaignOnce(ctx context.Context, election, id string) (_ Le
 	s.log.Info("won election", "election", election, "id", id, "key", l.key)
 	return l, false, nil
 }
+
+// grantTimeout bounds granting the lease of an election session.
+const grantTimeout = 2 * time.Second
 
 // errSessionLost: the election key of a campaign is gone.
 var errSessionLost = errors.New("election session lost")
@@ -306,4 +319,46 @@ func (l *etcdLeader) release(ctx context.Context) error {
 
 func (s *etcdStore) sessionTTLDuration() time.Duration {
 	return time.Duration(s.sessionTTL) * time.Second
+}
+
+// dropStaleCampaigns deletes the election keys that carry id but belong to
+// another lease than own, and revokes their leases: they were left by an
+// earlier process with the same identity that died without resigning
+// (kill -9, a crash, `switchyard up` restarted), and would otherwise keep
+// the leadership, with nobody acting on it, until their session TTL runs
+// out after etcd restarts or they stop being renewed. Each delete is
+// conditioned on the key still holding id at the create revision read, so
+// a key that meanwhile changed hands is left alone. Identities must be
+// unique: a second live process with the same id loses its leadership to
+// this one. Failures are logged and the campaign goes on (the stale key
+// then expires with its lease, as before).
+func (s *etcdStore) dropStaleCampaigns(ctx context.Context, election, id string, own clientv3.LeaseID) {
+	gctx, cancel := context.WithTimeout(ctx, s.sessionTTLDuration())
+	defer cancel()
+	resp, err := s.cli.Get(gctx, election+"/", clientv3.WithPrefix())
+	if err != nil {
+		s.log.Debug("cannot list election keys to drop stale campaigns", "election", election, "err", err)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) != id || clientv3.LeaseID(kv.Lease) == own {
+			continue
+		}
+		txn, err := s.cli.Txn(gctx).
+			If(clientv3.Compare(clientv3.Value(string(kv.Key)), "=", id),
+				clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).
+			Commit()
+		if err != nil || !txn.Succeeded {
+			s.log.Debug("stale election key not dropped", "election", election, "key", string(kv.Key), "err", err)
+			continue
+		}
+		if kv.Lease != 0 {
+			if _, err := s.cli.Revoke(gctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				s.log.Debug("revoke the lease of a stale election key", "key", string(kv.Key), "err", err)
+			}
+		}
+		s.log.Info("dropped the election key of an earlier process with this identity",
+			"election", election, "id", id, "key", string(kv.Key))
+	}
 }

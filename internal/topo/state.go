@@ -368,8 +368,12 @@ type ProxyRegistration struct {
 	// drain can tell when no session uses a node any more. Rewritten at most
 	// every second while counts change.
 	BackendSessions []BackendSessions `json:"backend_sessions,omitempty"`
-	StartedAt       time.Time         `json:"started_at"`
-	UpdatedAt       time.Time         `json:"updated_at"`
+	// Failsafe is, per cluster, the last period in which the proxy routed
+	// writes without a registration (the store unreachable), kept until the
+	// proxy restarts; absent when it never did (see FailsafeWindow).
+	Failsafe  map[string]FailsafePeriod `json:"failsafe,omitempty"`
+	StartedAt time.Time                 `json:"started_at"`
+	UpdatedAt time.Time                 `json:"updated_at"`
 }
 
 // Request kinds.

@@ -73,7 +73,10 @@ type Store interface {
 	// them, in order, until ctx is cancelled (the channel is then closed).
 	Watch(ctx context.Context, prefix string) ([]KV, <-chan WatchEvent, error)
 	// Campaign blocks until this caller (id) is the leader of election, or ctx
-	// ends. Only one Leader exists per election at a time.
+	// ends. Only one Leader exists per election at a time. An entry of the
+	// election that carries the same id on another session (left by an
+	// earlier process with this identity that died without resigning) is
+	// removed first, so ids must be unique among live campaigners.
 	Campaign(ctx context.Context, election, id string) (Leader, error)
 	// Leader returns the id of the current leader of election, or ErrNotFound.
 	Leader(ctx context.Context, election string) (string, error)

@@ -47,6 +47,12 @@ type foOpts struct {
 	Registry prometheus.Registerer
 	// ProxyRegistry, when set, receives the first proxy's metrics.
 	ProxyRegistry prometheus.Registerer
+	// Endpoints, when set, is the etcd to use (e.g. a 3-member cluster)
+	// instead of a fresh embedded one.
+	Endpoints []string
+	// ControllerEtcd, when set, gives the controller the etcd endpoints
+	// to use (e.g. through a relay that can be cut).
+	ControllerEtcd func(endpoints []string) []string
 }
 
 // foStack is a sandbox with etcd, one controller and N proxies in-process,
@@ -80,7 +86,10 @@ func startFO(t *testing.T, o foOpts) *foStack {
 			cfg.Clusters[0].Nodes[i].Address = s.lab.addr(i)
 		}
 	}
-	s.endpoints = topotest.StartEtcd(t)
+	s.endpoints = o.Endpoints
+	if s.endpoints == nil {
+		s.endpoints = topotest.StartEtcd(t)
+	}
 	s.store = topotest.Connect(t, s.endpoints)
 	cfg.Etcd.Endpoints = s.endpoints
 	cfg.Probe.Interval = config.Duration(foInterval)
@@ -105,7 +114,11 @@ func startFO(t *testing.T, o foOpts) *foStack {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	log := topotest.Logger(t)
-	ctrl, err := controller.New(controller.Options{Config: cfg, Store: topotest.Connect(t, s.endpoints), Keys: s.keys,
+	ceps := s.endpoints
+	if o.ControllerEtcd != nil {
+		ceps = o.ControllerEtcd(ceps)
+	}
+	ctrl, err := controller.New(controller.Options{Config: cfg, Store: topotest.Connect(t, ceps), Keys: s.keys,
 		ID: "ctrl-1", Log: log.With("role", "controller"), Registry: o.Registry})
 	if err != nil {
 		t.Fatal(err)
