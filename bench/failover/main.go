@@ -70,6 +70,7 @@ type options struct {
 	durability string
 	hold       bool
 	tx         bool
+	failsafe   bool
 }
 
 type trial struct {
@@ -109,6 +110,7 @@ func main() {
 	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
 	flag.BoolVar(&o.hold, "hold", true, "clusters[].failover.hold: hold statements while the primary is lost (false: fail them at once)")
 	flag.BoolVar(&o.tx, "tx", true, "odd-numbered writers run BEGIN; INSERT; UPDATE; COMMIT transactions")
+	flag.BoolVar(&o.failsafe, "failsafe", true, "proxy.failsafe (off: a failover that cannot fence the old primary skips the 1s failsafe window)")
 	flag.Parse()
 	// Clients see the kill as broken connections; the driver's own log of
 	// them is noise here (the figures count them).
@@ -281,6 +283,7 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	cfg.Probe.Timeout = config.Duration(probeTimeout(o.interval))
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	cfg.Clusters[0].Failover.Hold = &o.hold
+	cfg.Proxy.Failsafe = &o.failsafe
 	if o.durability != "" {
 		cfg.Clusters[0].Durability = o.durability
 	}
