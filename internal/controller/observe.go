@@ -175,8 +175,7 @@ func (m *clusterMemory) observe(probes map[string]topo.Probe, now time.Time) {
 		if p.LagSeconds != nil {
 			m.lastLag[name] = *p.LagSeconds
 		}
-		sig := strings.Join([]string{p.SourceHost, itoa(int64(p.SourcePort)), itoa(p.HeartbeatsReceived),
-			p.SourceLogFile, itoa(p.ReadSourceLogPos), p.GTIDIO}, "|")
+		sig := topo.IOProgressMark(p)
 		if m.ioSig[name] != sig {
 			m.ioSig[name] = sig
 			at := p.At

@@ -23,13 +23,15 @@ import (
 // primary only while it confirms directly, with every node of the cluster,
 // that no other node can take writes: the primary is writable and not
 // replicating, every other node is read_only=ON and replicating from it
-// with its IO thread running (a candidate's IO thread is stopped before it
-// is promoted, and the controller waits topo.FailsafeWindow after that).
-// A confirmation is valid for topo.FailsafeWindow from the start of the
+// with its IO thread running and having received something from it
+// (event or heartbeat) within topo.FailsafeProgress of the check's start (a
+// candidate's IO thread is stopped before it is promoted, and the
+// controller waits until no confirmation can still be valid). A
+// confirmation is valid for topo.FailsafeValidity from the start of the
 // check; rounds of checks start every failsafeInterval while the lease is
 // lost. A node that answers with anything that rules the primary out ends
-// the confirmation at once; one that does not answer only stops renewing
-// it.
+// the confirmation at once; one that does not answer, or a replica that
+// shows no recent progress, only stops renewing it.
 // Patroni's failsafe_mode is the model (a primary that cannot reach the
 // DCS keeps its role only while every member confirms it).
 const (
@@ -39,6 +41,12 @@ const (
 	failsafeTimeoutMax = 350 * time.Millisecond
 	// failsafeRoundsMax bounds the rounds of checks in flight at once.
 	failsafeRoundsMax = 3
+	// failsafeSettleMax bounds the rounds run before the fence goes up
+	// while a cluster is confirmed neither way (the first round only gives
+	// each replica's progress baseline): writes keep flowing meanwhile, as
+	// during the first round, and the controller's grace after a lease
+	// disappears (2s) covers it.
+	failsafeSettleMax = time.Second
 )
 
 // failsafeState is the proxy's failsafe bookkeeping, under mu (never taken
@@ -53,10 +61,49 @@ type failsafeState struct {
 	periods  map[string]topo.FailsafePeriod // last period per cluster (registration)
 	probers  map[string]*probe.Prober       // by address
 	proberTO time.Duration
+	progress map[string]map[string]*progressMark // by cluster, then node
 
 	active *prometheus.GaugeVec
 	since  *prometheus.GaugeVec
 	checks *prometheus.CounterVec
+}
+
+// progressMark is what the checks know of one replica's IO progress: the
+// mark (topo.IOProgressMark) read by the check that started last, when that
+// check started, and the latest moment after which the replica is known to
+// have received something (zero until two checks read different marks).
+type progressMark struct {
+	mark         string
+	readStart    time.Time
+	changedAfter time.Time
+}
+
+// observe records that a check started at start read mark. Two checks that
+// read different marks prove a change after the earlier of their reads,
+// which is no earlier than the earlier of their starts; so the bound holds
+// whatever order concurrent rounds finish in. The first observation is
+// only a baseline.
+func (m *progressMark) observe(mark string, start time.Time) {
+	switch {
+	case m.readStart.IsZero():
+		m.mark, m.readStart = mark, start
+	case mark != m.mark:
+		if lb := minTime(start, m.readStart); lb.After(m.changedAfter) {
+			m.changedAfter = lb
+		}
+		if start.After(m.readStart) {
+			m.mark, m.readStart = mark, start
+		}
+	case start.After(m.readStart):
+		m.readStart = start
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // failsafeHold is one cluster whose primary the last checks confirmed.
@@ -135,7 +182,7 @@ func (s *Server) failsafeHolds(snap *routeSnapshot) (bool, string) {
 	case h.primary != st.Primary || h.epoch != st.Epoch:
 		return false, "the confirmed primary is not the routed one"
 	case !s.now().Before(h.validUntil):
-		return false, "no direct check confirmed the primary within " + topo.FailsafeWindow.String()
+		return false, "no direct check confirmed the primary within " + topo.FailsafeValidity.String()
 	}
 	return true, ""
 }
@@ -153,7 +200,14 @@ func (s *Server) startFailsafe(ctx context.Context) {
 	lctx, cancel := context.WithCancel(ctx)
 	f.cancel = cancel
 	f.mu.Unlock()
-	s.failsafeRound(lctx, false)
+	begin := s.now()
+	for s.failsafeRound(lctx, false) && s.now().Sub(begin) < failsafeSettleMax {
+		// The first round gives the replicas' progress baseline; later
+		// ones see the next heartbeat. Writes are not fenced yet.
+		if !sleepCtx(lctx, failsafeInterval) {
+			break
+		}
+	}
 	go func() {
 		// A round starts every failsafeInterval whether or not the last
 		// one finished (at most failsafeRoundsMax at once): one slow probe
@@ -198,6 +252,7 @@ func (s *Server) stopFailsafe(why string) {
 		s.endHoldLocked(name, h, now, why)
 	}
 	f.why = nil
+	f.progress = nil
 	probers := f.probers
 	f.probers = nil
 	f.mu.Unlock()
@@ -223,10 +278,12 @@ func (s *Server) endHoldLocked(name string, h *failsafeHold, now time.Time, why 
 }
 
 // failsafeRound checks every cluster that has a routed primary, in
-// parallel, and updates the holds; clusters whose outcome changed are
-// rebuilt when rebuild is set (the first round runs before the fence is
-// applied, which rebuilds everything).
-func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
+// parallel, and updates the replicas' progress and the holds; clusters
+// whose outcome changed are rebuilt when rebuild is set (the rounds before
+// the fence is applied do not: applying it rebuilds everything). It reports
+// whether a cluster is left unsettled: not confirmed, and refused only
+// because a node did not answer or a replica showed no recent progress yet.
+func (s *Server) failsafeRound(ctx context.Context, rebuild bool) (unsettled bool) {
 	type job struct {
 		st topo.ClusterState
 		cl *config.Cluster
@@ -246,17 +303,18 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 	s.mu.Unlock()
 	start := s.now()
 	errs := make([]error, len(jobs))
+	probes := make([]map[string]topo.Probe, len(jobs))
 	var wg sync.WaitGroup
 	for i, j := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.failsafeCheck(ctx, cfg, j.cl, j.st)
+			probes[i], errs[i] = s.failsafeProbe(ctx, cfg, j.cl)
 		}()
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return
+		return false
 	}
 	var changed []string
 	f := &s.failsafe
@@ -264,7 +322,7 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 	if ctx.Err() != nil {
 		// stopFailsafe ran meanwhile (it cancels under f.mu).
 		f.mu.Unlock()
-		return
+		return false
 	}
 	if f.held == nil {
 		f.held, f.periods = map[string]*failsafeHold{}, map[string]topo.FailsafePeriod{}
@@ -272,14 +330,29 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 	if f.why == nil {
 		f.why = map[string]string{}
 	}
+	if f.progress == nil {
+		f.progress = map[string]map[string]*progressMark{}
+	}
 	now := s.now()
 	for i, j := range jobs {
 		name := j.st.Cluster
+		if errs[i] == nil {
+			hist := f.progress[name]
+			if hist == nil {
+				hist = map[string]*progressMark{}
+				f.progress[name] = hist
+			}
+			observeProgress(hist, j.st.Primary, probes[i], start)
+			errs[i] = failsafeVerdict(j.cl, j.st, probes[i], hist, start)
+		}
 		h := f.held[name]
 		if err := errs[i]; err != nil {
 			f.checks.WithLabelValues(name, "refused").Inc()
 			var r *failsafeRefusal
 			definitive := !errors.As(err, &r) || r.definitive
+			if h == nil && !definitive {
+				unsettled = true
+			}
 			if h != nil && !definitive {
 				// A node did not answer this time: the last confirmation
 				// stands until it expires (failsafeExpired), as another
@@ -287,7 +360,10 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 				s.log.Debug("failsafe: a check did not complete", "cluster", name, "err", err)
 				continue
 			}
-			if f.why[name] != err.Error() || h != nil {
+			if r != nil && r.progressOnly && h == nil {
+				// The baseline round, or heartbeats not seen yet.
+				s.log.Debug("failsafe: waiting for replica progress", "cluster", name, "err", err)
+			} else if f.why[name] != err.Error() || h != nil {
 				s.log.Error("failsafe: a direct check does not confirm the primary; writes refused until registered again or confirmed",
 					"cluster", name, "primary", j.st.Primary, "epoch", j.st.Epoch, "err", err)
 			}
@@ -311,10 +387,10 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 			f.active.WithLabelValues(name).Set(1)
 			f.since.WithLabelValues(name).Set(float64(now.UnixMilli()) / 1000)
 			s.log.Warn("failsafe: registration lease lost; writes keep going to the primary, confirmed directly with every node",
-				"cluster", name, "primary", h.primary, "epoch", h.epoch, "window", topo.FailsafeWindow)
+				"cluster", name, "primary", h.primary, "epoch", h.epoch, "validity", topo.FailsafeValidity)
 			changed = append(changed, name)
 		}
-		if v := start.Add(topo.FailsafeWindow); v.After(h.validUntil) {
+		if v := start.Add(topo.FailsafeValidity); v.After(h.validUntil) {
 			h.validUntil = v
 		}
 		if h.timer == nil {
@@ -329,6 +405,23 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) {
 			s.rebuildCluster(name)
 		}
 	}
+	return unsettled
+}
+
+// observeProgress records, in hist, the IO progress mark of every replica
+// of primary that a check started at start read.
+func observeProgress(hist map[string]*progressMark, primary string, probes map[string]topo.Probe, start time.Time) {
+	for name, p := range probes {
+		if name == primary || !p.Reachable || p.Error != "" || !p.Replicating {
+			continue
+		}
+		m := hist[name]
+		if m == nil {
+			m = &progressMark{}
+			hist[name] = m
+		}
+		m.observe(topo.IOProgressMark(p), start)
+	}
 }
 
 // failsafeExpired ends h when no check renewed it within the window.
@@ -339,7 +432,7 @@ func (s *Server) failsafeExpired(name string, h *failsafeHold) {
 		f.mu.Unlock()
 		return
 	}
-	why := "no direct check confirmed the primary within " + topo.FailsafeWindow.String()
+	why := "no direct check confirmed the primary within " + topo.FailsafeValidity.String()
 	f.why[name] = why
 	s.endHoldLocked(name, h, s.now(), why)
 	f.mu.Unlock()
@@ -359,15 +452,15 @@ func (s *Server) rebuildCluster(name string) {
 	cr.mu.Unlock()
 }
 
-// failsafeCheck probes every node of cl with the monitor account and
-// returns nil when failsafeVerdict confirms st's primary.
-func (s *Server) failsafeCheck(ctx context.Context, cfg *config.Config, cl *config.Cluster, st topo.ClusterState) error {
+// failsafeProbe probes every node of cl with the monitor account, by node
+// name; failsafeVerdict judges the result.
+func (s *Server) failsafeProbe(ctx context.Context, cfg *config.Config, cl *config.Cluster) (map[string]topo.Probe, error) {
 	if !cfg.Proxy.FailsafeOn() {
-		return errors.New("failsafe is off (proxy.failsafe)")
+		return nil, errors.New("failsafe is off (proxy.failsafe)")
 	}
 	pw, err := cfg.Credentials.Monitor.Resolve()
 	if err != nil || cfg.Credentials.Monitor.User == "" {
-		return fmt.Errorf("the monitor account (credentials.monitor) is not usable here: %v", err)
+		return nil, fmt.Errorf("the monitor account (credentials.monitor) is not usable here: %v", err)
 	}
 	timeout := min(cfg.Probe.Timeout.D(), failsafeTimeoutMax)
 	if timeout <= 0 {
@@ -380,7 +473,7 @@ func (s *Server) failsafeCheck(ctx context.Context, cfg *config.Config, cl *conf
 	probers := make([]*probe.Prober, len(cl.Nodes))
 	for i, n := range cl.Nodes {
 		if probers[i] = s.failsafeProber(n.Address, cred, cl.Flavor, timeout); probers[i] == nil {
-			return errors.New("failsafe stopped")
+			return nil, errors.New("failsafe stopped")
 		}
 	}
 	for i, n := range cl.Nodes {
@@ -397,7 +490,7 @@ func (s *Server) failsafeCheck(ctx context.Context, cfg *config.Config, cl *conf
 		}()
 	}
 	wg.Wait()
-	return failsafeVerdict(cl, st, probes)
+	return probes, nil
 }
 
 // failsafeProber returns the prober of addr, or nil once failsafe stopped.
@@ -423,20 +516,26 @@ func (s *Server) failsafeProber(addr string, cred probe.Credentials, flavor stri
 }
 
 // failsafeVerdict is the failsafe rule, pure: st's primary may keep taking
-// writes routed by a proxy without its registration only if
+// writes routed by a proxy without its registration, on a check that
+// started at start and read probes, only if
 //   - the primary answered, is read_only=OFF and does not replicate;
 //   - every other configured node answered, is read_only=ON and replicates
 //     from the primary's address with its IO thread running (Slave_IO_Running
-//     Yes), or is quarantined in st (never promoted) and read_only=ON.
+//     Yes) and, by hist (the progress marks, updated with this check),
+//     received something after start − topo.FailsafeProgress of its heartbeat
+//     period; or is quarantined in st (never promoted) and read_only=ON.
 //
 // A node that cannot be reached cannot be ruled out as a new primary, so
-// it refuses. The error names every node that fails and how.
-func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string]topo.Probe) error {
+// it refuses. The error names every node that fails and how; it is not
+// definitive when the only failures are nodes that did not answer or
+// replicas without recent progress (the last confirmation then expires at
+// the end of its validity).
+func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string]topo.Probe, hist map[string]*progressMark, start time.Time) error {
 	prim := cl.Node(st.Primary)
 	if prim == nil {
 		return fmt.Errorf("primary %q is not a configured node", st.Primary)
 	}
-	var bad []string
+	var bad, quiet []string
 	definitive := false
 	for _, n := range cl.Nodes {
 		p, ok := probes[n.Name]
@@ -464,17 +563,39 @@ func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string
 			bad = append(bad, n.Name+": replicates from "+hostPortOf(p)+", not from "+st.Primary)
 		case p.IORunning != "Yes":
 			bad = append(bad, fmt.Sprintf("%s: IO thread %q", n.Name, p.IORunning))
+		default:
+			if why := progressLacking(hist[n.Name], p, start); why != "" {
+				quiet = append(quiet, n.Name+": "+why)
+			}
 		}
 		if len(bad) > before {
 			definitive = true
 		}
 	}
-	if len(bad) > 0 {
-		sort.Strings(bad)
-		return &failsafeRefusal{definitive: definitive,
-			msg: fmt.Sprintf("cannot confirm %s as the only writable node: %s", st.Primary, strings.Join(bad, "; "))}
+	if len(bad)+len(quiet) > 0 {
+		all := append(bad, quiet...)
+		sort.Strings(all)
+		return &failsafeRefusal{definitive: definitive, progressOnly: len(bad) == 0,
+			msg: fmt.Sprintf("cannot confirm %s as the only writable node: %s", st.Primary, strings.Join(all, "; "))}
 	}
 	return nil
+}
+
+// progressLacking says why replica p (history m) shows no progress recent
+// enough for a check started at start, or "" when it does (or when its
+// heartbeat period is 0 and none is required: topo.FailsafeProgress).
+func progressLacking(m *progressMark, p topo.Probe, start time.Time) string {
+	need := topo.FailsafeProgress(topo.HeartbeatPeriodOf(p))
+	switch {
+	case need == 0:
+		return ""
+	case m == nil || m.changedAfter.IsZero():
+		return "no progress from the primary seen yet (event or heartbeat)"
+	case start.Sub(m.changedAfter) > need:
+		return fmt.Sprintf("nothing received from the primary for over %s (need progress within %s, heartbeat period %s)",
+			start.Sub(m.changedAfter).Round(time.Millisecond), need, topo.HeartbeatPeriodOf(p))
+	}
+	return ""
 }
 
 // failsafeRefusal is a check that did not confirm the primary. It is
@@ -485,6 +606,8 @@ func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string
 type failsafeRefusal struct {
 	msg        string
 	definitive bool
+	// progressOnly: every failure is a replica without recent progress.
+	progressOnly bool
 }
 
 func (r *failsafeRefusal) Error() string { return r.msg }

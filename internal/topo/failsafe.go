@@ -1,18 +1,68 @@
 package topo
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
-// FailsafeWindow bounds how long a proxy that lost its registration lease
-// keeps routing writes on one direct check of a cluster's nodes: it routes
-// writes to the primary it knows only while a check that started less than
-// FailsafeWindow ago found that primary writable and every other node
-// read-only and replicating from it (internal/topo/FAILSAFE.md). A
-// controller that fails over without having fenced the old primary waits
-// this long after stopping the replicas' IO threads before it promotes, so
-// that such a proxy sees the stopped threads and stops routing first.
-// Patroni's failsafe_mode is the model: a primary cut off from the DCS keeps
-// running only while it can reach every member directly.
+// FailsafeWindow is how long a controller that fails over without having
+// fenced the old primary waits after stopping the replicas' IO threads
+// before it promotes, when it has no proof that the replicas had stopped
+// receiving from the old primary earlier (internal/topo/FAILSAFE.md): a
+// proxy that lost its registration lease routes writes to the primary it
+// knows only on a direct check that started less than FailsafeValidity
+// (shorter than this) ago and found that primary writable and every other
+// node read-only and replicating from it, so once the window is over every
+// such proxy has seen the stopped threads. Patroni's failsafe_mode is the
+// model: a primary cut off from the DCS keeps running only while it can
+// reach every member directly.
 const FailsafeWindow = time.Second
+
+// FailsafeValidity is how long one passing direct check lets a proxy
+// without its registration keep routing writes to the primary, counted from
+// the start of the check (650ms: with the default failover.silence_bound of
+// 1.2s and its heartbeat period of 200ms, FailsafeProgress + FailsafeValidity
+// equals the bound, so a failover decided on the replicas' silence needs no
+// window; see FAILSAFE.md).
+const FailsafeValidity = 650 * time.Millisecond
+
+// FailsafeProgress is how recent a replica's progress must be for a
+// proxy's direct check to pass: the check needs every replica (not
+// quarantined) to have received something from the primary (an event or a
+// heartbeat: Slave_received_heartbeats, Master_Log_File/Read_Master_Log_Pos
+// or Gtid_IO_Pos changed) after a moment at most FailsafeProgress before
+// the check started. period is the replica's MASTER_HEARTBEAT_PERIOD
+// (Slave_heartbeat_period); the result is max(450ms, 2×period + 150ms):
+// a live idle primary sends a heartbeat every period and the proxy's checks
+// start every 150ms, so a live primary always meets it with a period of
+// margin. A period of 0 (heartbeats off, or not read) returns 0: no
+// progress is required of that replica, since an idle primary would show
+// none, and a controller then has no silence to go by either.
+func FailsafeProgress(period time.Duration) time.Duration {
+	if period <= 0 {
+		return 0
+	}
+	return max(450*time.Millisecond, 2*period+150*time.Millisecond)
+}
+
+// HeartbeatPeriodOf returns p's Slave_heartbeat_period as a duration (0
+// when unset).
+func HeartbeatPeriodOf(p Probe) time.Duration {
+	if p.HeartbeatPeriod <= 0 {
+		return 0
+	}
+	return time.Duration(p.HeartbeatPeriod * float64(time.Second))
+}
+
+// IOProgressMark is what tells two probes of a replica's IO thread apart
+// when it received something in between: its source, Slave_received_heartbeats,
+// Master_Log_File, Read_Master_Log_Pos and Gtid_IO_Pos. The controller's
+// silence measurement and the proxy's failsafe check use the same mark, so
+// progress one of them sees is progress the other sees.
+func IOProgressMark(p Probe) string {
+	return p.SourceHost + "|" + strconv.Itoa(p.SourcePort) + "|" + strconv.FormatInt(p.HeartbeatsReceived, 10) + "|" +
+		p.SourceLogFile + "|" + strconv.FormatInt(p.ReadSourceLogPos, 10) + "|" + p.GTIDIO
+}
 
 // FailsafePeriod is one period during which a proxy routed writes to a
 // cluster's primary without its registration in the store, on the strength
