@@ -12,29 +12,136 @@ import (
 )
 
 // waitFailsafeWindow waits, in a failover that could not fence the old
-// primary, until topo.FailsafeWindow has passed since the replicas' IO
-// threads were stopped (stoppedAt). A proxy cut off from the store keeps
-// routing writes to the old primary only while its direct checks find
-// every replica replicating from it (internal/topo/FAILSAFE.md); a check
-// confirms for FailsafeWindow from its start, so once this wait is over no
-// such proxy routes to the old primary any more and the candidate may take
-// writes. The controller cannot tell a proxy in failsafe from one that is
-// gone (neither has a registration), so it waits unless the old primary's
+// primary, until no proxy cut off from the store can still route writes to
+// it. Such a proxy routes to the old primary only on a direct check that
+// started less than topo.FailsafeValidity ago and found every replica
+// replicating from it with its IO thread running and having received
+// something within topo.FailsafeProgress of the check's start
+// (internal/topo/FAILSAFE.md). So the wait ends at the earlier of
+//   - topo.FailsafeWindow after the IO threads were stopped (stoppedAt):
+//     a check started later sees a stopped thread;
+//   - failsafeClearAt of the replicas' progress: when every replica's IO
+//     progress mark was unchanged from a moment L to a read after its IO
+//     thread stopped, no check can pass after L + FailsafeProgress +
+//     FailsafeValidity (a failover decided on the replicas' silence is
+//     already past it).
+//
+// The controller cannot tell a proxy in failsafe from one that is gone
+// (neither has a registration), so it waits unless the old primary's
 // server is down (oldPrimaryDown).
 func (f *failoverRun) waitFailsafeWindow(ctx context.Context, stoppedAt time.Time) (string, error) {
 	if why := f.oldPrimaryDown(ctx); why != "" {
 		return "not needed: " + why, nil
 	}
-	left := stoppedAt.Add(topo.FailsafeWindow).Sub(f.t.c.now())
+	deadline := stoppedAt.Add(topo.FailsafeWindow)
+	clear, why := failsafeClearAt(f.progressEvidence(ctx))
+	by := fmt.Sprintf("%s after the IO threads stopped (%s)", topo.FailsafeWindow, why)
+	if !clear.IsZero() && clear.Before(deadline) {
+		deadline = clear
+		by = "the replicas' silence: " + why
+	}
+	left := deadline.Sub(f.t.c.now())
 	if left <= 0 {
-		return fmt.Sprintf("%s since the IO threads stopped", topo.FailsafeWindow), nil
+		return "no proxy without its registration can still confirm " + f.old + ", by " + by, nil
 	}
 	sleep(ctx, left)
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("waited %s so that a proxy without its registration sees the stopped IO threads",
-		left.Round(time.Millisecond)), nil
+	return fmt.Sprintf("waited %s so that a proxy without its registration can no longer confirm %s, by %s",
+		left.Round(time.Millisecond), f.old, by), nil
+}
+
+// progressEvidence is what one replica's probes say about when its IO
+// thread last received anything.
+type progressEvidence struct {
+	node string
+	// lastBy: the replica's IO progress mark (topo.IOProgressMark) was the
+	// same from this moment until a read at which its IO thread was
+	// stopped, so it received nothing after lastBy. Zero when not proven.
+	lastBy time.Time
+	// period is its heartbeat period (Slave_heartbeat_period).
+	period time.Duration
+	// why says why lastBy is not proven.
+	why string
+}
+
+// progressEvidence probes every replica that a proxy's failsafe check
+// requires progress of (every node but the old primary that is not
+// quarantined) after their IO threads were stopped, and returns what their
+// probes prove about their last progress: the mark seen now must be the one
+// the controller has seen since ioAt (the end of the probe that first read
+// it), with the IO thread stopped and the source the old primary.
+func (f *failoverRun) progressEvidence(ctx context.Context) []progressEvidence {
+	f.cr.mu.Lock()
+	var quarantined map[string]string
+	if f.cr.state != nil {
+		quarantined = f.cr.state.Quarantined
+	}
+	f.cr.mu.Unlock()
+	old := f.cl.Node(f.old)
+	var names []string
+	for _, n := range f.cl.Nodes {
+		if n.Name != f.old && quarantined[n.Name] == "" {
+			names = append(names, n.Name)
+		}
+	}
+	post := f.t.probeNodes(ctx, f.cfg, f.cl, names)
+	f.m.observe(post, f.t.c.now())
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	out := make([]progressEvidence, 0, len(names))
+	for _, name := range names {
+		p := post[name]
+		e := progressEvidence{node: name, period: topo.HeartbeatPeriodOf(p)}
+		switch {
+		case !complete(p):
+			e.why = "not reached after the IO threads stopped"
+		case !p.Replicating || old == nil || !analysis.SameAddress(p.SourceHost, p.SourcePort, old.Address):
+			e.why = "not replicating from " + f.old
+		case p.IORunning != "No":
+			e.why = "IO thread " + orDash(p.IORunning) + ", not stopped"
+		case f.m.ioSig[name] != topo.IOProgressMark(p) || f.m.ioAt[name].IsZero():
+			e.why = "no progress mark recorded"
+		default:
+			e.lastBy = f.m.ioAt[name]
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// failsafeClearAt returns the moment after which no proxy's failsafe check
+// can pass on the old primary any more, given every required replica's
+// evidence (pure): max over the replicas of lastBy +
+// topo.FailsafeProgress(period) + topo.FailsafeValidity. A pass started at
+// c needs progress of each of them after c − FailsafeProgress, that is
+// before lastBy, so c < lastBy + FailsafeProgress, and it lasts
+// FailsafeValidity. (One replica would be enough; every one is required so
+// that a proxy whose state quarantines a node the controller's does not is
+// covered too.) Zero, with why, when a replica proves nothing or requires
+// no progress (heartbeats off), or there is no replica; otherwise why
+// names the least silence.
+func failsafeClearAt(ev []progressEvidence) (time.Time, string) {
+	if len(ev) == 0 {
+		return time.Time{}, "no replica to go by"
+	}
+	var at time.Time
+	var latest string
+	for _, e := range ev {
+		if e.lastBy.IsZero() {
+			return time.Time{}, e.node + ": " + e.why
+		}
+		need := topo.FailsafeProgress(e.period)
+		if need == 0 {
+			return time.Time{}, e.node + ": heartbeats off (no progress required by a proxy's check)"
+		}
+		if t := e.lastBy.Add(need + topo.FailsafeValidity); t.After(at) {
+			at = t
+			latest = fmt.Sprintf("%s, progress within %s needed, pass valid %s", e.node, need, topo.FailsafeValidity)
+		}
+	}
+	return at, "no replica received anything from its last progress until its IO thread stopped (latest bound: " + latest + ")"
 }
 
 // oldPrimaryDown returns why no proxy can be writing to the old primary,
