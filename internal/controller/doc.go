@@ -41,8 +41,10 @@
 // A failover refreshes and plans, fences a reachable old primary
 // (read_only=ON, sessions killed) or waits until every proxy applied the new
 // epoch or lost its lease, stops replication IO threads (without a fence it
-// then waits topo.FailsafeWindow so that a proxy in failsafe sees them
-// stopped, failsafe.go), re-plans, applies
+// then waits until no proxy in failsafe can still confirm the old primary:
+// topo.FailsafeWindow after the stop, or less when every replica's progress
+// mark proves it received nothing for long enough before the stop,
+// failsafe.go), re-plans, applies
 // the candidate's relay log, promotes, proves an application write,
 // repoints the replicas (a replica whose replication was stopped before
 // the failover is repointed but left stopped) and publishes; a failure

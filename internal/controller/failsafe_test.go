@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -50,9 +51,11 @@ func TestFailsafeClearAt(t *testing.T) {
 			}
 		})
 	}
-	// The default settings: a failover decided on silence_bound (1.2s) of
-	// silence with heartbeats every bound/6 waits nothing more.
-	if d := topo.FailsafeProgress(200*time.Millisecond) + topo.FailsafeValidity; d > 1200*time.Millisecond {
-		t.Fatalf("FailsafeProgress + FailsafeValidity = %s for the default heartbeat period, above the default silence bound 1.2s", d)
+	// The default settings: a failover decided on silence_bound of silence
+	// (with the heartbeat period the controller sets) waits nothing more.
+	var fo config.FailoverConfig
+	if d := topo.FailsafeProgress(fo.HeartbeatPeriod()) + topo.FailsafeValidity; d > config.DefaultSilenceBound {
+		t.Fatalf("FailsafeProgress + FailsafeValidity = %s for the default heartbeat period %s, above the default silence bound %s",
+			d, fo.HeartbeatPeriod(), config.DefaultSilenceBound)
 	}
 }

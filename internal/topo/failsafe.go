@@ -20,10 +20,11 @@ const FailsafeWindow = time.Second
 
 // FailsafeValidity is how long one passing direct check lets a proxy
 // without its registration keep routing writes to the primary, counted from
-// the start of the check (650ms: with the default failover.silence_bound of
-// 1.2s and its heartbeat period of 200ms, FailsafeProgress + FailsafeValidity
-// equals the bound, so a failover decided on the replicas' silence needs no
-// window; see FAILSAFE.md).
+// the start of the check. 650ms: with the default failover.silence_bound of
+// 1.2s and its heartbeat period of 100ms (bound/12), FailsafeProgress +
+// FailsafeValidity is 1.1s, below the bound, so a failover decided on the
+// replicas' silence needs no window (FAILSAFE.md); and rounds of checks
+// 150ms apart, each bounded by 350ms, renew a pass well within it.
 const FailsafeValidity = 650 * time.Millisecond
 
 // FailsafeProgress is how recent a replica's progress must be for a
