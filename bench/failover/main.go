@@ -110,7 +110,7 @@ func main() {
 	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
 	flag.BoolVar(&o.hold, "hold", true, "clusters[].failover.hold: hold statements while the primary is lost (false: fail them at once)")
 	flag.BoolVar(&o.tx, "tx", true, "odd-numbered writers run BEGIN; INSERT; UPDATE; COMMIT transactions")
-	flag.BoolVar(&o.failsafe, "failsafe", true, "proxy.failsafe (off: a failover that cannot fence the old primary skips the 1s failsafe window)")
+	flag.BoolVar(&o.failsafe, "failsafe", true, "proxy.failsafe (off: a failover that cannot fence the old primary never waits the failsafe window; on, it waits up to 1s unless the replicas' silence rules it out)")
 	flag.Parse()
 	// Clients see the kill as broken connections; the driver's own log of
 	// them is noise here (the figures count them).

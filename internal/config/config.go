@@ -468,10 +468,13 @@ type ProxyConfig struct {
 	// Failsafe lets a proxy that lost its registration in the topology store
 	// keep routing writes to a cluster's primary while its direct checks of
 	// every node confirm that primary (writable, every other node read-only
-	// and replicating from it); see internal/topo/FAILSAFE.md, after
-	// Patroni's failsafe_mode. While it is on, a failover that could not
-	// fence the old primary waits 1 s more (the failsafe window) before
-	// promoting. Off: a proxy without its registration refuses writes.
+	// and replicating from it with recent progress); see
+	// internal/topo/FAILSAFE.md, after Patroni's failsafe_mode. While it is
+	// on, a failover that could not fence the old primary waits up to 1 s
+	// more (the failsafe window) before promoting, unless the replicas'
+	// silence already rules out any proxy's confirmation (a partitioned or
+	// frozen primary: no wait). Off: a proxy without its registration
+	// refuses writes.
 	// Change it while the store is healthy (proxies and controller must
 	// agree).
 	// Type: bool. Default: true.

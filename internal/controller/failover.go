@@ -258,7 +258,8 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	ioStopped := f.t.c.now()
 	// 7. Without a fence, wait until no proxy routes to the old primary:
 	// registered ones acknowledge, and one in failsafe sees the stopped IO
-	// threads within the failsafe window.
+	// threads within the failsafe window (or its replicas' silence already
+	// ended its confirmation).
 	if !f.fenced {
 		if err := f.step(ctx, "wait for proxies", f.waitProxies); err != nil {
 			return f.rollback(ctx, "wait for proxies: "+err.Error())

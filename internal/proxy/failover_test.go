@@ -89,7 +89,7 @@ func TestWritesFencedWhileLeaseLost(t *testing.T) {
 // the primary (writable, the replicas read-only with their IO threads
 // running from it), writes continue on the same session with no error; a
 // replica whose IO thread stops (as a failover stops it before promoting)
-// ends failsafe within topo.FailsafeWindow and writes are refused; once it
+// ends failsafe within topo.FailsafeValidity and writes are refused; once it
 // replicates again failsafe resumes; registering again ends it, and the
 // registration, Failsafe() and the metrics say so.
 func TestFailsafeWhileLeaseLost(t *testing.T) {
