@@ -42,10 +42,10 @@ const (
 	// failsafeRoundsMax bounds the rounds of checks in flight at once.
 	failsafeRoundsMax = 3
 	// failsafeSettleMax bounds the rounds run before the fence goes up
-	// while a cluster is confirmed neither way (the first round only gives
-	// each replica's progress baseline): writes keep flowing meanwhile, as
-	// during the first round, and the controller's grace after a lease
-	// disappears (2s) covers it.
+	// while a cluster is refused only for want of replica progress (the
+	// first round only gives each replica's progress baseline): writes keep
+	// flowing meanwhile, as during the first round, and the controller's
+	// grace after a lease disappears (2s) covers it.
 	failsafeSettleMax = time.Second
 )
 
@@ -282,7 +282,8 @@ func (s *Server) endHoldLocked(name string, h *failsafeHold, now time.Time, why 
 // whose outcome changed are rebuilt when rebuild is set (the rounds before
 // the fence is applied do not: applying it rebuilds everything). It reports
 // whether a cluster is left unsettled: not confirmed, and refused only
-// because a node did not answer or a replica showed no recent progress yet.
+// because a replica showed no recent progress yet (a node that did not
+// answer fences at once, as it did before the progress rule).
 func (s *Server) failsafeRound(ctx context.Context, rebuild bool) (unsettled bool) {
 	type job struct {
 		st topo.ClusterState
@@ -350,7 +351,7 @@ func (s *Server) failsafeRound(ctx context.Context, rebuild bool) (unsettled boo
 			f.checks.WithLabelValues(name, "refused").Inc()
 			var r *failsafeRefusal
 			definitive := !errors.As(err, &r) || r.definitive
-			if h == nil && !definitive {
+			if h == nil && r != nil && r.progressOnly {
 				unsettled = true
 			}
 			if h != nil && !definitive {
