@@ -356,9 +356,18 @@ type backendCheck struct {
 // quorum, with its own probes and every replica's silence). With long the
 // second connect then goes on waiting up to proxy.connect_timeout, and if
 // it gets no answer in all that time the error is a *connectFailed — the
-// only verdict on which commands in flight are cut (cutUnreachable). A
-// short failure alone may be spurious (a live server whose accept queue is
-// full, back_log, drops SYNs in a connection storm) and never cuts.
+// only verdict on which commands in flight are cut (cutUnreachable).
+//
+// A short failure may be spurious: a live server whose accept queue is
+// full (back_log) drops SYNs in a connection storm, and a healthy node is
+// then reported unreachable. That report never cuts a statement; it counts
+// towards DeadPrimary only together with the controller failing to reach
+// the node and every replica having heard nothing from it for
+// failover.silence_bound (a server in a storm still sends its replicas
+// events and heartbeats on their established connections); replica
+// listeners avoid the node for new sessions meanwhile (primary listeners do
+// not look at it); and a failed node is checked again every
+// minCheckInterval, the first answered check clearing the report.
 func checkBackend(ctx context.Context, addr string, rc *runtimeConfig, long bool, early func(error)) backendCheck {
 	timeout := rc.connectTimeout
 	short := min(rc.checkConnect, timeout)
