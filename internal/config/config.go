@@ -450,6 +450,12 @@ type ProbeConfig struct {
 	// kernel). Raise it for nodes with a network round trip above ~30ms.
 	// At most Timeout; when Timeout is shorter than the default, unset means
 	// Timeout.
+	//
+	// Proxies bound the TCP connect of their own backend checks by it too:
+	// a node that answers neither that connect nor a second one sent at
+	// once is reported unreachable in the proxy's registration (evidence
+	// for the controller's quorum); commands in flight there are cut only
+	// when a connect got no answer within proxy.connect_timeout.
 	// Type: duration. Default: 100ms.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
 }

@@ -119,9 +119,50 @@ func wakeFence(ctx context.Context, address string, cred probe.Credentials, flav
 		return "", errors.New("the old primary is primary again: not fencing it")
 	}
 	at := time.Now()
-	np := &nodeProber{Prober: pr}
-	if err := fence(ctx, np, replUser); err != nil {
+	if err := fenceAtOnce(ctx, pr, replUser); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("read_only=ON, client sessions killed (%s after the connection was answered)", time.Since(at).Round(time.Millisecond)), nil
+}
+
+// wakeFenceKillAfter is how long fenceAtOnce lets SET GLOBAL read_only=ON
+// wait before it kills the client sessions that block it.
+const wakeFenceKillAfter = 20 * time.Millisecond
+
+// fenceAtOnce fences a node that must stop taking writes now — an old
+// primary that answers again after it was failed over — without waiting
+// for what its woken sessions hold. It sends SET GLOBAL read_only=ON and,
+// when that has not completed within wakeFenceKillAfter, kills the client
+// sessions while the SET waits: the pending SET's backup-lock request makes
+// new commits queue behind it, and the sessions it waits for end when
+// killed. Those are typically commits waiting for a semi-sync
+// acknowledgement that no replica will send (the failover stopped their IO
+// threads): MariaDB ends such a wait when the session is killed, and
+// otherwise only after rpl_semi_sync_master_timeout, which would leave the
+// old primary writable that long. Then it verifies read_only and kills the
+// client sessions again (see fence).
+func fenceAtOnce(ctx context.Context, pr *probe.Prober, replUser string) error {
+	done := make(chan error, 1)
+	go func() { done <- pr.SetReadOnly(ctx, true) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(wakeFenceKillAfter):
+		if _, kerr := pr.KillClientSessions(ctx, replUser); kerr != nil {
+			return fmt.Errorf("read_only=ON waits and killing client sessions failed: %w", kerr)
+		}
+		err = <-done
+	}
+	if err != nil {
+		return err
+	}
+	ro, err := pr.ReadOnly(ctx)
+	if err != nil {
+		return err
+	}
+	if !ro {
+		return errors.New("read_only is still OFF after SET GLOBAL read_only=ON")
+	}
+	_, err = pr.KillClientSessions(ctx, replUser)
+	return err
 }

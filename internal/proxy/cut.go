@@ -24,11 +24,15 @@ import (
 //
 // Besides, the proxy's own backend check (reachability.go, every
 // probe.interval) cuts the commands in flight on a node it cannot even
-// connect to — no TCP answer within proxy.connect_timeout, host or network
-// unreachable: a blackholed or vanished host — on every listener, so no
-// client waits longer than about connect_timeout + probe.interval for a
-// dead address; and backend sockets carry TCP keepalive and
-// TCP_USER_TIMEOUT (tcp.go) as the last bound.
+// connect to — a connect that got no TCP answer within
+// proxy.connect_timeout, host or network unreachable, after a first one
+// bounded by probe.connect_timeout: a blackholed or vanished host — on
+// every listener, so no client waits longer than about connect_timeout +
+// probe.interval + probe.connect_timeout for a dead address; and backend
+// sockets carry TCP keepalive and TCP_USER_TIMEOUT (tcp.go) as the last
+// bound. The check reports such a node unreachable (registration) earlier,
+// after two connects bounded by probe.connect_timeout; that report alone
+// never cuts.
 //
 // A slow or busy node is never cut (its probes succeed), nor a drained one
 // (drained nodes let commands in flight finish), nor a replica that stopped

@@ -440,3 +440,39 @@ func waitStopped(t *testing.T, pid int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNoRouteKeepsSession: a session whose cluster has no route for its
+// listener (no primary published, and no failover to wait for) gets the
+// reason for each statement and stays open; once a primary is published
+// again its next statement runs there.
+func TestNoRouteKeepsSession(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	db := h.db("rw", "", nil)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @keep := 7"); err != nil {
+		t.Fatal(err)
+	}
+	none := sandboxState(h.c, 2, 0, 1, 2)
+	none.Primary = ""
+	for i := range none.Nodes {
+		none.Nodes[i].Role = topo.RoleReplica
+	}
+	h.srv.SetClusterState(none)
+	for range 2 {
+		var id int
+		err := conn.QueryRowContext(ctx, "SELECT @@server_id").Scan(&id)
+		if code, _ := mysqlErr(err); err == nil || code == 0 {
+			t.Fatalf("statement without a primary: server_id %d, %v; want a MySQL error", id, err)
+		}
+	}
+	h.srv.SetClusterState(sandboxState(h.c, 3, 1, 0, 2))
+	var id, keep int
+	if err := conn.QueryRowContext(ctx, "SELECT @@server_id, @keep").Scan(&id, &keep); err != nil || id != 2 || keep != 7 {
+		t.Fatalf("after a primary was published: server_id %d, @keep %d, %v; want 2, 7 on the same session", id, keep, err)
+	}
+}

@@ -295,9 +295,12 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig, cmd byte) (boo
 	switch {
 	case merr == nil:
 		return false, ""
-	case reason == "":
-		// The primary is lost and no new one came: this command fails,
-		// the session stays.
+	case reason == "", reason == closeNoRoute:
+		// The primary is lost and no new one came, or the cluster has no
+		// route for this listener now (no primary published, writes
+		// refused while this proxy has no registration): this command
+		// fails with the reason, the session stays and looks for a route
+		// again at its next command.
 		return s.answerCommand(cmd, merr)
 	}
 	s.writeError(1, merr)

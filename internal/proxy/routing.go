@@ -265,6 +265,11 @@ func (s *Server) SetClusterState(st topo.ClusterState) {
 	}
 	cr.state = &st
 	s.rebuild(cr)
+	if primaryInTrouble(&st) {
+		// The controller is losing the primary: its quorum waits for
+		// this proxy's view, so check now rather than at the interval.
+		s.backendTrouble()
+	}
 }
 
 // rebuild builds and installs the snapshot of cr from its inputs (cr.mu

@@ -27,10 +27,13 @@ type userEntry struct {
 type runtimeConfig struct {
 	users          map[string]*userEntry
 	connectTimeout time.Duration
-	tcp            backendTCP // keepalive and TCP_USER_TIMEOUT of backend sockets (tcp.go)
-	maxPerBackend  int
-	clusters       map[string]*config.Cluster
-	probeInterval  time.Duration // probe.interval
+	// checkConnect is probe.connect_timeout: the first bound of a backend
+	// check's TCP connect (reachability.go).
+	checkConnect  time.Duration
+	tcp           backendTCP // keepalive and TCP_USER_TIMEOUT of backend sockets (tcp.go)
+	maxPerBackend int
+	clusters      map[string]*config.Cluster
+	probeInterval time.Duration // probe.interval
 }
 
 func (rc *runtimeConfig) nodeAddr(cluster, node string) string {
@@ -67,12 +70,16 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 	rc := &runtimeConfig{
 		users:          make(map[string]*userEntry, len(c.Users)),
 		connectTimeout: c.Proxy.ConnectTimeout.D(),
+		checkConnect:   c.Probe.ConnectTimeout.D(),
 		maxPerBackend:  c.Proxy.MaxConnectionsPerBackend,
 		clusters:       make(map[string]*config.Cluster, len(c.Clusters)),
 		probeInterval:  c.Probe.Interval.D(),
 	}
 	if rc.connectTimeout <= 0 {
 		rc.connectTimeout = time.Second
+	}
+	if rc.checkConnect <= 0 {
+		rc.checkConnect = 100 * time.Millisecond // probe.connect_timeout's default
 	}
 	interval := c.Probe.Interval.D()
 	if interval <= 0 {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,8 +20,47 @@ import (
 // the woken node stays writable, requires the fence_on_wake event and a
 // window under 500 ms. The probe interval is 1 s here so that a fence left
 // to the repair round would show as a window of up to a second.
+//
+// The semi-sync variant freezes the primary under writers: when it wakes,
+// the commits that were running wait for a semi-sync acknowledgement no
+// replica sends (the failover stopped their IO threads), and SET GLOBAL
+// read_only=ON queues behind them; the fence must not wait for
+// rpl_semi_sync_master_timeout.
 func TestWokenFrozenPrimaryFencedAtOnce(t *testing.T) {
-	s := startFO(t, foOpts{Mutate: func(c *config.Config) { c.Probe.Interval = config.Duration(time.Second) }})
+	t.Run("idle", func(t *testing.T) { wokenFrozenPrimaryFenced(t, false) })
+	t.Run("semi-sync-writers", func(t *testing.T) { wokenFrozenPrimaryFenced(t, true) })
+}
+
+func wokenFrozenPrimaryFenced(t *testing.T, writers bool) {
+	s := startFO(t, foOpts{SemiSync: writers, Mutate: func(c *config.Config) { c.Probe.Interval = config.Duration(time.Second) }})
+	if writers {
+		rw, err := sql.Open("mysql", s.dsn(0, "primary"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rw.Close()
+		if _, err := rw.Exec("CREATE TABLE wake_w (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT)"); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					_, _ = rw.ExecContext(ctx, "INSERT INTO wake_w (v) VALUES (1)")
+					cancel()
+				}
+			})
+		}
+		defer func() { close(stop); wg.Wait() }()
+		time.Sleep(500 * time.Millisecond)
+	}
 	pid := s.sb.PID(0)
 	if pid <= 0 {
 		t.Fatal("no pid for node1")
