@@ -69,7 +69,10 @@ type progressEvidence struct {
 // progressEvidence probes every replica that a proxy's failsafe check
 // requires progress of (every node but the old primary that is not
 // quarantined) after their IO threads were stopped, and returns what their
-// probes prove about their last progress: the mark seen now must be the one
+// probes prove about their last progress: the IO thread must have been
+// running (Yes) when the failover refreshed — an IO thread that dropped its
+// connection may reconnect, and a reconnect may start
+// Slave_received_heartbeats again — and the mark seen now must be the one
 // the controller has seen since ioAt (the end of the probe that first read
 // it), with the IO thread stopped and the source the old primary.
 func (f *failoverRun) progressEvidence(ctx context.Context) []progressEvidence {
@@ -95,6 +98,8 @@ func (f *failoverRun) progressEvidence(ctx context.Context) []progressEvidence {
 		p := post[name]
 		e := progressEvidence{node: name, period: topo.HeartbeatPeriodOf(p)}
 		switch {
+		case f.probes[name].IORunning != "Yes":
+			e.why = "IO thread " + orDash(f.probes[name].IORunning) + " when the failover started (not silence)"
 		case !complete(p):
 			e.why = "not reached after the IO threads stopped"
 		case !p.Replicating || old == nil || !analysis.SameAddress(p.SourceHost, p.SourcePort, old.Address):
