@@ -69,6 +69,7 @@ type options struct {
 	stopFor    time.Duration
 	durability string
 	hold       bool
+	replay     bool
 	tx         bool
 	failsafe   bool
 }
@@ -80,8 +81,8 @@ type trial struct {
 	lost       int
 	errors     int64
 	newPrimary string
-	classed    [3]int64  // errors after the kill: in flight, in a transaction, other
-	samples    [3]string // one message of each class
+	classed    [nClasses]int64  // errors after the kill: in flight, in a transaction, COMMIT in flight, other
+	samples    [nClasses]string // one message of each class
 
 	// -fault stop only.
 	late           int // acknowledged after the new epoch, executed by the old primary
@@ -109,6 +110,7 @@ func main() {
 	flag.StringVar(&o.fault, "fault", "kill", "kill (SIGKILL the primary), stop (SIGSTOP it for -stop-for, then SIGCONT) or partition (take its network link down; needs root and ip netns)")
 	flag.DurationVar(&o.stopFor, "stop-for", 15*time.Second, "with -fault stop: how long the primary stays frozen")
 	flag.BoolVar(&o.hold, "hold", true, "clusters[].failover.hold: hold statements while the primary is lost (false: fail them at once)")
+	flag.BoolVar(&o.replay, "replay", false, "clusters[].failover.transaction_replay: replay a transaction interrupted by the loss of the primary on the new one")
 	flag.BoolVar(&o.tx, "tx", true, "odd-numbered writers run BEGIN; INSERT; UPDATE; COMMIT transactions")
 	flag.BoolVar(&o.failsafe, "failsafe", true, "proxy.failsafe (off: a failover that cannot fence the old primary never waits the failsafe window; on, it waits up to 1s unless the replicas' silence rules it out)")
 	flag.Parse()
@@ -140,8 +142,8 @@ func run(o options) error {
 	if o.fault != "kill" {
 		return fmt.Errorf("-fault %q: want kill, stop or partition", o.fault)
 	}
-	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers (transactions: %v), failover.mode auto (confirm_rounds 2), failover.hold %v\n",
-		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers, o.tx, o.hold)
+	fmt.Printf("crash failover: kill -9 of the primary under write load, %d trials, probe.interval %s, probe.timeout %s, semi-sync %v, durability %s, %d writers (transactions: %v), failover.mode auto (confirm_rounds 2), failover.hold %v, transaction_replay %v\n",
+		o.trials, o.interval, probeTimeout(o.interval), o.semiSync, durabilityName(o), o.writers, o.tx, o.hold, o.replay)
 	var res []trial
 	for i := 1; i <= o.trials; i++ {
 		tr, err := runTrial(o)
@@ -149,17 +151,17 @@ func run(o options) error {
 			return fmt.Errorf("trial %d: %w", i, err)
 		}
 		res = append(res, tr)
-		fmt.Printf("trial %2d: kill → first write %6.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d (in flight %d, open transaction %d, other %d)\n",
-			i, ms(tr.recovery), tr.failoverMS, tr.newPrimary, tr.acked, tr.lost, tr.errors, tr.classed[classInFlight], tr.classed[classInTx], tr.classed[classOther])
+		fmt.Printf("trial %2d: kill → first write %6.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d (in flight %d, open transaction %d, its COMMIT in flight %d, other %d)\n",
+			i, ms(tr.recovery), tr.failoverMS, tr.newPrimary, tr.acked, tr.lost, tr.errors, tr.classed[classInFlight], tr.classed[classInTx], tr.classed[classCommit], tr.classed[classOther])
 		if o.verbose {
 			for c, m := range tr.samples {
 				if m != "" {
-					fmt.Printf("          %s: %s\n", []string{"in flight", "open transaction", "other"}[c], m)
+					fmt.Printf("          %s: %s\n", classNames[c], m)
 				}
 			}
 		}
 	}
-	var sum [3]int64
+	var sum [nClasses]int64
 	var maxOther int64
 	for _, r := range res {
 		for c := range sum {
@@ -167,8 +169,8 @@ func run(o options) error {
 		}
 		maxOther = max(maxOther, r.classed[classOther])
 	}
-	fmt.Printf("client errors after the kill over %d trials: in flight at the kill %d, in an open transaction at the kill %d, all others %d (most in one trial %d)\n",
-		len(res), sum[classInFlight], sum[classInTx], sum[classOther], maxOther)
+	fmt.Printf("client errors after the kill over %d trials: in flight at the kill %d, in an open transaction at the kill %d (its COMMIT not yet sent), a transaction's COMMIT in flight at the kill %d, all others %d (most in one trial %d)\n",
+		len(res), sum[classInFlight], sum[classInTx], sum[classCommit], sum[classOther], maxOther)
 	var rec []time.Duration
 	lost, acked := 0, 0
 	for _, r := range res {
@@ -283,6 +285,7 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	cfg.Probe.Timeout = config.Duration(probeTimeout(o.interval))
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	cfg.Clusters[0].Failover.Hold = &o.hold
+	cfg.Clusters[0].Failover.TransactionReplay = o.replay
 	cfg.Proxy.Failsafe = &o.failsafe
 	if o.durability != "" {
 		cfg.Clusters[0].Durability = o.durability
@@ -473,11 +476,11 @@ type writers struct {
 	errs int64
 	// Per writer: a statement is in flight, a transaction is open; the
 	// class taken at the kill (used for its first error after it).
-	inflight, inTx []bool
-	class          []errClass
-	killed         bool
-	classed        [3]int64 // errors after the kill by class
-	sample         [3]string
+	inflight, inTx, commit []bool
+	class                  []errClass
+	killed                 bool
+	classed                [nClasses]int64 // errors after the kill by class
+	sample                 [nClasses]string
 }
 
 // errClass classes a client error by the session's state at the kill.
@@ -485,12 +488,16 @@ type errClass int
 
 const (
 	classInFlight errClass = iota // a statement was in flight at the kill
-	classInTx                     // a transaction was open at the kill
+	classInTx                     // a transaction was open at the kill, its COMMIT not yet sent
+	classCommit                   // a transaction's COMMIT was in flight at the kill (outcome unknown)
 	classOther                    // everything else: must be 0 with the hold
+	nClasses
 )
 
+var classNames = [nClasses]string{"in flight", "open transaction", "COMMIT in flight", "other"}
+
 func newWriters(dsn string, n int, tx bool) *writers {
-	return &writers{dsn: dsn, n: n, tx: tx, inflight: make([]bool, n), inTx: make([]bool, n), class: make([]errClass, n)}
+	return &writers{dsn: dsn, n: n, tx: tx, inflight: make([]bool, n), inTx: make([]bool, n), commit: make([]bool, n), class: make([]errClass, n)}
 }
 
 // markKill takes every writer's class at the kill.
@@ -500,6 +507,8 @@ func (w *writers) markKill() {
 	w.killed = true
 	for i := range w.n {
 		switch {
+		case w.inTx[i] && w.commit[i]:
+			w.class[i] = classCommit
 		case w.inTx[i]:
 			w.class[i] = classInTx
 		case w.inflight[i]:
@@ -554,7 +563,7 @@ func (w *writers) start(ctx context.Context) {
 				}
 				now := time.Now()
 				w.mu.Lock()
-				w.inflight[i], w.inTx[i] = false, false
+				w.inflight[i], w.inTx[i], w.commit[i] = false, false, false
 				if err == nil {
 					w.ids = append(w.ids, id)
 					w.sent = append(w.sent, sent)
@@ -590,12 +599,15 @@ func (w *writers) txWrite(ctx context.Context, db *sql.DB, i int, id int64) erro
 		_ = tx.Rollback()
 		return err
 	}
+	w.mu.Lock()
+	w.commit[i] = true
+	w.mu.Unlock()
 	return tx.Commit()
 }
 
 // classErrors returns the errors after the kill by class and one message
 // of each.
-func (w *writers) classErrors() ([3]int64, [3]string) {
+func (w *writers) classErrors() ([nClasses]int64, [nClasses]string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.classed, w.sample

@@ -476,3 +476,95 @@ func TestNoRouteKeepsSession(t *testing.T) {
 		t.Fatalf("after a primary was published: server_id %d, @keep %d, %v; want 2, 7 on the same session", id, keep, err)
 	}
 }
+
+// TestReplayWithPrepareInFlight: with transaction replay, a transaction
+// whose COM_STMT_PREPARE was in flight when the primary died (frozen, then
+// killed) is replayed on the new primary, the PREPARE runs again there, and
+// the transaction commits: the client sees no error.
+func TestReplayWithPrepareInFlight(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = true
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	if _, err := db.ExecContext(ctx, "CREATE TABLE rp_prep (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	node2, err := sql.Open("mysql", h.c.RootDSN(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node2.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.rp_prep").Scan(&n); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the table never reached node2: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"BEGIN", "INSERT INTO rp_prep VALUES (1)"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid := h.c.PID(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid)
+	type prepared struct {
+		st  *sql.Stmt
+		err error
+	}
+	done := make(chan prepared, 1)
+	go func() {
+		st, err := conn.PrepareContext(ctx, "INSERT INTO rp_prep VALUES (?)")
+		done <- prepared{st, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node2.ExecContext(ctx, "STOP SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node2.ExecContext(ctx, "SET GLOBAL read_only = OFF"); err != nil {
+		t.Fatal(err)
+	}
+	failing, published := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(published)
+	var p prepared
+	select {
+	case p = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the PREPARE in flight never finished")
+	}
+	if p.err != nil {
+		t.Fatalf("PREPARE in flight at the kill: %v, want it prepared again after the replay", p.err)
+	}
+	if _, err := p.st.ExecContext(ctx, 2); err != nil {
+		t.Fatalf("execute after the replay: %v", err)
+	}
+	p.st.Close()
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT after the replay: %v", err)
+	}
+	var n int
+	if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.rp_prep WHERE id IN (1, 2)").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows 1 and 2 on the new primary: %d, %v; want 2", n, err)
+	}
+}

@@ -103,8 +103,16 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	}
 	s.srv.metrics.replayAttempts.WithLabelValues(s.l.name).Inc()
 	start := time.Now()
-	result, why := s.replayTx(lost, inflight)
-	if result == replayOK && inflight {
+	// A COM_STMT_PREPARE in flight is not recorded (it changes nothing in
+	// the transaction); its text is still in s.prepPacket: replay what was
+	// recorded, then prepare it again on the new backend.
+	prepInFlight := inflight && fl.cmd == mysql.COM_STMT_PREPARE && len(s.prepPacket) > 0 &&
+		(len(r.entries) == 0 || r.entries[len(r.entries)-1].done)
+	result, why := s.replayTx(lost, inflight && !prepInFlight)
+	switch {
+	case result == replayOK && prepInFlight:
+		result, why = s.rerunPrepare()
+	case result == replayOK && inflight:
 		result, why = s.rerunInFlight()
 	}
 	s.srv.metrics.replays.WithLabelValues(s.l.name, result).Inc()
@@ -459,6 +467,43 @@ func (s *session) rerunInFlight() (string, string) {
 		s.st.afterStatement(cls)
 	}
 	s.recordEnd()
+	return replayOK, ""
+}
+
+// rerunPrepare sends the COM_STMT_PREPARE that was in flight when the
+// primary was lost (kept in s.prepPacket) to the session's new backend
+// after its transaction was replayed, and relays the answer as the answer
+// to the client's command (the statement gets a client id as any other).
+func (s *session) rerunPrepare() (string, string) {
+	if !s.beginRelay() {
+		return replayLostAgain, "the route changed again before the PREPARE in flight could run again"
+	}
+	if _, err := mysqlproto.WritePacket(s.be.conn, 0, s.prepPacket); err != nil {
+		s.endRelay()
+		return replayLostAgain, fmt.Sprintf("the new primary %s was lost: %v", s.be.t.node, err)
+	}
+	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	s.acquire()
+	err := s.relay(mysql.COM_STMT_PREPARE, respPrepare)
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	cut, _, wrote := s.endRelay()
+	s.srv.bytesOut.Add(float64(s.out))
+	if wrote && (cut != "" || err != nil) {
+		s.log.Info("closing session: the new primary was lost too while the PREPARE ran again, after part of its response was sent")
+		return closeRouteChanged, ""
+	}
+	if cut != "" {
+		return replayLostAgain, "the new primary left the route too while the PREPARE ran again: " + cut
+	}
+	if err != nil {
+		if clientReason(err) == closeClientGone {
+			return closeClientGone, ""
+		}
+		return replayLostAgain, fmt.Sprintf("the PREPARE in flight failed again on %s: %v", nodeName(s.be), err)
+	}
+	s.l.queries.Inc()
 	return replayOK, ""
 }
 
