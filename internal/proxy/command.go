@@ -77,6 +77,19 @@ func (s *session) loop() string {
 		if cmd == mysql.COM_QUIT {
 			return closeQuit
 		}
+		if s.txEnded != nil {
+			// The proxy ended the transaction while the client sent a
+			// command without a response: this command gets its error
+			// (a reset or change of user discards it with the session).
+			if cmd == mysql.COM_RESET_CONNECTION || cmd == mysql.COM_CHANGE_USER {
+				s.txEnded = nil
+			} else {
+				if reason := s.answerTxEnded(cmd); reason != "" {
+					return reason
+				}
+				continue
+			}
+		}
 		// Mark the session busy before looking at the snapshot: a drain
 		// monitor that installed a hold then sees either this command as
 		// busy or the session waiting (hold.go).

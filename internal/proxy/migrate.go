@@ -241,7 +241,7 @@ func (s *session) abortTx(snap *routeSnapshot, cmd byte, why string) (bool, stri
 	s.detached = false
 	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
 	s.log.Info("transaction ended by a primary change", "why", why)
-	return s.answerCommand(cmd, errUnknown(fmt.Sprintf(
+	return s.endTx(cmd, errUnknown(fmt.Sprintf(
 		"switchyard: your transaction was rolled back: %s; the statement was not run; the session continues on the current primary: run the transaction again", why)))
 }
 

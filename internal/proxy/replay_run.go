@@ -136,10 +136,14 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	s.log.Info("transaction not replayed: rolled back", "lost", lost, "result", result, "why", why, "cause", cause)
 	e := errReplayFailed(s.l.cluster, lost, why, inflight)
 	if inflight {
-		s.writeError(1, e)
+		if kindOf(cmd) != respNone {
+			s.writeError(1, e)
+		} else {
+			s.txEnded = e // the next command gets it (endTx)
+		}
 		return true, true, ""
 	}
-	answered, reason = s.answerCommand(cmd, e)
+	answered, reason = s.endTx(cmd, e)
 	return true, answered, reason
 }
 

@@ -80,6 +80,11 @@ type session struct {
 	rerunning  bool
 	commitSent bool
 	peekByte   [1]byte
+	// txEnded is the error of a transaction the proxy ended while the
+	// pending command had no response to carry it (COM_STMT_CLOSE,
+	// COM_STMT_SEND_LONG_DATA): the next command that has a response
+	// gets it instead of running (endTx).
+	txEnded *mysql.MyError
 	// fl is the command in flight, shared with the cutter (cut.go).
 	fl inflight
 

@@ -12,7 +12,9 @@ import (
 // was rolled back by the loss of the primary — or, for a COMMIT in flight
 // (inflight and s.commitSent), that its outcome is unknown. With inflight
 // the command was already forwarded (its packet is consumed); otherwise
-// its packet is consumed here. The backend connection is dropped, the
+// its packet is consumed here. A command without a response
+// (COM_STMT_CLOSE) cannot carry the error: the client's next command gets
+// it (endTx). The backend connection is dropped, the
 // session continues and its next command waits for the new primary
 // (failoverhold.go). This is the entry point for replaying transactions on
 // the new primary instead: it returns answered=true when it answered the
@@ -53,10 +55,42 @@ func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reaso
 	if inflight {
 		if kindOf(cmd) != respNone {
 			s.writeError(1, e)
+		} else {
+			s.log.Info("transaction ended at a command without a response; its error goes to the next command", "command", cmd)
+			s.txEnded = e
 		}
 		return true, ""
 	}
+	return s.endTx(cmd, e)
+}
+
+// endTx answers the pending command cmd with e, the error of the
+// transaction the proxy just ended. A command without a response
+// (COM_STMT_CLOSE, COM_STMT_SEND_LONG_DATA, sent between a transaction's
+// statements) cannot carry it: it is consumed and e is kept for the
+// client's next command that has a response, which gets e instead of
+// running. Otherwise that next command — typically the COMMIT — would run
+// outside any transaction on a fresh backend and succeed, acknowledging
+// writes the rolled-back transaction never made durable.
+func (s *session) endTx(cmd byte, e *mysql.MyError) (bool, string) {
+	if kindOf(cmd) == respNone {
+		s.log.Info("transaction ended at a command without a response; its error goes to the next command", "command", cmd)
+		s.txEnded = e
+	}
 	return s.answerCommand(cmd, e)
+}
+
+// answerTxEnded answers the pending command cmd with the error of the
+// transaction ended while the client sent a command without a response
+// (s.txEnded, see endTx); that error is delivered once, to the first
+// command that has a response. It reports the close reason.
+func (s *session) answerTxEnded(cmd byte) string {
+	e := s.txEnded
+	if kindOf(cmd) != respNone {
+		s.txEnded = nil
+	}
+	_, reason := s.answerCommand(cmd, e)
+	return reason
 }
 
 // isCommit reports whether query q is a COMMIT (COMMIT [WORK] ..., not
