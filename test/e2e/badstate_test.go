@@ -209,21 +209,31 @@ func TestForgedClusterStateOverwritten(t *testing.T) {
 			t.Fatalf("%s: primary %q before the write, want node1", c, cur.Primary)
 		}
 		forgedEpoch := cur.Epoch - 1 // deletion: the state comes back at the same epoch
-		kv, err := s.store.Get(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wrote := time.Now()
-		if c == "forged primary" {
-			forged := cur
-			forged.Primary, forged.Epoch, forged.Leader = "node3", cur.Epoch+1, "someone"
-			forgedEpoch = forged.Epoch
-			raw, _ := json.Marshal(forged)
-			if _, err := s.store.Update(ctx, key, raw, kv.Version); err != nil {
+		var wrote time.Time
+		// The controller rewrites the state every round: retry the
+		// compare-and-swap when it wrote in between.
+		for attempt := 0; ; attempt++ {
+			kv, err := s.store.Get(ctx, key)
+			if err != nil {
 				t.Fatal(err)
 			}
-		} else if err := s.store.Delete(ctx, key, kv.Version); err != nil {
-			t.Fatal(err)
+			wrote = time.Now()
+			if c == "forged primary" {
+				forged := cur
+				forged.Primary, forged.Epoch, forged.Leader = "node3", cur.Epoch+1, "someone"
+				forgedEpoch = forged.Epoch
+				raw, _ := json.Marshal(forged)
+				_, err = s.store.Update(ctx, key, raw, kv.Version)
+			} else {
+				err = s.store.Delete(ctx, key, kv.Version)
+			}
+			if err == nil {
+				break
+			}
+			if attempt == 20 {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 		st, took := s.waitState(c+": overwritten", 10*time.Second, func(st topo.ClusterState) bool {
 			// (the state comes back at an epoch above the forged one)
