@@ -483,8 +483,12 @@ func (s *Server) failsafeProbe(ctx context.Context, cfg *config.Config, cl *conf
 		go func() {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, timeout)
-			p := pr.Probe(pctx)
+			res := pr.ProbeResult(pctx)
 			cancel()
+			p := res.Probe
+			if p.Error != "" {
+				p.ErrorKind = string(res.Kind)
+			}
 			mu.Lock()
 			probes[n.Name] = p
 			mu.Unlock()
@@ -545,6 +549,11 @@ func failsafeVerdict(cl *config.Cluster, st topo.ClusterState, probes map[string
 		case !ok:
 			bad = append(bad, n.Name+": not checked")
 			before = len(bad)
+		case (!p.Reachable || p.Error != "") && n.Name == st.Primary && p.ErrorKind == string(probe.KindRefused):
+			// The port is closed: the primary's server is not running
+			// (killed, crashed, shut down). That rules it out at once: the
+			// controller fails it over without a failsafe window.
+			bad = append(bad, fmt.Sprintf("%s: primary refuses connections (%s)", n.Name, p.Error))
 		case !p.Reachable || p.Error != "":
 			bad = append(bad, fmt.Sprintf("%s: unreachable (%s)", n.Name, p.Error))
 			before = len(bad)

@@ -122,6 +122,10 @@ func s11Rows(t *testing.T, s *foStack, i int) map[int64][2]int64 {
 // applied the new epoch was written by the old primary. Async replication
 // can lose a write the old primary acknowledged just before it froze and
 // had not sent yet (at most one per writer; reported); semi-sync cannot.
+// stopTakesEffect bounds how long after kill(SIGSTOP) returns the frozen
+// server may still send an answer it had ready.
+const stopTakesEffect = 20 * time.Millisecond
+
 func TestS11FrozenPrimaryWakes(t *testing.T) {
 	for _, semi := range []bool{false, true} {
 		name := "async"
@@ -214,8 +218,15 @@ func runS11(t *testing.T, semiSync bool) {
 	afterEpoch := 0
 	for k, a := range w.acks {
 		if prev, taken := owner[a.id]; taken {
-			dup++
-			t.Errorf("id %d acknowledged for keys %d and %d", a.id, prev, k)
+			// An id a lost write had (reported below) is issued again by
+			// the new primary's AUTO_INCREMENT: only two surviving rows
+			// with one id are a duplicate.
+			_, kOK := have[k]
+			_, prevOK := have[prev]
+			if kOK && prevOK {
+				dup++
+				t.Errorf("id %d acknowledged for keys %d and %d", a.id, prev, k)
+			}
 		}
 		owner[a.id] = k
 		row, ok := have[k]
@@ -225,7 +236,11 @@ func runS11(t *testing.T, semiSync bool) {
 				where = "only on the old primary node1"
 			}
 			line := fmt.Sprintf("key %d (id %d, acknowledged %s after the stop, %s)", k, a.id, a.at.Sub(stoppedAt).Round(time.Millisecond), where)
-			if a.at.After(stoppedAt) {
+			// kill(2) returns once SIGSTOP is queued; each thread stops
+			// at its next return to user space, so an OK can still leave
+			// the server a few milliseconds later: that write was
+			// acknowledged before the freeze took effect.
+			if a.at.After(stoppedAt.Add(stopTakesEffect)) {
 				lostAfter = append(lostAfter, line)
 			} else {
 				lostBefore = append(lostBefore, line)
