@@ -41,7 +41,9 @@ func TestFailsafeVerdict(t *testing.T) {
 	}{
 		{"healthy", nil, nil, "", false},
 		{"primary fenced", func(p map[string]topo.Probe, _ *topo.ClusterState) { x := p["n1"]; x.ReadOnly = true; p["n1"] = x }, nil, "n1: primary is read_only=ON", false},
-		{"primary unreachable", func(p map[string]topo.Probe, _ *topo.ClusterState) { p["n1"] = topo.Probe{Error: "i/o timeout", ErrorKind: "timeout"} }, nil, "n1: unreachable", true},
+		{"primary unreachable", func(p map[string]topo.Probe, _ *topo.ClusterState) {
+			p["n1"] = topo.Probe{Error: "i/o timeout", ErrorKind: "timeout"}
+		}, nil, "n1: unreachable", true},
 		{"primary refuses connections", func(p map[string]topo.Probe, _ *topo.ClusterState) {
 			p["n1"] = topo.Probe{Error: "connection refused", ErrorKind: "refused"}
 		}, nil, "n1: primary refuses connections", false},
