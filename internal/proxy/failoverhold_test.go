@@ -318,21 +318,7 @@ func TestLostPrimaryNeverRanStatementSentAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	node2, err := sql.Open("mysql", h.c.RootDSN(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node2.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.nr_slow").Scan(&n); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the table never reached node2: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	node2 := replicaWithTable(t, h, 1, "sbtest.nr_slow")
 	unread, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -378,12 +364,7 @@ func TestLostPrimaryNeverRanStatementSentAgain(t *testing.T) {
 	} else if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "unknown") {
 		t.Fatalf("the INSERT running when the primary died: %v, want the outcome-unknown error", err)
 	}
-	if _, err := node2.ExecContext(ctx, "STOP SLAVE"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := node2.ExecContext(ctx, "SET GLOBAL read_only = OFF"); err != nil {
-		t.Fatal(err)
-	}
+	makeWritable(t, node2)
 	failing, done := failoverStates(h)
 	h.srv.SetClusterState(failing)
 	h.srv.SetClusterState(done)
@@ -495,21 +476,7 @@ func TestReplayWithPrepareInFlight(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE rp_prep (id INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	node2, err := sql.Open("mysql", h.c.RootDSN(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node2.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.rp_prep").Scan(&n); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the table never reached node2: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	node2 := replicaWithTable(t, h, 1, "sbtest.rp_prep")
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -538,12 +505,7 @@ func TestReplayWithPrepareInFlight(t *testing.T) {
 	if err := h.c.KillNode(0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := node2.ExecContext(ctx, "STOP SLAVE"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := node2.ExecContext(ctx, "SET GLOBAL read_only = OFF"); err != nil {
-		t.Fatal(err)
-	}
+	makeWritable(t, node2)
 	failing, published := failoverStates(h)
 	h.srv.SetClusterState(failing)
 	h.srv.SetClusterState(published)
@@ -566,5 +528,40 @@ func TestReplayWithPrepareInFlight(t *testing.T) {
 	var n int
 	if err := node2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.rp_prep WHERE id IN (1, 2)").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("rows 1 and 2 on the new primary: %d, %v; want 2", n, err)
+	}
+}
+
+// replicaWithTable opens a root connection to node i and waits until
+// table (schema.name) has replicated there.
+func replicaWithTable(t *testing.T, h *harness, i int, table string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", h.c.RootDSN(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		err := db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n)
+		if err == nil {
+			return db
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached %s: %v", table, h.c.Nodes[i].Name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// makeWritable turns a replica into a writable node by hand (what the
+// controller's promotion does), for tests that publish the new state
+// themselves.
+func makeWritable(t *testing.T, db *sql.DB) {
+	t.Helper()
+	for _, q := range []string{"STOP SLAVE", "SET GLOBAL read_only = OFF"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
