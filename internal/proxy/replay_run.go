@@ -441,28 +441,9 @@ func (s *session) rerunInFlight() (string, string) {
 	}
 	r.cur, r.hashing, r.fl.active = idx, true, true
 	r.h.Reset()
-	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
-	s.acquire()
-	err := s.relay(cmd, kindOf(cmd))
-	if rerr := s.release(); err == nil {
-		err = rerr
+	if result, why := s.relayAgain(cmd, kindOf(cmd), "the statement"); result != replayOK {
+		return result, why
 	}
-	cut, _, wrote := s.endRelay()
-	s.srv.bytesOut.Add(float64(s.out))
-	if wrote && (cut != "" || err != nil) {
-		s.log.Info("closing session: the new primary was lost too while the statement ran again, after part of its response was sent")
-		return closeRouteChanged, ""
-	}
-	if cut != "" {
-		return replayLostAgain, "the new primary left the route too while the statement ran again: " + cut
-	}
-	if err != nil {
-		if clientReason(err) == closeClientGone {
-			return closeClientGone, ""
-		}
-		return replayLostAgain, fmt.Sprintf("the statement in flight failed again on %s: %v", nodeName(s.be), err)
-	}
-	s.l.queries.Inc()
 	if s.lastOK {
 		cls := s.cls
 		if e.st != nil {
@@ -486,26 +467,34 @@ func (s *session) rerunPrepare() (string, string) {
 		s.endRelay()
 		return replayLostAgain, fmt.Sprintf("the new primary %s was lost: %v", s.be.t.node, err)
 	}
+	return s.relayAgain(mysql.COM_STMT_PREPARE, respPrepare, "the PREPARE")
+}
+
+// relayAgain relays the response to command cmd (of kind), sent again on
+// the session's new backend after a replay, as the answer to the client's
+// command; what names it in messages ("the statement"). It returns
+// replayOK, or the result label and why it failed.
+func (s *session) relayAgain(cmd byte, kind responseKind, what string) (string, string) {
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
 	s.acquire()
-	err := s.relay(mysql.COM_STMT_PREPARE, respPrepare)
+	err := s.relay(cmd, kind)
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
 	cut, _, wrote := s.endRelay()
 	s.srv.bytesOut.Add(float64(s.out))
 	if wrote && (cut != "" || err != nil) {
-		s.log.Info("closing session: the new primary was lost too while the PREPARE ran again, after part of its response was sent")
+		s.log.Info("closing session: the new primary was lost too while " + what + " ran again, after part of its response was sent")
 		return closeRouteChanged, ""
 	}
 	if cut != "" {
-		return replayLostAgain, "the new primary left the route too while the PREPARE ran again: " + cut
+		return replayLostAgain, "the new primary left the route too while " + what + " ran again: " + cut
 	}
 	if err != nil {
 		if clientReason(err) == closeClientGone {
 			return closeClientGone, ""
 		}
-		return replayLostAgain, fmt.Sprintf("the PREPARE in flight failed again on %s: %v", nodeName(s.be), err)
+		return replayLostAgain, fmt.Sprintf("%s in flight failed again on %s: %v", what, nodeName(s.be), err)
 	}
 	s.l.queries.Inc()
 	return replayOK, ""
