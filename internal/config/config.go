@@ -431,7 +431,29 @@ type Listener struct {
 	// (read-only, to healthy replicas).
 	// Type: string. Required.
 	Role string `yaml:"role"`
+	// Pooling is how the listener's sessions hold backend connections, which
+	// come from the proxy's per-node pools (proxy.pool): "session" (a client
+	// holds one backend connection from its login to its logout; at logout
+	// the connection is reset with COM_RESET_CONNECTION and goes back to the
+	// pool instead of being closed) or "transaction" (a client holds one only
+	// while a transaction is open, a command is in flight or its session
+	// state cannot be re-created on another connection — temporary tables,
+	// GET_LOCK, LOCK TABLES, user variables set from expressions, cursors,
+	// SQL PREPARE, pending warnings or SQL_CALC_FOUND_ROWS; in between the
+	// connection goes back to the pool and the next statement takes one,
+	// re-creating the session's variables, schema and prepared statements
+	// there, as ProxySQL's multiplexing and PgBouncer's transaction mode do).
+	// Type: string (session|transaction). Default: "session".
+	Pooling string `yaml:"pooling"`
 }
+
+// Listener pooling modes (listeners[].pooling).
+const (
+	// PoolingSession: a client holds one backend connection for its session.
+	PoolingSession = "session"
+	// PoolingTransaction: a client holds a backend connection per transaction.
+	PoolingTransaction = "transaction"
+)
 
 // ProbeConfig controls the controller's probes.
 type ProbeConfig struct {
@@ -471,6 +493,10 @@ type ProxyConfig struct {
 	// past it the server refuses with error 1040.
 	// Type: integer. Default: 2000.
 	MaxConnectionsPerBackend int `yaml:"max_connections_per_backend"`
+	// Pool controls the per-node pools of backend connections that
+	// listeners take their connections from (listeners[].pooling).
+	// Type: mapping (proxy.pool).
+	Pool PoolConfig `yaml:"pool"`
 	// Failsafe lets a proxy that lost its registration in the topology store
 	// keep routing writes to a cluster's primary while its direct checks of
 	// every node confirm that primary (writable, every other node read-only
@@ -485,6 +511,22 @@ type ProxyConfig struct {
 	// agree).
 	// Type: bool. Default: true.
 	Failsafe *bool `yaml:"failsafe"`
+}
+
+// PoolConfig is the `proxy.pool:` section: the proxy's pools of idle backend
+// connections, one per node, user and negotiated capabilities.
+type PoolConfig struct {
+	// WaitTimeout bounds how long a session waits for a backend connection
+	// when its node has proxy.max_connections_per_backend connections open
+	// or being opened; past it the client gets error 1040 naming the limit.
+	// At most 1m.
+	// Type: duration. Default: 3s.
+	WaitTimeout Duration `yaml:"wait_timeout"`
+	// IdleTimeout closes a pooled backend connection that nobody used for
+	// that long. Keep it below the servers' wait_timeout (28800s by default
+	// in MariaDB), which would close it first.
+	// Type: duration. Default: 1m0s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 }
 
 // FailsafeOn reports whether proxy failsafe is on (Failsafe unset or true).
@@ -667,6 +709,11 @@ func (c *Config) ApplyDefaults() {
 	if c.Admin.Address == "" {
 		c.Admin.Address = "127.0.0.1:8080"
 	}
+	for i := range c.Listeners {
+		if c.Listeners[i].Pooling == "" {
+			c.Listeners[i].Pooling = PoolingSession
+		}
+	}
 	for i := range c.Clusters {
 		cl := &c.Clusters[i]
 		if cl.Flavor == "" {
@@ -731,6 +778,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Proxy.MaxConnectionsPerBackend == 0 {
 		c.Proxy.MaxConnectionsPerBackend = 2000
+	}
+	if c.Proxy.Pool.WaitTimeout == 0 {
+		c.Proxy.Pool.WaitTimeout = Duration(3 * time.Second)
+	}
+	if c.Proxy.Pool.IdleTimeout == 0 {
+		c.Proxy.Pool.IdleTimeout = Duration(time.Minute)
 	}
 	if c.Proxy.Failsafe == nil {
 		t := true

@@ -154,6 +154,8 @@ clusters:
 		{"probe.timeout", c.Probe.Timeout.D(), 500 * time.Millisecond},
 		{"proxy.connect_timeout", c.Proxy.ConnectTimeout.D(), time.Second},
 		{"proxy.max_connections_per_backend", c.Proxy.MaxConnectionsPerBackend, 2000},
+		{"proxy.pool.wait_timeout", c.Proxy.Pool.WaitTimeout, Duration(3 * time.Second)},
+		{"proxy.pool.idle_timeout", c.Proxy.Pool.IdleTimeout, Duration(time.Minute)},
 		{"switchover.catchup_timeout", c.Switchover.CatchupTimeout.D(), 10 * time.Second},
 	}
 	for _, ch := range checks {

@@ -40,6 +40,8 @@ const (
 	// MaxConnectTimeout is the largest proxy.connect_timeout: past it clients
 	// wait on a dead backend longer than any driver's own timeout.
 	MaxConnectTimeout = 30 * time.Second
+	// MaxPoolWait bounds proxy.pool.wait_timeout.
+	MaxPoolWait = time.Minute
 )
 
 // Validate checks the whole config after ApplyDefaults and returns every
@@ -390,6 +392,11 @@ func (c *Config) validateListeners(v *validator) {
 		default:
 			v.add(f+".role", "%q is not a role (use %s for read/write or %s for read-only)", l.Role, RolePrimary, RoleReplica)
 		}
+		switch l.Pooling {
+		case PoolingSession, PoolingTransaction, "":
+		default:
+			v.add(f+".pooling", "%q is not a pooling mode (use %s or %s)", l.Pooling, PoolingSession, PoolingTransaction)
+		}
 	}
 }
 
@@ -416,6 +423,10 @@ func (c *Config) validateTimings(v *validator) {
 	if c.Proxy.MaxConnectionsPerBackend < 1 {
 		v.add("proxy.max_connections_per_backend", "%d must be at least 1", c.Proxy.MaxConnectionsPerBackend)
 	}
+	if positive("proxy.pool.wait_timeout", c.Proxy.Pool.WaitTimeout) && c.Proxy.Pool.WaitTimeout.D() > MaxPoolWait {
+		v.add("proxy.pool.wait_timeout", "%s is more than %s: clients would wait that long for a backend connection", c.Proxy.Pool.WaitTimeout, MaxPoolWait)
+	}
+	positive("proxy.pool.idle_timeout", c.Proxy.Pool.IdleTimeout)
 	positive("switchover.catchup_timeout", c.Switchover.CatchupTimeout)
 	c.validateSwitchover(v, positive)
 }

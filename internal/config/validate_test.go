@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseHostPort(t *testing.T) {
@@ -144,6 +145,21 @@ func TestValidateCases(t *testing.T) {
 		{"zero max connections after defaults is impossible, negative is not", func(c *Config) {
 			c.Proxy.MaxConnectionsPerBackend = -1
 		}, "proxy.max_connections_per_backend: -1 must be at least 1"},
+		{"unknown pooling mode", func(c *Config) {
+			c.Listeners[1].Pooling = "statement"
+		}, `listeners[1].pooling: "statement" is not a pooling mode (use session or transaction)`},
+		{"transaction pooling", func(c *Config) {
+			c.Listeners[0].Pooling = PoolingTransaction
+		}, ""},
+		{"negative pool wait", func(c *Config) {
+			c.Proxy.Pool.WaitTimeout = -1
+		}, "proxy.pool.wait_timeout: -1ns must be positive"},
+		{"pool wait over a minute", func(c *Config) {
+			c.Proxy.Pool.WaitTimeout = Duration(2 * time.Minute)
+		}, "proxy.pool.wait_timeout: 2m0s is more than 1m0s"},
+		{"negative pool idle timeout", func(c *Config) {
+			c.Proxy.Pool.IdleTimeout = -1
+		}, "proxy.pool.idle_timeout: -1ns must be positive"},
 		{"connect timeout of exactly 30s is allowed", func(c *Config) {
 			c.Proxy.ConnectTimeout = Duration(MaxConnectTimeout)
 		}, ""},

@@ -39,6 +39,18 @@ type backend struct {
 	restored map[uint32]uint32
 	// rd is what the session's response reader reads from (reader).
 	rd stickyReader
+
+	// Pool state (pool.go). key, schema, clean, owner, epoch and
+	// sameState are the holding session's while in use; inPool and idleAt
+	// are guarded by counter.mu.
+	key       poolKey
+	schema    string // default schema selected on the connection
+	clean     bool   // no session state but login, tracking and schema
+	owner     uint32 // id of the session whose state the connection has (0: none)
+	epoch     int64  // cluster epoch when opened or last taken
+	sameState bool   // taken by the session that used it last: its state is there
+	inPool    bool
+	idleAt    time.Time
 }
 
 // reader returns the io.Reader responses are read from: the connection,
@@ -87,8 +99,13 @@ func (b *backend) close(quit bool) {
 		_, _ = b.conn.Write([]byte{1, 0, 0, 0, mysql.COM_QUIT})
 	}
 	_ = b.conn.Close()
-	b.counter.open.Add(-1)
-	b.gauge.Dec()
+	if b.counter != nil {
+		b.counter.open.Add(-1)
+		b.counter.closed(b)
+	}
+	if b.gauge != nil {
+		b.gauge.Dec()
+	}
 }
 
 // roleOf names t's role in snap for messages ("primary" or "replica").
@@ -161,39 +178,6 @@ func backendLoginError(t *target, err error) *mysql.MyError {
 	return errUnknown(fmt.Sprintf("switchyard: backend %s (%s) login failed: %v", t.node, t.addr, err))
 }
 
-// connect opens a backend connection to t and logs in as the session's user
-// with the session's capabilities, charset, schema and connect attributes,
-// then switches session tracking on (sessionstate.go). With restore it also
-// rebuilds the session's variables and prepared statements (migrate.go);
-// the statements' new backend ids are in be.restored. It returns the
-// server's login OK payload (a copy, as the backend sent it) for relaying.
-func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*backend, []byte, *mysql.MyError) {
-	counter := s.srv.backendCounter(t)
-	if n := counter.open.Add(1); rc.maxPerBackend > 0 && n > int64(rc.maxPerBackend) {
-		counter.open.Add(-1)
-		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-		s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend)
-		return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
-			"switchyard: too many connections to backend %s (%s): limit %d (proxy.max_connections_per_backend)",
-			t.node, t.addr, rc.maxPerBackend))
-	}
-	okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
-	if merr != nil {
-		s.srv.backendTrouble()
-		counter.open.Add(-1)
-		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-		s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message)
-		return nil, nil, merr
-	}
-	be.counter = counter
-	be.gauge = s.srv.metrics.backendConns.WithLabelValues(t.cluster, t.node)
-	be.gauge.Inc()
-	if snap != nil {
-		be.gen = snap.gen
-	}
-	return be, okp, nil
-}
-
 // connectRoute connects to first and, on a replica listener, when that
 // fails, to the other serving replicas (skipping those this proxy found
 // unreachable) and then the primary if fallback is on: a node that went
@@ -242,7 +226,7 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 	if restore {
 		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 	}
-	if merr := s.setupBackend(be, br, restore); merr != nil {
+	if merr := s.setupBackend(be, br, setupOpts{tracking: true, restore: restore}); merr != nil {
 		_ = conn.Close()
 		return nil, nil, merr
 	}

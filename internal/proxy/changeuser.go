@@ -78,6 +78,7 @@ func (s *session) changeUser() string {
 		old.close(true)
 	}
 	s.snap = nil // the next command checks the route (and holds during a switchover)
+	s.lastBe = be
 	s.dropStmts()
 	s.st.reset()
 	s.setTracking(be, okPayload)

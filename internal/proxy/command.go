@@ -59,6 +59,7 @@ func (s *session) loop() string {
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
 			if len(hb) == 0 && errors.Is(err, io.EOF) {
+				s.ended = true
 				return closeClientGone
 			}
 			s.logClientError("reading a command", err)
@@ -75,6 +76,7 @@ func (s *session) loop() string {
 		}
 		cmd := hb[mysqlproto.HeaderSize]
 		if cmd == mysql.COM_QUIT {
+			s.ended = true
 			return closeQuit
 		}
 		if s.txEnded != nil {

@@ -54,6 +54,12 @@ type metrics struct {
 	replayAttempts *prometheus.CounterVec
 	replays        *prometheus.CounterVec
 	outcomeUnknown *prometheus.CounterVec
+	// Backend connection pools (pool.go), by cluster and node.
+	poolConns     *prometheus.GaugeVec // and state (idle|in_use)
+	poolWaits     *prometheus.CounterVec
+	poolWaitSecs  *prometheus.HistogramVec
+	poolConnects  *prometheus.CounterVec
+	poolCheckouts *prometheus.CounterVec // and kind (same|clean|reset)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -163,6 +169,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_primary_lost_reads_rerun_total",
 			Help: "Autocommit reads in flight when their primary's connection died that were run again on the new primary, by cluster.",
 		}, []string{"cluster"}),
+		poolConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_backend_pool_connections",
+			Help: "Backend connections of the proxy's pools, by cluster, node and state (idle: in the pool; in_use: held by a session).",
+		}, []string{"cluster", "node", "state"}),
+		poolWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_backend_pool_waits_total",
+			Help: "Checkouts that waited because the node had proxy.max_connections_per_backend connections open or being opened, by cluster and node.",
+		}, []string{"cluster", "node"}),
+		poolWaitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_backend_pool_wait_seconds",
+			Help:    "How long checkouts that waited for a backend connection waited (until they got one or proxy.pool.wait_timeout passed), by cluster and node.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 60},
+		}, []string{"cluster", "node"}),
+		poolConnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_backend_pool_connects_total",
+			Help: "Backend connections opened and logged in, by cluster and node.",
+		}, []string{"cluster", "node"}),
+		poolCheckouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_backend_pool_checkouts_total",
+			Help: "Idle pooled connections taken by a session, by cluster, node and kind (same: the session's own previous connection, used as it was; clean: a connection without session state, no reset; reset: COM_RESET_CONNECTION and the session's state re-created).",
+		}, []string{"cluster", "node", "kind"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -201,6 +228,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.replayAttempts)
 	reg1(&m.replays)
 	reg1(&m.outcomeUnknown)
+	reg2(&m.poolConns)
+	reg1(&m.poolWaits)
+	reg1(&m.poolConnects)
+	reg1(&m.poolCheckouts)
+	if err == nil {
+		m.poolWaitSecs, err = register(reg, m.poolWaitSecs)
+	}
 	if err == nil {
 		m.holdSeconds, err = register(reg, m.holdSeconds)
 	}

@@ -31,21 +31,42 @@ const restoreTimeout = 5 * time.Second
 // the login).
 const migrateAttempts = 3
 
-// setupBackend switches session tracking on for a fresh backend connection
-// and, with restore, rebuilds the session's variables and prepared
-// statements (their new ids go to be.restored).
-func (s *session) setupBackend(be *backend, br *bufio.Reader, restore bool) *mysql.MyError {
+// setupOpts says what setupBackend sends, in this order: COM_RESET_CONNECTION
+// (a pooled connection of another session, pool.go), COM_INIT_DB of
+// initDB (when not empty), the SET that switches session tracking on
+// (tracking: a new or reset connection) or, with restore, the one that
+// also rebuilds the session's variables (replaySQL), and with restore a
+// COM_STMT_PREPARE per prepared statement.
+type setupOpts struct {
+	reset    bool
+	initDB   string
+	tracking bool
+	restore  bool
+}
+
+// setupBackend readies a backend connection for the session in one
+// pipelined round trip (setupOpts); the new statement ids go to
+// be.restored. A COM_INIT_DB the server refuses (1049 unknown database,
+// 1044 access denied) returns the server's error as it is.
+func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysql.MyError {
 	t := be.t
 	var ids []uint32
 	var out []byte
-	if be.tracked {
+	if o.reset {
+		out, _ = mysqlproto.AppendPacket(out, 0, []byte{mysql.COM_RESET_CONNECTION})
+	}
+	if o.initDB != "" {
+		out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_INIT_DB}, o.initDB...))
+	}
+	set := be.tracked && (o.tracking || o.restore)
+	if set {
 		q := trackingSQL
-		if restore {
+		if o.restore {
 			q = s.st.replaySQL()
 		}
 		out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_QUERY}, q...))
 	}
-	if restore {
+	if o.restore {
 		ids = s.stmtIDsSorted()
 		for _, id := range ids {
 			out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_STMT_PREPARE}, s.stmts[id].text...))
@@ -57,18 +78,42 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, restore bool) *mys
 	if _, err := be.conn.Write(out); err != nil {
 		return errUnknown(fmt.Sprintf("switchyard: backend %s (%s): setting up the session failed: %v", t.node, t.addr, err))
 	}
-	if be.tracked {
+	// Every response is read, even after an error, so that the connection
+	// stays in step.
+	var first *mysql.MyError
+	readOK := func(what string, keep bool) {
 		p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
+		var merr *mysql.MyError
 		switch {
 		case err != nil:
-			return errUnknown(fmt.Sprintf("switchyard: backend %s (%s): setting up the session failed: %v", t.node, t.addr, err))
+			merr = errUnknown(fmt.Sprintf("switchyard: backend %s (%s): setting up the session failed: %v", t.node, t.addr, err))
 		case len(p) > 0 && p[0] == mysql.ERR_HEADER:
 			e := mysqlproto.ParseERR(p)
-			return errUnknown(fmt.Sprintf("switchyard: backend %s (%s) refused the session's variables (error %d: %s)", t.node, t.addr, e.Code, e.Message))
+			if keep {
+				merr = backendLoginError(t, e)
+			} else {
+				merr = errUnknown(fmt.Sprintf("switchyard: backend %s (%s) refused %s (error %d: %s)", t.node, t.addr, what, e.Code, e.Message))
+			}
+		default:
+			if st, ok := mysqlproto.OKStatus(p); ok {
+				be.status = st
+			}
 		}
-		if st, ok := mysqlproto.OKStatus(p); ok {
-			be.status = st
+		if first == nil {
+			first = merr
 		}
+	}
+	if o.reset {
+		readOK("COM_RESET_CONNECTION", false)
+	}
+	if o.initDB != "" {
+		readOK("the default schema", true)
+	}
+	if set {
+		readOK("the session's variables", false)
+	}
+	if first != nil && connectLost(first) && !o.restore {
+		return first
 	}
 	if len(ids) > 0 {
 		be.restored = make(map[uint32]uint32, len(ids))
@@ -80,7 +125,7 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, restore bool) *mys
 		}
 		be.restored[id] = newID
 	}
-	return nil
+	return first
 }
 
 // readPrepared reads the response to a COM_STMT_PREPARE sent by
@@ -374,7 +419,10 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		s.status = be.status
 		s.tracked = be.tracked
 		s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
-		s.applyRestored(be.restored)
+		if !be.sameState {
+			s.applyRestored(be.restored)
+		}
+		s.lastBe = be
 		s.detached = false
 		if snap.hold == nil || s.l.role != rolePrimary {
 			s.snap = snap

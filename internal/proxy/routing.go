@@ -309,6 +309,7 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	snap.gen = cr.gen
 	snap.holdOn = holdable(&snap.state, rc.clusters[cr.name], s.now())
 	snap.lossCheck = rc.clusters[cr.name] != nil && rc.clusters[cr.name].Failover.HoldOn()
+	s.notePrimary(cr.snap.Load(), snap)
 	old := cr.snap.Swap(snap)
 	if old != nil {
 		close(old.replaced) // wakes sessions waiting for a primary (failoverhold.go)
@@ -335,7 +336,7 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	}
 	if old != nil && (!sameRoutes(old, snap) || old.gen != snap.gen) {
 		name := cr.name
-		s.goBackground(func() { s.sweep(name) })
+		s.goBackground(func() { s.sweep(name); s.purgePools(name, old, snap) })
 	}
 }
 

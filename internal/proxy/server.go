@@ -92,16 +92,19 @@ type Server struct {
 // listener is one client-facing endpoint.
 type listener struct {
 	name, cluster, role, address string
+	pooling                      string // config.PoolingSession or config.PoolingTransaction
 	ln                           net.Listener
 	route                        *clusterRoute
 	sessions                     atomic.Int64
 	queries                      prometheus.Counter
 }
 
-// backendCounter counts open connections to one backend address.
+// backendCounter counts open connections to one backend address and holds
+// its pool of idle connections (pool.go).
 type backendCounter struct {
 	cluster, node, addr string
 	open                atomic.Int64
+	nodePool
 }
 
 // New validates the proxy-relevant parts of o.Config and returns a Server
@@ -166,7 +169,7 @@ func New(o Options) (*Server, error) {
 		}
 		seen[lc.Name] = true
 		s.listeners = append(s.listeners, &listener{
-			name: lc.Name, cluster: lc.Cluster, role: lc.Role, address: lc.Address,
+			name: lc.Name, cluster: lc.Cluster, role: lc.Role, address: lc.Address, pooling: lc.Pooling,
 			route:   s.route(lc.Cluster),
 			queries: m.queries.WithLabelValues(lc.Name),
 		})
@@ -200,6 +203,11 @@ func (s *Server) Start() error {
 		l.ln = ln
 	}
 	s.started = true
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.reapIdle()
+	}()
 	for _, l := range s.listeners {
 		s.wg.Add(1)
 		go s.acceptLoop(l)
@@ -308,6 +316,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.bg.Wait()
+	s.closeIdle(func(*backend) bool { return true }) // given back by sessions that ended meanwhile
 	return nil
 }
 

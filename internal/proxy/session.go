@@ -61,6 +61,12 @@ type session struct {
 	snap   *routeSnapshot // snapshot be was chosen or last confirmed under
 	status uint16         // server status flags of the last OK/EOF
 	closed bool
+	// lastBe is the backend connection the session used last (pool.go:
+	// taken again first, with its state as the session left it); ended
+	// is set when the session ended between commands, so that its
+	// connection can go back to the pool.
+	lastBe *backend
+	ended  bool
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
@@ -166,10 +172,10 @@ func (s *session) finish(reason string) {
 	be := s.be
 	s.be = nil
 	s.mu.Unlock()
-	if be != nil {
-		be.close(true)
-	}
 	_ = s.client.Close()
+	if be != nil {
+		s.giveBack(be, s.ended)
+	}
 	s.l.sessions.Add(-1)
 	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Dec()
 	s.srv.metrics.sessionsClosed.WithLabelValues(reason).Inc()
@@ -339,6 +345,7 @@ func (s *session) login() string {
 		return closeBackendConnect
 	}
 	s.setBackend(be)
+	s.lastBe = be
 	if snap.hold == nil {
 		s.snap = snap
 	}

@@ -32,6 +32,8 @@ type runtimeConfig struct {
 	checkConnect  time.Duration
 	tcp           backendTCP // keepalive and TCP_USER_TIMEOUT of backend sockets (tcp.go)
 	maxPerBackend int
+	poolWait      time.Duration // proxy.pool.wait_timeout
+	poolIdle      time.Duration // proxy.pool.idle_timeout
 	clusters      map[string]*config.Cluster
 	probeInterval time.Duration // probe.interval
 }
@@ -72,11 +74,19 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 		connectTimeout: c.Proxy.ConnectTimeout.D(),
 		checkConnect:   c.Probe.ConnectTimeout.D(),
 		maxPerBackend:  c.Proxy.MaxConnectionsPerBackend,
+		poolWait:       c.Proxy.Pool.WaitTimeout.D(),
+		poolIdle:       c.Proxy.Pool.IdleTimeout.D(),
 		clusters:       make(map[string]*config.Cluster, len(c.Clusters)),
 		probeInterval:  c.Probe.Interval.D(),
 	}
 	if rc.connectTimeout <= 0 {
 		rc.connectTimeout = time.Second
+	}
+	if rc.poolWait <= 0 {
+		rc.poolWait = 3 * time.Second // proxy.pool.wait_timeout's default
+	}
+	if rc.poolIdle <= 0 {
+		rc.poolIdle = time.Minute // proxy.pool.idle_timeout's default
 	}
 	if rc.checkConnect <= 0 {
 		rc.checkConnect = 100 * time.Millisecond // probe.connect_timeout's default

@@ -1,0 +1,511 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Backend connection pools. Every backend connection belongs to the pool
+// of its node address (backendCounter): sessions take a connection there
+// (connect) and give it back when they no longer need it — at logout on
+// a listener with pooling "session", at every transaction boundary with
+// pooling "transaction" (txpool.go) — instead of closing it. A pooled
+// connection is interchangeable only between sessions of the same user
+// with the same relayed capabilities and login charset (poolKey): those
+// are fixed at login. Everything else is per checkout:
+//
+//   - a connection given back at logout is reset at once with
+//     COM_RESET_CONNECTION (MariaDB ≥ 10.2: rolls back, drops temporary
+//     tables, user variables, prepared statements and locks, resets the
+//     session variables — session_track_* included, so tracking is set up
+//     again — and restores the login charset; the default schema stays)
+//     and is "clean";
+//   - a connection given back at a transaction boundary keeps its owner's
+//     state; it is clean only when that session had none (no variable
+//     changed, no user variable, no prepared statement);
+//   - a checkout prefers the session's own previous connection (nothing to
+//     send), then a clean one (at most a COM_INIT_DB for the schema), and
+//     otherwise resets one and re-creates the session's state on it in one
+//     pipelined round trip (COM_RESET_CONNECTION, COM_INIT_DB, the SET of
+//     replaySQL, a COM_STMT_PREPARE per statement: migrate.go
+//     setupBackend).
+//
+// proxy.max_connections_per_backend caps, per node, the connections open
+// plus those being opened; a session that finds its node at the cap
+// closes an idle connection of another key if there is one, else waits up
+// to proxy.pool.wait_timeout for a connection to come back and then gets
+// error 1040 naming the limit. Idle connections are closed after
+// proxy.pool.idle_timeout, when their node leaves the cluster's route or
+// changes role, and are never used for the primary when they were opened
+// or last used before the node became primary (primarySince) or under an
+// older primary generation (routeSnapshot.gen).
+
+// poolKey is what a backend connection's login fixes and sessions sharing
+// it must agree on.
+type poolKey struct {
+	user    string
+	caps    uint32 // the session's relayCaps
+	charset byte
+}
+
+// nodePool is the pool part of a backendCounter.
+type nodePool struct {
+	mu sync.Mutex
+	// total counts connections open plus those being dialed: what
+	// proxy.max_connections_per_backend caps.
+	total   int
+	idle    []*backend // oldest first
+	waiters []chan struct{}
+	// primarySince is the epoch of the first snapshot of the node's
+	// current spell as primary (0 when it is not primary).
+	primarySince  atomic.Int64
+	idleG, inUseG prometheus.Gauge
+}
+
+// Checkout kinds (switchyard_backend_pool_checkouts_total).
+const (
+	checkoutSame  = "same"
+	checkoutClean = "clean"
+	checkoutReset = "reset"
+)
+
+// poolKey returns the session's pool key.
+func (s *session) poolKey() poolKey {
+	return poolKey{user: s.user, caps: s.caps & relayCaps, charset: s.charset}
+}
+
+// gauges returns the pool's state gauges (created on first use).
+func (p *backendCounter) gauges(m *metrics) {
+	if p.idleG == nil {
+		p.idleG = m.poolConns.WithLabelValues(p.cluster, p.node, "idle")
+		p.inUseG = m.poolConns.WithLabelValues(p.cluster, p.node, "in_use")
+	}
+}
+
+// usable reports whether an idle connection may serve a session under snap.
+func (p *backendCounter) usable(be *backend, snap *routeSnapshot) bool {
+	if snap == nil || snap.primary == nil || !snap.primary.same(be.t) {
+		return true
+	}
+	return be.gen == snap.gen && be.epoch >= p.primarySince.Load()
+}
+
+// reserve, under p.mu, finds an idle connection for s (its own previous one
+// first, then the newest with the same key whose schema suits the
+// session), or reserves a slot for a dial when the node is below the cap
+// limit, or returns a channel to wait on. Idle connections that must not
+// be used any more, and, at the cap, the oldest idle connection of another
+// key, are returned to be closed by the caller.
+func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int) (be *backend, dial bool, wait chan struct{}, drop []*backend) {
+	key := s.poolKey()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.idle) - 1; i >= 0; i-- {
+		c := p.idle[i]
+		if !p.usable(c, snap) {
+			drop = append(drop, c)
+			continue
+		}
+		if c.key != key || (s.schema == "" && c.schema != "") {
+			continue
+		}
+		if c == s.lastBe && c.owner == s.id {
+			be = c
+			break
+		}
+		if be == nil {
+			be = c
+		}
+	}
+	for _, c := range drop {
+		p.take(c)
+	}
+	if be != nil {
+		p.take(be)
+		return be, false, nil, drop
+	}
+	if limit <= 0 || p.total < limit {
+		p.total++
+		return nil, true, nil, drop
+	}
+	if len(drop) == 0 && len(p.idle) > 0 {
+		// At the cap with idle connections nobody of this key can use:
+		// make room.
+		victim := p.idle[0]
+		p.take(victim)
+		return nil, false, nil, []*backend{victim}
+	}
+	if len(drop) > 0 {
+		return nil, false, nil, drop // closing them frees slots: try again
+	}
+	wait = make(chan struct{}, 1)
+	p.waiters = append(p.waiters, wait)
+	return nil, false, wait, nil
+}
+
+// take removes be from the idle list (p.mu held): it is in use again, by
+// a session or by whoever closes it.
+func (p *backendCounter) take(be *backend) {
+	if i := slices.Index(p.idle, be); i >= 0 {
+		p.idle = slices.Delete(p.idle, i, i+1)
+	}
+	be.inPool = false
+	p.idleG.Dec()
+	p.inUseG.Inc()
+}
+
+// wakeOne tells the first waiting checkout to try again (p.mu held).
+func (p *backendCounter) wakeOne() {
+	for len(p.waiters) > 0 {
+		ch := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		select {
+		case ch <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// cancelWait removes a waiter that gave up, passing on a wake-up it got.
+func (p *backendCounter) cancelWait(ch chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.waiters, ch); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		return
+	}
+	select {
+	case <-ch:
+		p.wakeOne()
+	default:
+	}
+}
+
+// dialFailed gives back the slot reserved for a dial that failed.
+func (p *backendCounter) dialFailed() {
+	p.mu.Lock()
+	p.total--
+	p.wakeOne()
+	p.mu.Unlock()
+}
+
+// dialed counts a new connection in the pool's gauges.
+func (p *backendCounter) dialed(m *metrics) {
+	p.mu.Lock()
+	p.gauges(m)
+	p.inUseG.Inc()
+	p.mu.Unlock()
+	m.poolConnects.WithLabelValues(p.cluster, p.node).Inc()
+}
+
+// closed accounts for a connection that was closed, idle or in use.
+func (p *backendCounter) closed(be *backend) {
+	p.mu.Lock()
+	if be.inPool {
+		p.take(be)
+	}
+	if p.inUseG != nil {
+		p.inUseG.Dec()
+	}
+	p.total--
+	p.wakeOne()
+	p.mu.Unlock()
+}
+
+// putIdle gives be back to its pool.
+func (p *backendCounter) putIdle(be *backend, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if be.closed.Load() || be.inPool {
+		return
+	}
+	be.inPool, be.idleAt = true, now
+	p.idle = append(p.idle, be)
+	p.idleG.Inc()
+	p.inUseG.Dec()
+	p.wakeOne()
+}
+
+// connect returns a backend connection to t for the session, logged in as
+// its user with its capabilities and charset, its default schema selected
+// and session tracking on, from t's pool or newly opened (dialAndLogin);
+// with restore the session's variables and prepared statements are
+// re-created on it (their new ids in be.restored; be.sameState when it is
+// the session's own previous connection, whose state is the session's).
+// At the node's connection limit it waits up to proxy.pool.wait_timeout,
+// then returns error 1040. It returns the login OK payload to relay (the
+// server's for a new connection, one built by the proxy for a pooled
+// one).
+func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*backend, []byte, *mysql.MyError) {
+	p := s.srv.backendCounter(t)
+	m := s.srv.metrics
+	var waitStart time.Time
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		if !waitStart.IsZero() {
+			m.poolWaitSecs.WithLabelValues(t.cluster, t.node).Observe(time.Since(waitStart).Seconds())
+		}
+	}()
+	for {
+		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend)
+		for _, c := range drop {
+			c.close(true)
+		}
+		switch {
+		case be != nil:
+			okp, merr := s.preparePooled(be, snap, rc, restore)
+			if merr == nil {
+				return be, okp, nil
+			}
+			be.close(false)
+			if !connectLost(merr) {
+				return nil, nil, merr
+			}
+			continue // a connection the server closed meanwhile: the next one
+		case dial:
+			okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
+			if merr != nil {
+				p.dialFailed()
+				s.srv.backendTrouble()
+				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+				s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message)
+				return nil, nil, merr
+			}
+			be.counter = p
+			be.key = s.poolKey()
+			be.schema = s.schema
+			be.gauge = m.backendConns.WithLabelValues(t.cluster, t.node)
+			be.gauge.Inc()
+			p.open.Add(1)
+			p.dialed(m)
+			if snap != nil {
+				be.gen, be.epoch = snap.gen, snap.stateEpoch()
+			}
+			return be, okp, nil
+		case wait != nil:
+			if waitStart.IsZero() {
+				waitStart = time.Now()
+				timer = time.NewTimer(rc.poolWait)
+				m.poolWaits.WithLabelValues(t.cluster, t.node).Inc()
+			}
+			select {
+			case <-wait:
+			case <-timer.C:
+				p.cancelWait(wait)
+				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+				s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait)
+				return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
+					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend); none came free within %s (proxy.pool.wait_timeout)",
+					t.node, t.addr, rc.maxPerBackend, rc.poolWait))
+			}
+		}
+	}
+}
+
+// preparePooled readies an idle connection taken from the pool for the
+// session: nothing when it is the session's own previous connection; else
+// a reset unless it is clean, its schema and, with restore, the session's
+// variables and prepared statements — one pipelined round trip. A
+// connection the server closed while idle gives a connect-lost error (the
+// caller takes another).
+func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *mysql.MyError) {
+	t := be.t
+	if peerClosed(be.conn) {
+		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("pooled connection closed by the server"))
+	}
+	be.restored, be.sameState = nil, false
+	kind := checkoutClean
+	switch {
+	case be == s.lastBe && be.owner == s.id:
+		be.sameState = true
+		kind = checkoutSame
+	default:
+		reset := !be.clean
+		if reset {
+			kind = checkoutReset
+		}
+		restore = restore && (reset || s.hasState())
+		var initDB string
+		if s.schema != be.schema {
+			initDB = s.schema
+		}
+		if reset || restore || initDB != "" {
+			_ = be.conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
+			br := s.srv.readers.Get().(*bufio.Reader)
+			br.Reset(be.reader())
+			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, restore: restore, tracking: reset})
+			left := br.Buffered()
+			br.Reset(nil)
+			s.srv.readers.Put(br)
+			_ = be.conn.SetDeadline(time.Time{})
+			if merr != nil {
+				return nil, merr
+			}
+			if left > 0 {
+				return nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) sent unexpected data on a pooled connection", t.node, t.addr))
+			}
+			be.schema = s.schema
+		}
+	}
+	be.clean, be.owner = false, s.id
+	if snap != nil {
+		be.epoch = max(be.epoch, snap.stateEpoch())
+	}
+	s.srv.metrics.poolCheckouts.WithLabelValues(t.cluster, t.node, kind).Inc()
+	caps := s.caps
+	if be.tracked {
+		caps |= mysql.CLIENT_SESSION_TRACK
+	}
+	ok := mysqlproto.OK{Status: be.status &^ mysql.SERVER_SESSION_STATE_CHANGED}
+	return mysqlproto.AppendOK(nil, caps, &ok), nil
+}
+
+// hasState reports whether the session has state a connection must be
+// given: changed variables, user variables or prepared statements.
+func (s *session) hasState() bool {
+	return len(s.st.vars) > 0 || len(s.st.userVars) > 0 || len(s.stmts) > 0
+}
+
+// giveBack returns the session's backend connection at logout: reset
+// (COM_RESET_CONNECTION, then session tracking again) and put back in its
+// pool as a clean connection; closed when that fails or the session did
+// not end between commands.
+func (s *session) giveBack(be *backend, reusable bool) {
+	if !reusable || be.counter == nil || be.closed.Load() || be.broken() {
+		be.close(true)
+		return
+	}
+	_ = be.conn.SetDeadline(time.Now().Add(s.srv.rc.Load().connectTimeout))
+	br := s.srv.readers.Get().(*bufio.Reader)
+	br.Reset(be.reader())
+	merr := s.setupBackend(be, br, setupOpts{reset: true, tracking: true})
+	left := br.Buffered()
+	br.Reset(nil)
+	s.srv.readers.Put(br)
+	_ = be.conn.SetDeadline(time.Time{})
+	if merr != nil || left > 0 {
+		s.log.Debug("pooled connection could not be reset; closing it", "node", be.t.node)
+		be.close(false)
+		return
+	}
+	be.clean, be.owner = true, 0
+	be.schema = s.schema
+	be.counter.putIdle(be, time.Now())
+}
+
+// broken reports whether the connection cannot be reused: its reader
+// recorded an error.
+func (b *backend) broken() bool { return b.rd.err != nil }
+
+// reapIdle closes idle connections unused for idle_timeout, every second,
+// until the server closes; then it closes every idle connection.
+func (s *Server) reapIdle() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.closing:
+			s.closeIdle(func(*backend) bool { return true })
+			return
+		case <-tick.C:
+			cutoff := time.Now().Add(-s.rc.Load().poolIdle)
+			s.closeIdle(func(be *backend) bool { return be.idleAt.Before(cutoff) })
+		}
+	}
+}
+
+// closeIdle closes the idle connections for which drop is true.
+func (s *Server) closeIdle(drop func(*backend) bool) {
+	s.mu.Lock()
+	pools := make([]*backendCounter, 0, len(s.backends))
+	for _, p := range s.backends {
+		pools = append(pools, p)
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		var out []*backend
+		p.mu.Lock()
+		for _, be := range p.idle {
+			if drop(be) {
+				out = append(out, be)
+			}
+		}
+		for _, be := range out {
+			p.take(be)
+		}
+		p.mu.Unlock()
+		for _, be := range out {
+			be.close(true)
+		}
+	}
+}
+
+// purgePools closes the idle connections of cluster's nodes that snap does
+// not route to any more or whose role changed since old (the old and the
+// new primary), and those of its primary that predate its current spell
+// as primary or generation.
+func (s *Server) purgePools(cluster string, old, snap *routeSnapshot) {
+	inRoute := map[string]bool{}
+	changed := map[string]bool{}
+	if old != nil && !old.primary.same(snap.primary) {
+		if old.primary != nil {
+			changed[old.primary.addr] = true
+		}
+		if snap.primary != nil {
+			changed[snap.primary.addr] = true
+		}
+	}
+	if snap.primary != nil {
+		inRoute[snap.primary.addr] = true
+	}
+	for _, r := range snap.replicas {
+		inRoute[r.addr] = true
+	}
+	s.mu.Lock()
+	var pools []*backendCounter
+	for _, p := range s.backends {
+		if p.cluster == cluster {
+			pools = append(pools, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		all := !inRoute[p.addr] || changed[p.addr]
+		var out []*backend
+		p.mu.Lock()
+		for _, be := range p.idle {
+			if all || !p.usable(be, snap) {
+				out = append(out, be)
+			}
+		}
+		for _, be := range out {
+			p.take(be)
+		}
+		p.mu.Unlock()
+		for _, be := range out {
+			be.close(true)
+		}
+	}
+}
+
+// notePrimary records, before snap is installed, the epoch from which its
+// primary is primary (old is the snapshot it replaces).
+func (s *Server) notePrimary(old, snap *routeSnapshot) {
+	if snap.primary == nil || (old != nil && old.primary != nil && old.primary.same(snap.primary)) {
+		return
+	}
+	s.backendCounter(snap.primary).primarySince.Store(snap.state.Epoch)
+}
