@@ -136,6 +136,9 @@ func (s *session) loop() string {
 		if reason != "" {
 			return reason
 		}
+		if s.txPool {
+			s.txBoundary()
+		}
 		s.busy.Store(s.txBits())
 		if !s.holdStart.IsZero() {
 			s.holdStart = time.Time{}
@@ -166,6 +169,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var stmt *stmtInfo
 	var stmtID uint32
 	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
+	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
 	s.cls = classOther
 	switch cmd {
 	case mysql.COM_INIT_DB:
@@ -177,6 +181,12 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if p := s.peekPayload(h); p != nil {
 			payload = p
 			s.noteQuery(p[1:])
+			if s.txPool {
+				calc = mentions(p[1:], "sql_calc_found_rows")
+				if merr := s.beforeStatement(p[1:]); merr != nil {
+					return s.refuseCommand(merr)
+				}
+			}
 			s.keepForLoss(p)
 			switch s.cls {
 			case classUse:
@@ -212,6 +222,12 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		}
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
+			if s.txPool && cmd == mysql.COM_STMT_EXECUTE {
+				calc = mentions(stmt.text, "sql_calc_found_rows")
+				if merr := s.beforeStatement(stmt.text); merr != nil {
+					return s.refuseCommand(merr)
+				}
+			}
 		}
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
 			payload = p
@@ -223,7 +239,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if s.rlog != nil {
 		long = s.recordBegin(cmd, payload, stmtID, stmt)
 	}
-	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	s.seq, s.in, s.out, s.lastOK, s.warned = 0, 0, 0, false, false
 	var err error
 	plain := false
 	switch {
@@ -266,6 +282,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	if s.rlog != nil {
 		s.recordEnd()
+	}
+	if s.txPool {
+		s.noteDiagnostics(calc)
+		s.ran = true
 	}
 	if s.lastOK {
 		switch {
@@ -362,6 +382,16 @@ func (s *session) afterReset() string {
 		s.log.Warn("re-enabling session tracking after COM_RESET_CONNECTION failed; the session will not be moved on a switchover", "err", err)
 		s.st.markOpaque("could not re-enable session tracking after COM_RESET_CONNECTION")
 	}
+	return ""
+}
+
+// refuseCommand answers the pending command packet with merr without
+// forwarding it.
+func (s *session) refuseCommand(merr *mysql.MyError) string {
+	if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
+		return clientReason(err)
+	}
+	s.writeError(1, merr)
 	return ""
 }
 

@@ -428,6 +428,11 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 			s.snap = snap
 		}
 		s.heldDone()
+		if s.parked {
+			// A checkout between transactions (txpool.go), not a move.
+			s.checkedOut(be)
+			return nil, ""
+		}
 		s.srv.metrics.migrations.WithLabelValues(s.l.name).Inc()
 		s.log.Debug("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch(),
 			"variables", len(s.st.vars), "user_variables", len(s.st.userVars), "statements", len(s.stmts))

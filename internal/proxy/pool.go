@@ -122,7 +122,10 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int) (be
 			be = c
 			break
 		}
-		if be == nil {
+		if be == nil || s.txPool {
+			// Session pooling keeps a hot set (the newest); transaction
+			// pooling takes the least recently used, whose session is the
+			// least likely to want it back (txpool.go).
 			be = c
 		}
 	}
@@ -202,9 +205,9 @@ func (p *backendCounter) dialFailed() {
 // dialed counts a new connection in the pool's gauges.
 func (p *backendCounter) dialed(m *metrics) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.gauges(m)
 	p.inUseG.Inc()
-	p.mu.Unlock()
 	m.poolConnects.WithLabelValues(p.cluster, p.node).Inc()
 }
 
@@ -287,6 +290,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			be.counter = p
 			be.key = s.poolKey()
 			be.schema = s.schema
+			be.owner = s.id
 			be.gauge = m.backendConns.WithLabelValues(t.cluster, t.node)
 			be.gauge.Inc()
 			p.open.Add(1)

@@ -94,12 +94,18 @@ func (s *session) endPacket(p mysqlproto.Packet) error {
 			return backendProtocol("malformed OK packet")
 		}
 		s.onOK(p.Payload, st)
+		if s.txPool {
+			s.noteOK(p.Payload)
+		}
 	case mysql.EOF_HEADER:
 		st, ok := s.terminatorStatus(p)
 		if !ok {
 			return backendProtocol("malformed EOF packet")
 		}
 		s.status, s.lastOK = st, true
+		if s.txPool {
+			s.noteTerminator(p.Payload)
+		}
 	case mysql.ERR_HEADER:
 		s.lastOK = false
 	default:
@@ -302,6 +308,9 @@ func (s *session) relayRows() (bool, error) {
 				return false, backendProtocol("malformed result set terminator")
 			}
 			s.status, s.lastOK = st, true
+			if s.txPool {
+				s.noteTerminator(p.Payload)
+			}
 			return st&mysql.SERVER_MORE_RESULTS_EXISTS != 0, nil
 		}
 	}

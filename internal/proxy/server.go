@@ -329,7 +329,14 @@ func (s *Server) backendCounter(t *target) *backendCounter {
 		bc = &backendCounter{cluster: t.cluster, node: t.node, addr: t.addr}
 		s.backends[t.addr] = bc
 	}
-	bc.cluster, bc.node = t.cluster, t.node
+	if bc.cluster != t.cluster || bc.node != t.node {
+		// The address now belongs to another node name: rare (a config
+		// change); the pool's labels follow under both locks.
+		bc.mu.Lock()
+		bc.cluster, bc.node = t.cluster, t.node
+		bc.idleG, bc.inUseG = nil, nil
+		bc.mu.Unlock()
+	}
 	return bc
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
 
@@ -67,6 +68,22 @@ type session struct {
 	// connection can go back to the pool.
 	lastBe *backend
 	ended  bool
+	// Transaction pooling (txpool.go): the listener multiplexes
+	// (txPool), the session gave its connection back and takes one at
+	// its next command (parked), why it keeps its connection for the
+	// next statement (keepNext), the command's result had warnings
+	// (warned), the last insert id reported to it and whether the
+	// current connection lacks it (idRestore), whether the current
+	// connection did not run the previous statement (diagLost) and
+	// whether any statement ran (ran).
+	txPool    bool
+	parked    bool
+	keepNext  string
+	warned    bool
+	insertID  uint64
+	idRestore bool
+	diagLost  bool
+	ran       bool
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
@@ -142,6 +159,7 @@ func newSession(s *Server, l *listener, c net.Conn) *session {
 		client: c,
 		cr:     bufio.NewReaderSize(c, clientReadBuf),
 		remote: host,
+		txPool: l.pooling == config.PoolingTransaction,
 		log:    s.log.With("session", id, "listener", l.name, "remote", c.RemoteAddr().String()),
 	}
 }
@@ -346,6 +364,7 @@ func (s *session) login() string {
 	}
 	s.setBackend(be)
 	s.lastBe = be
+	s.idRestore = s.txPool // the connection may have another session's LAST_INSERT_ID
 	if snap.hold == nil {
 		s.snap = snap
 	}
@@ -353,6 +372,9 @@ func (s *session) login() string {
 	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
+	}
+	if s.txPool {
+		s.txBoundary()
 	}
 	_ = s.client.SetDeadline(time.Time{})
 	s.log.Debug("session open", "user", s.user, "backend", t.node, "backend_addr", t.addr)
