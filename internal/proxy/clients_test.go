@@ -12,12 +12,16 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
 )
 
 // A pool of 8 connections through the rw listener running queries
 // concurrently; every query must succeed and see the primary.
-func TestGoDriverPoolConcurrentQueries(t *testing.T) {
-	h := newHarness(t, nil)
+func TestGoDriverPoolConcurrentQueries(t *testing.T) { poolings(t, testGoDriverPoolConcurrentQueries) }
+
+func testGoDriverPoolConcurrentQueries(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	db := h.db("rw", "sbtest", nil)
 	db.SetMaxOpenConns(8)
 	mustExec(t, db, "CREATE TABLE pool_t (id INT PRIMARY KEY, v INT)")
@@ -61,8 +65,10 @@ func TestGoDriverPoolConcurrentQueries(t *testing.T) {
 
 // Server-side prepared statements (interpolateParams=false): prepared once,
 // executed many times with parameters, through Exec and Query.
-func TestGoDriverPreparedStatements(t *testing.T) {
-	h := newHarness(t, nil)
+func TestGoDriverPreparedStatements(t *testing.T) { poolings(t, testGoDriverPreparedStatements) }
+
+func testGoDriverPreparedStatements(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	db := h.db("rw", "sbtest", func(c *mysql.Config) { c.InterpolateParams = false })
 	db.SetMaxOpenConns(4)
 	mustExec(t, db, "CREATE TABLE ps_t (id INT PRIMARY KEY, name VARCHAR(40), score DOUBLE, note TEXT NULL)")
@@ -130,8 +136,10 @@ func TestGoDriverPreparedStatements(t *testing.T) {
 	}
 }
 
-func TestGoDriverTransactions(t *testing.T) {
-	h := newHarness(t, nil)
+func TestGoDriverTransactions(t *testing.T) { poolings(t, testGoDriverTransactions) }
+
+func testGoDriverTransactions(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	db := h.db("rw", "sbtest", nil)
 	mustExec(t, db, "CREATE TABLE tx_t (id INT PRIMARY KEY) ENGINE=InnoDB")
 	tx, err := db.Begin()
@@ -176,7 +184,11 @@ func TestGoDriverTransactions(t *testing.T) {
 // multiStatements=true: a batch with several statements and several result
 // sets, and a stored procedure returning two result sets.
 func TestGoDriverMultiStatementsAndResults(t *testing.T) {
-	h := newHarness(t, nil)
+	poolings(t, testGoDriverMultiStatementsAndResults)
+}
+
+func testGoDriverMultiStatementsAndResults(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	db := h.db("rw", "sbtest", func(c *mysql.Config) { c.MultiStatements = true })
 	db.SetMaxOpenConns(1)
 	mustExec(t, db, "CREATE TABLE ms_t (id INT PRIMARY KEY); INSERT INTO ms_t VALUES (1),(2),(3); INSERT INTO ms_t VALUES (4)")
@@ -244,8 +256,10 @@ func TestGoDriverMultiStatementsAndResults(t *testing.T) {
 
 // A 20 MiB BLOB goes through as a packet larger than 16 MiB in both
 // directions, byte for byte, with text and binary protocol.
-func TestBlobRoundTrip20MiB(t *testing.T) {
-	h := newHarness(t, nil)
+func TestBlobRoundTrip20MiB(t *testing.T) { poolings(t, testBlobRoundTrip20MiB) }
+
+func testBlobRoundTrip20MiB(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	blob := make([]byte, 20<<20)
 	if _, err := rand.Read(blob); err != nil {
 		t.Fatal(err)
@@ -275,8 +289,10 @@ func TestBlobRoundTrip20MiB(t *testing.T) {
 }
 
 // USE otherdb through COM_QUERY, then an idle move to another node restores it.
-func TestUseOtherDatabase(t *testing.T) {
-	h := newHarness(t, nil)
+func TestUseOtherDatabase(t *testing.T) { poolings(t, testUseOtherDatabase) }
+
+func testUseOtherDatabase(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	db := h.db("rw", "sbtest", nil)
 	db.SetMaxOpenConns(1)
 	mustExec(t, db, "USE otherdb")
@@ -291,8 +307,10 @@ func TestUseOtherDatabase(t *testing.T) {
 }
 
 // LOAD DATA LOCAL INFILE is relayed (the client streams the file).
-func TestLoadDataLocalInfile(t *testing.T) {
-	h := newHarness(t, nil)
+func TestLoadDataLocalInfile(t *testing.T) { poolings(t, testLoadDataLocalInfile) }
+
+func testLoadDataLocalInfile(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
 	path := filepath.Join(t.TempDir(), "rows.csv")
 	var buf bytes.Buffer
 	for i := range 1000 {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
+
+	"github.com/switchyard-db/switchyard/internal/config"
 )
 
 // lookTool finds a client binary; absent, the test skips, or fails when
@@ -39,9 +41,11 @@ func hostPort(t *testing.T, addr string) (string, string) {
 
 // The mariadb command-line client through the rw listener: a query, a
 // multi-statement batch and vertical (\G) output.
-func TestMariaDBCommandLineClient(t *testing.T) {
+func TestMariaDBCommandLineClient(t *testing.T) { poolings(t, testMariaDBCommandLineClient) }
+
+func testMariaDBCommandLineClient(t *testing.T, pooling func(*config.Config)) {
 	bin := lookTool(t, "mariadb")
-	h := newHarness(t, nil)
+	h := newHarness(t, pooling)
 	host, port := hostPort(t, h.srv.ListenerAddr("rw"))
 	run := func(args ...string) string {
 		t.Helper()
@@ -93,8 +97,12 @@ var (
 // sysbench oltp_read_write through the rw listener with server-side prepared
 // statements (--db-ps-mode=auto, the default), 8 threads, no error ignored.
 func TestSysbenchReadWritePreparedStatements(t *testing.T) {
+	poolings(t, testSysbenchReadWritePreparedStatements)
+}
+
+func testSysbenchReadWritePreparedStatements(t *testing.T, pooling func(*config.Config)) {
 	bin := lookTool(t, "sysbench")
-	h := newHarness(t, nil)
+	h := newHarness(t, pooling)
 	common := func(addr string) []string {
 		host, port := hostPort(t, addr)
 		return []string{"oltp_read_write", "--db-driver=mysql", "--mysql-host=" + host, "--mysql-port=" + port,

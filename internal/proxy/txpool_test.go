@@ -329,3 +329,19 @@ func TestTxPoolDiagnosticsOnSharedConnection(t *testing.T) {
 		t.Fatalf("ROW_COUNT() after another session used the connection: %v, want an error saying why", err)
 	}
 }
+
+// poolings runs body once per listener pooling mode, as subtests "session"
+// and "transaction", with every listener of the harness in that mode: the
+// client checks pass through a transaction-pooled listener as they do
+// through a session-pooled one.
+func poolings(t *testing.T, body func(t *testing.T, pooling func(*config.Config))) {
+	for _, mode := range []string{config.PoolingSession, config.PoolingTransaction} {
+		t.Run(mode, func(t *testing.T) {
+			body(t, func(c *config.Config) {
+				for i := range c.Listeners {
+					c.Listeners[i].Pooling = mode
+				}
+			})
+		})
+	}
+}
