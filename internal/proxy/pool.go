@@ -64,11 +64,20 @@ type nodePool struct {
 	// proxy.max_connections_per_backend caps.
 	total   int
 	idle    []*backend // oldest first
-	waiters []chan struct{}
+	waiters []*poolWaiter // first come, first served
 	// primarySince is the epoch of the first snapshot of the node's
 	// current spell as primary (0 when it is not primary).
 	primarySince  atomic.Int64
 	idleG, inUseG prometheus.Gauge
+}
+
+// poolWaiter is a checkout waiting for a connection of its node: woken
+// (ch) when a connection of its key comes back or a slot frees up.
+type poolWaiter struct {
+	ch       chan struct{}
+	key      poolKey
+	noSchema bool // the session has no default schema
+	woken    bool // told to try again; still queued (newcomers wait behind it) until it does
 }
 
 // Checkout kinds (switchyard_backend_pool_checkouts_total).
@@ -100,15 +109,28 @@ func (p *backendCounter) usable(be *backend, snap *routeSnapshot) bool {
 }
 
 // reserve, under p.mu, finds an idle connection for s (its own previous one
-// first, then the newest with the same key whose schema suits the
-// session), or reserves a slot for a dial when the node is below the cap
-// limit, or returns a channel to wait on. Idle connections that must not
-// be used any more, and, at the cap, the oldest idle connection of another
-// key, are returned to be closed by the caller.
-func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int) (be *backend, dial bool, wait chan struct{}, drop []*backend) {
+// first, then, by pooling mode, the newest or the oldest with the same key
+// whose schema suits the session), or reserves a slot for a dial when the
+// node is below the cap limit, or queues a waiter. Idle connections that
+// must not be used any more, and, at the cap, the oldest idle connection
+// of another key, are returned to be closed by the caller. A checkout
+// that has not waited yet (w nil) queues behind the waiters of its key
+// instead of taking what came back for them; a woken one (w) keeps its
+// place at the head of the queue.
+func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int, w *poolWaiter) (be *backend, dial bool, wait *poolWaiter, drop []*backend) {
 	key := s.poolKey()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if w != nil {
+		if i := slices.Index(p.waiters, w); i >= 0 {
+			p.waiters = slices.Delete(p.waiters, i, i+1)
+		}
+		w.woken = false
+	} else if slices.ContainsFunc(p.waiters, func(o *poolWaiter) bool { return o.key == key }) {
+		wait = &poolWaiter{ch: make(chan struct{}, 1), key: key, noSchema: s.schema == ""}
+		p.waiters = append(p.waiters, wait)
+		return nil, false, wait, nil
+	}
 	for i := len(p.idle) - 1; i >= 0; i-- {
 		c := p.idle[i]
 		if !p.usable(c, snap) {
@@ -150,9 +172,15 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int) (be
 	if len(drop) > 0 {
 		return nil, false, nil, drop // closing them frees slots: try again
 	}
-	wait = make(chan struct{}, 1)
-	p.waiters = append(p.waiters, wait)
-	return nil, false, wait, nil
+	if w == nil {
+		// A new waiter queues at the tail.
+		w = &poolWaiter{ch: make(chan struct{}, 1), key: key, noSchema: s.schema == ""}
+		p.waiters = append(p.waiters, w)
+	} else {
+		// A woken one that found nothing goes back to the head.
+		p.waiters = slices.Insert(p.waiters, 0, w)
+	}
+	return nil, false, w, nil
 }
 
 // take removes be from the idle list (p.mu held): it is in use again, by
@@ -166,31 +194,42 @@ func (p *backendCounter) take(be *backend) {
 	p.inUseG.Inc()
 }
 
-// wakeOne tells the first waiting checkout to try again (p.mu held).
+// wakeOne tells the first waiting checkout to try again (p.mu held): a
+// slot came free.
 func (p *backendCounter) wakeOne() {
-	for len(p.waiters) > 0 {
-		ch := p.waiters[0]
-		p.waiters = p.waiters[1:]
-		select {
-		case ch <- struct{}{}:
-			return
-		default:
-		}
+	p.wake(func(*poolWaiter) bool { return true })
+}
+
+// wakeFor tells the first checkout that can use be, back in the pool, to
+// try again (p.mu held); without one, the first of any key (at the cap it
+// closes an idle connection of another key to make room).
+func (p *backendCounter) wakeFor(be *backend) {
+	if !p.wake(func(w *poolWaiter) bool { return w.key == be.key && (!w.noSchema || be.schema == "") }) {
+		p.wakeOne()
 	}
 }
 
+func (p *backendCounter) wake(match func(*poolWaiter) bool) bool {
+	for _, w := range p.waiters {
+		if w.woken || !match(w) {
+			continue
+		}
+		w.woken = true
+		w.ch <- struct{}{} // buffered; a waiter is woken once per queueing
+		return true
+	}
+	return false
+}
+
 // cancelWait removes a waiter that gave up, passing on a wake-up it got.
-func (p *backendCounter) cancelWait(ch chan struct{}) {
+func (p *backendCounter) cancelWait(w *poolWaiter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i := slices.Index(p.waiters, ch); i >= 0 {
+	if i := slices.Index(p.waiters, w); i >= 0 {
 		p.waiters = slices.Delete(p.waiters, i, i+1)
-		return
 	}
-	select {
-	case <-ch:
-		p.wakeOne()
-	default:
+	if w.woken {
+		p.wakeOne() // pass the wake-up on
 	}
 }
 
@@ -236,7 +275,7 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 	p.idle = append(p.idle, be)
 	p.idleG.Inc()
 	p.inUseG.Dec()
-	p.wakeOne()
+	p.wakeFor(be)
 }
 
 // connect returns a backend connection to t for the session, logged in as
@@ -262,8 +301,9 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			m.poolWaitSecs.WithLabelValues(t.cluster, t.node).Observe(time.Since(waitStart).Seconds())
 		}
 	}()
+	var w *poolWaiter
 	for {
-		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend)
+		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend, w)
 		for _, c := range drop {
 			c.close(true)
 		}
@@ -305,8 +345,9 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				timer = time.NewTimer(rc.poolWait)
 				m.poolWaits.WithLabelValues(t.cluster, t.node).Inc()
 			}
+			w = wait
 			select {
-			case <-wait:
+			case <-wait.ch:
 			case <-timer.C:
 				p.cancelWait(wait)
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
