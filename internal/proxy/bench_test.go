@@ -20,17 +20,25 @@ import (
 // through the proxy, one client, so the difference of ns/op is the latency
 // the proxy adds per query. proxy-cpu-us/op is the CPU the whole test process
 // used per query minus the direct run's (the proxy's share).
+//
+// proxy-txpool runs it through a listener with pooling: transaction, where
+// every statement (autocommit) takes the session's connection from the
+// pool and gives it back: the difference to proxy is the cost of that
+// checkout and return.
 func BenchmarkRelayPointSelect(b *testing.B) {
-	h := newHarness(b, nil)
+	h := txHarness(b, 0)
 	setup := h.direct(0)
 	mustExec(b, setup, "CREATE TABLE sbtest.bench_t (id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60))")
 	mustExec(b, setup, "INSERT INTO sbtest.bench_t SELECT seq, seq, REPEAT('c', 120), REPEAT('p', 60) FROM sbtest.seq_1_to_1000")
 	var directCPU float64
-	for _, target := range []string{"direct", "proxy"} {
+	for _, target := range []string{"direct", "proxy", "proxy-txpool"} {
 		b.Run(target, func(b *testing.B) {
 			dsn := h.dsn("rw", "sbtest", nil)
-			if target == "direct" {
+			switch target {
+			case "direct":
 				dsn = h.c.DSN(0, h.c.AppUser, h.c.AppPassword, "sbtest")
+			case "proxy-txpool":
+				dsn = h.dsn("rwtx", "sbtest", nil)
 			}
 			db, err := sql.Open("mysql", dsn)
 			if err != nil {

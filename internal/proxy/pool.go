@@ -63,12 +63,13 @@ type nodePool struct {
 	// total counts connections open plus those being dialed: what
 	// proxy.max_connections_per_backend caps.
 	total   int
-	idle    []*backend // oldest first
+	idle    []*backend    // oldest first
 	waiters []*poolWaiter // first come, first served
 	// primarySince is the epoch of the first snapshot of the node's
 	// current spell as primary (0 when it is not primary).
 	primarySince  atomic.Int64
 	idleG, inUseG prometheus.Gauge
+	checkoutsC    map[string]prometheus.Counter // by kind, set with the gauges
 }
 
 // poolWaiter is a checkout waiting for a connection of its node: woken
@@ -97,6 +98,10 @@ func (p *backendCounter) gauges(m *metrics) {
 	if p.idleG == nil {
 		p.idleG = m.poolConns.WithLabelValues(p.cluster, p.node, "idle")
 		p.inUseG = m.poolConns.WithLabelValues(p.cluster, p.node, "in_use")
+		p.checkoutsC = make(map[string]prometheus.Counter, 3)
+		for _, k := range []string{checkoutSame, checkoutClean, checkoutReset} {
+			p.checkoutsC[k] = m.poolCheckouts.WithLabelValues(p.cluster, p.node, k)
+		}
 	}
 }
 
@@ -181,6 +186,16 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int, w *
 		p.waiters = slices.Insert(p.waiters, 0, w)
 	}
 	return nil, false, w, nil
+}
+
+// countCheckout counts a checkout of kind.
+func (p *backendCounter) countCheckout(kind string) {
+	p.mu.Lock()
+	c := p.checkoutsC[kind]
+	p.mu.Unlock()
+	if c != nil {
+		c.Inc()
+	}
 }
 
 // take removes be from the idle list (p.mu held): it is in use again, by
@@ -368,7 +383,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 // caller takes another).
 func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *mysql.MyError) {
 	t := be.t
-	if peerClosed(be.conn) {
+	if s.peerGone(be) {
 		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("pooled connection closed by the server"))
 	}
 	be.restored, be.sameState = nil, false
@@ -382,16 +397,16 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 		if reset {
 			kind = checkoutReset
 		}
-		restore = restore && (reset || s.hasState())
+		rebuild := restore && (reset || s.hasState())
 		var initDB string
 		if s.schema != be.schema {
 			initDB = s.schema
 		}
-		if reset || restore || initDB != "" {
+		if reset || rebuild || initDB != "" {
 			_ = be.conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 			br := s.srv.readers.Get().(*bufio.Reader)
 			br.Reset(be.reader())
-			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, restore: restore, tracking: reset})
+			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, restore: rebuild, tracking: reset})
 			left := br.Buffered()
 			br.Reset(nil)
 			s.srv.readers.Put(br)
@@ -409,7 +424,10 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 	if snap != nil {
 		be.epoch = max(be.epoch, snap.stateEpoch())
 	}
-	s.srv.metrics.poolCheckouts.WithLabelValues(t.cluster, t.node, kind).Inc()
+	be.counter.countCheckout(kind)
+	if restore {
+		return nil, nil // a move or a checkout between transactions relays no login OK
+	}
 	caps := s.caps
 	if be.tracked {
 		caps |= mysql.CLIENT_SESSION_TRACK

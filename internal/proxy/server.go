@@ -334,7 +334,7 @@ func (s *Server) backendCounter(t *target) *backendCounter {
 		// change); the pool's labels follow under both locks.
 		bc.mu.Lock()
 		bc.cluster, bc.node = t.cluster, t.node
-		bc.idleG, bc.inUseG = nil, nil
+		bc.idleG, bc.inUseG, bc.checkoutsC = nil, nil, nil
 		bc.mu.Unlock()
 	}
 	return bc
