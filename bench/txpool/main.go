@@ -11,7 +11,9 @@
 // primary (must be 0), the largest number of application connections and
 // of Threads_connected seen on each primary (sampled every 50 ms), the
 // backend connections the proxy opened, the transaction latency and the
-// longest gap between two commits.
+// longest gap between two commits. The replicas apply in parallel
+// (slave_parallel_threads 4, optimistic) so that the switchover's catch-up
+// keeps up with 2,000 writers on two cores.
 //
 // Usage: go run ./bench/txpool [-clients 2000] [-limit 64] [-duration 20s] [-switchover=true] [-pooling transaction]
 package main
@@ -107,6 +109,12 @@ func run(o options) (err error) {
 		cfg.Listeners[i].Pooling = o.pooling
 	}
 	cfg.Proxy.MaxConnectionsPerBackend = o.limit
+	// 2,000 writers outrun a replica's single SQL thread on two cores:
+	// give the catch-up room (held statements wait for it) and the
+	// replicas parallel appliers, as bench/switchover -parallel-replication.
+	cfg.Switchover.CatchupTimeout = config.Duration(15 * time.Second)
+	cfg.Switchover.MaxHold = config.Duration(20 * time.Second)
+	cfg.Switchover.MaxDuration = config.Duration(30 * time.Second)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -155,6 +163,22 @@ func run(o options) (err error) {
 		}
 		roots[i].SetMaxOpenConns(2)
 		defer roots[i].Close()
+	}
+	for i := range sb.Nodes {
+		root, err := sql.Open("mysql", sb.RootDSN(i))
+		if err != nil {
+			return err
+		}
+		for _, q := range []string{"STOP SLAVE", "SET GLOBAL slave_parallel_threads = 4", "SET GLOBAL slave_parallel_mode = 'optimistic'", "START SLAVE"} {
+			if i == 0 && (q == "STOP SLAVE" || q == "START SLAVE") {
+				continue
+			}
+			if _, err := root.Exec(q); err != nil {
+				root.Close()
+				return fmt.Errorf("node%d: %s: %w", i+1, q, err)
+			}
+		}
+		root.Close()
 	}
 	if _, err := roots[0].Exec("CREATE TABLE sbtest.txpool_ledger (client INT, n INT, PRIMARY KEY (client, n))"); err != nil {
 		return err
