@@ -26,6 +26,18 @@
 // sessions' connections to backends that left the route are closed at once
 // (the sweeper), so a drained or switched-over node empties.
 //
+// Pools (pool.go, txpool.go). Backend connections come from a pool per
+// node, user, relayed capabilities and login charset, capped per node by
+// proxy.max_connections_per_backend (open plus opening; waiters served in
+// order). With listener pooling "session" a session holds one from login to
+// logout and gives it back reset (COM_RESET_CONNECTION); with
+// "transaction" it gives it back at every boundary where it is not pinned
+// (transaction open, state that cannot be re-created, pending warnings or
+// FOUND_ROWS) and its next command takes one through the same path as a
+// move, which re-creates its state there. Idle connections of a node that
+// left the route or changed role are closed; a primary's are never used
+// when they predate its current spell as primary.
+//
 // Route fencing (cut.go). When a snapshot says a node is no longer a valid
 // route — on primary listeners: not the primary any more (new epoch,
 // PhaseFailover, the proxy's own write fence) or quarantined; on replica

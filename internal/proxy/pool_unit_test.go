@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+func unitPool(t *testing.T) (*backendCounter, *metrics) {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &backendCounter{cluster: "c", node: "n1", addr: "127.0.0.1:1"}
+	p.gauges(m)
+	return p, m
+}
+
+// The cap counts connections being dialed; a connection given back goes
+// to the first waiter of its key, and a newcomer queues behind it.
+func TestPoolReserveOrder(t *testing.T) {
+	p, _ := unitPool(t)
+	a := &session{id: 1, user: "app", schema: "db"}
+	b := &session{id: 2, user: "app", schema: "db"}
+	c := &session{id: 3, user: "app", schema: "db"}
+	be, dial, w, _ := p.reserve(a, nil, 1, nil)
+	if be != nil || !dial || w != nil || p.total != 1 {
+		t.Fatalf("first checkout: be %v dial %v wait %v total %d; want a dial", be, dial, w, p.total)
+	}
+	// The dial is in progress: the cap is reached.
+	_, dial, wb, _ := p.reserve(b, nil, 1, nil)
+	if dial || wb == nil {
+		t.Fatalf("second checkout at the cap: dial %v wait %v; want to wait", dial, wb)
+	}
+	conn := &backend{key: a.poolKey(), schema: "db", counter: p, t: &target{node: "n1", addr: p.addr}}
+	p.inUseG.Inc()
+	p.putIdle(conn, time.Now())
+	select {
+	case <-wb.ch:
+	default:
+		t.Fatal("the waiter was not woken when a connection came back")
+	}
+	// A newcomer must not take it in front of the woken waiter.
+	_, dial, wc, _ := p.reserve(c, nil, 1, nil)
+	if dial || wc == nil {
+		t.Fatalf("newcomer: dial %v wait %v; want to queue behind the woken waiter", dial, wc)
+	}
+	got, _, _, _ := p.reserve(b, nil, 1, wb)
+	if got != conn {
+		t.Fatalf("woken waiter got %v, want the connection given back", got)
+	}
+	// Closing it frees the slot: the newcomer is woken and may dial.
+	conn.closed.Store(true)
+	p.closed(conn)
+	select {
+	case <-wc.ch:
+	default:
+		t.Fatal("the newcomer was not woken when the slot came free")
+	}
+	if _, dial, _, _ := p.reserve(c, nil, 1, wc); !dial || p.total != 1 {
+		t.Fatalf("after the close: dial %v total %d; want a dial", dial, p.total)
+	}
+}
+
+// A session without a schema never gets a connection that has one; a
+// session gets its own previous connection before others.
+func TestPoolReservePrefers(t *testing.T) {
+	p, _ := unitPool(t)
+	s := &session{id: 7, user: "app", txPool: true}
+	mk := func(schema string, owner uint32) *backend {
+		be := &backend{key: s.poolKey(), schema: schema, owner: owner, counter: p, t: &target{node: "n1", addr: p.addr}}
+		p.total++
+		p.inUseG.Inc()
+		p.putIdle(be, time.Now())
+		return be
+	}
+	withDB := mk("db", 1)
+	if be, dial, _, _ := p.reserve(s, nil, 10, nil); be != nil || !dial {
+		t.Fatalf("no-schema session got %v (dial %v); want a new connection", be, dial)
+	}
+	p.total--
+	plain1 := mk("", 2)
+	own := mk("", 7)
+	plain2 := mk("", 3)
+	s.lastBe = own
+	if be, _, _, _ := p.reserve(s, nil, 10, nil); be != own {
+		t.Fatalf("got %p, want the session's own previous connection %p", be, own)
+	}
+	s.lastBe = nil
+	if be, _, _, _ := p.reserve(s, nil, 10, nil); be != plain1 {
+		t.Fatalf("transaction pooling got %p, want the least recently used %p", be, plain1)
+	}
+	_ = plain2
+	_ = withDB
+}
+
+func TestOKFields(t *testing.T) {
+	ok := mysqlproto.AppendOK(nil, mysql.CLIENT_PROTOCOL_41, &mysqlproto.OK{AffectedRows: 300, LastInsertID: 70000, Status: 2, Warnings: 3})
+	if w := okWarnings(ok); w != 3 {
+		t.Fatalf("warnings %d", w)
+	}
+	if id := okInsertID(ok); id != 70000 {
+		t.Fatalf("insert id %d", id)
+	}
+	if okWarnings([]byte{0}) != 0 || okInsertID(nil) != 0 {
+		t.Fatal("malformed OK packets must read as 0")
+	}
+	for q, want := range map[string]bool{
+		"SELECT LAST_INSERT_ID()":       true,
+		"select last_insert_id() + 1":   true,
+		"SELECT LAST_INSERT":            false,
+		"SELECT SQL_CALC_FOUND_ROWS 1":  false,
+		"INSERT INTO last_insert_id_t ": true, // conservative: a restore costs one statement
+	} {
+		if got := mentions([]byte(q), "last_insert_id"); got != want {
+			t.Errorf("mentions(%q) = %v, want %v", q, got, want)
+		}
+	}
+	if !readsDiagnostics([]byte("SELECT Row_Count()")) || !readsDiagnostics([]byte("SELECT FOUND_ROWS()")) || readsDiagnostics([]byte("SELECT 1")) {
+		t.Fatal("readsDiagnostics")
+	}
+}
