@@ -70,17 +70,17 @@ type session struct {
 	ended  bool
 	// Transaction pooling (txpool.go): the listener multiplexes
 	// (txPool), the session gave its connection back and takes one at
-	// its next command (parked), why it keeps its connection for the
-	// next statement (keepNext), the command's result had warnings
+	// its next command (parked), it keeps its connection for the next
+	// statement (keepNext), the command's result had warnings
 	// (warned), the last insert id reported to it and whether the
 	// current connection lacks it (idRestore), whether the current
 	// connection did not run the previous statement (diagLost) and
 	// whether any statement ran (ran).
+	insertID  uint64
 	txPool    bool
 	parked    bool
-	keepNext  string
+	keepNext  bool
 	warned    bool
-	insertID  uint64
 	idRestore bool
 	diagLost  bool
 	ran       bool

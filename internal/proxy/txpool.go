@@ -55,8 +55,8 @@ func (s *session) pinned() string {
 		return why
 	}
 	switch {
-	case s.keepNext != "":
-		return s.keepNext
+	case s.keepNext:
+		return "its last statement left diagnostics the next one may read (warnings, an error, SQL_CALC_FOUND_ROWS)"
 	case s.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0 && s.status&mysql.SERVER_STATUS_IN_TRANS != 0:
 		return "has a transaction open (autocommit=0)"
 	}
@@ -90,16 +90,9 @@ func (s *session) txBoundary() {
 // listener, what keeps the connection for the next statement (calc: the
 // statement was a SELECT SQL_CALC_FOUND_ROWS).
 func (s *session) noteDiagnostics(calc bool) {
-	s.keepNext = ""
+	// An error is a diagnostic too: SHOW WARNINGS reads it.
+	s.keepNext = !s.lastOK || s.warned || calc
 	s.diagLost = false
-	switch {
-	case !s.lastOK:
-		s.keepNext = "its last statement failed (SHOW WARNINGS reads the error)"
-	case s.warned:
-		s.keepNext = "its last statement left warnings"
-	case calc:
-		s.keepNext = "its last statement was SELECT SQL_CALC_FOUND_ROWS"
-	}
 }
 
 // checkedOut records, on a transaction-pooled listener, that the session
