@@ -15,7 +15,10 @@
 // (slave_parallel_threads 4, optimistic) so that the switchover's catch-up
 // keeps up with 2,000 writers on two cores.
 //
-// Usage: go run ./bench/txpool [-clients 2000] [-limit 64] [-duration 20s] [-switchover=true] [-pooling transaction]
+// Each client pauses -think between two transactions (many mostly idle
+// clients, the case multiplexing is for); -think 0 runs them back to back.
+//
+// Usage: go run ./bench/txpool [-clients 2000] [-limit 64] [-duration 20s] [-think 1s] [-switchover=true] [-pooling transaction]
 package main
 
 import (
@@ -50,6 +53,7 @@ type options struct {
 	duration   time.Duration
 	switchover bool
 	pooling    string
+	think      time.Duration
 }
 
 func main() {
@@ -59,6 +63,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "how long the clients run")
 	flag.BoolVar(&o.switchover, "switchover", true, "switch the primary over to node2 halfway")
 	flag.StringVar(&o.pooling, "pooling", config.PoolingTransaction, "the rw listener's pooling (session or transaction)")
+	flag.DurationVar(&o.think, "think", time.Second, "each client's pause between two transactions (0: back to back, which saturates the primary and leaves the replicas far behind)")
 	flag.Parse()
 	_ = mysql.SetLogger(&mysql.NopLogger{})
 	if err := run(o); err != nil {
@@ -184,8 +189,8 @@ func run(o options) (err error) {
 		return err
 	}
 	dsn := fmt.Sprintf("%s:%s@tcp(%s)/sbtest?timeout=10s&readTimeout=60s&writeTimeout=60s", sb.AppUser, sb.AppPassword, srv.ListenerAddr("rw"))
-	fmt.Printf("== %d clients, short transactions through a %s-pooled rw listener, proxy.max_connections_per_backend %d, %s",
-		o.clients, o.pooling, o.limit, o.duration)
+	fmt.Printf("== %d clients, short transactions (%s apart) through a %s-pooled rw listener, proxy.max_connections_per_backend %d, %s",
+		o.clients, o.think, o.pooling, o.limit, o.duration)
 	if o.switchover {
 		fmt.Print(", switchover to node2 halfway")
 	}
@@ -245,6 +250,12 @@ func run(o options) (err error) {
 				}
 				acked[i] = append(acked[i], n)
 				lat[i] = append(lat[i], now.Sub(t0))
+				if o.think > 0 {
+					select {
+					case <-stop:
+					case <-time.After(o.think):
+					}
+				}
 				commits.Add(1)
 				prev := time.Unix(0, lastCommit.Swap(now.UnixNano()))
 				if g := now.Sub(prev); g > 0 {

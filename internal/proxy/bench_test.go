@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"database/sql"
+	"fmt"
 	"net"
 	"syscall"
 	"testing"
@@ -183,5 +185,46 @@ func serveCanned(c net.Conn, resp []byte) {
 		if _, err := c.Write(out); err != nil {
 			return
 		}
+	}
+}
+
+// BenchmarkTxPoolCheckout measures one autocommit point select through a
+// transaction-pooled listener limited to one backend connection per node,
+// by what each checkout has to do: "same" (one client: it takes its own
+// previous connection back, nothing sent), "clean" (two clients without
+// session state alternate on the connection: no reset) and "reset" (two
+// clients that each set a session variable alternate: COM_RESET_CONNECTION
+// and the client's SET, pipelined, before every statement).
+func BenchmarkTxPoolCheckout(b *testing.B) {
+	h := txHarness(b, 1)
+	mustExec(b, h.direct(0), "CREATE TABLE sbtest.bench_co (id INT PRIMARY KEY, c CHAR(120))")
+	mustExec(b, h.direct(0), "INSERT INTO sbtest.bench_co SELECT seq, REPEAT('c', 120) FROM sbtest.seq_1_to_1000")
+	for _, kind := range []string{checkoutSame, checkoutClean, checkoutReset} {
+		b.Run(kind, func(b *testing.B) {
+			clients := []*client{h.client("rwtx", "sbtest")}
+			if kind != checkoutSame {
+				clients = append(clients, h.client("rwtx", "sbtest"))
+			}
+			for i, c := range clients {
+				defer c.close()
+				if kind == checkoutReset {
+					c.exec(b, fmt.Sprintf("SET SESSION max_statement_time = %d", 10+i))
+				}
+			}
+			before := h.checkouts("node1", kind)
+			var c string
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				cl := clients[i%len(clients)]
+				if err := cl.conn.QueryRowContext(context.Background(), fmt.Sprintf("SELECT c FROM bench_co WHERE id = %d", i%1000+1)).Scan(&c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if n := h.checkouts("node1", kind) - before; n < b.N/2 {
+				b.Fatalf("%d checkouts of kind %s for %d statements", n, kind, b.N)
+			}
+		})
 	}
 }
