@@ -91,6 +91,9 @@ type limitState struct {
 	max             atomic.Int64 // effective proxy.max_client_connections; 0 = none
 	clients         atomic.Int64 // admitted sessions, all listeners
 	refusing        atomic.Int64 // refusals being answered
+	// refusedConns are the clients being answered 1040, closed by
+	// Server.Close; guarded by Server.mu.
+	refusedConns map[net.Conn]struct{}
 	refusedLog      rateLog
 	acceptLog       rateLog
 
@@ -225,17 +228,17 @@ func (s *Server) refuse(l *listener, c net.Conn) {
 		_ = c.Close()
 		return
 	}
-	if s.refusedConns == nil {
-		s.refusedConns = make(map[net.Conn]struct{})
+	if s.limit.refusedConns == nil {
+		s.limit.refusedConns = make(map[net.Conn]struct{})
 	}
-	s.refusedConns[c] = struct{}{}
+	s.limit.refusedConns[c] = struct{}{}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer s.limit.refusing.Add(-1)
 		s.answerTooMany(l, c)
 		s.mu.Lock()
-		delete(s.refusedConns, c)
+		delete(s.limit.refusedConns, c)
 		s.mu.Unlock()
 		_ = c.Close()
 	}()

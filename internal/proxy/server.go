@@ -68,12 +68,10 @@ type Server struct {
 	clusters  map[string]*clusterRoute
 	listeners []*listener
 	sessions  map[*session]struct{}
-	owners    map[uint32]owner // logged-in sessions by proxy connection id, for KILL (kill.go)
-	// refusedConns are clients being answered 1040 (limits.go)
-	refusedConns map[net.Conn]struct{}
-	backends     map[string]*backendCounter // by address
-	closed       bool
-	started      bool
+	owners    map[uint32]owner           // logged-in sessions by proxy connection id, for KILL (kill.go)
+	backends  map[string]*backendCounter // by address
+	closed    bool
+	started   bool
 
 	bytesIn  prometheus.Counter // client → backend
 	bytesOut prometheus.Counter // backend → client
@@ -353,7 +351,7 @@ func (s *Server) Close() error {
 	for sess := range s.sessions {
 		sess.shutdown()
 	}
-	for c := range s.refusedConns {
+	for c := range s.limit.refusedConns {
 		_ = c.Close()
 	}
 	s.mu.Unlock()
