@@ -94,8 +94,8 @@ type limitState struct {
 	// refusedConns are the clients being answered 1040, closed by
 	// Server.Close; guarded by Server.mu.
 	refusedConns map[net.Conn]struct{}
-	refusedLog      rateLog
-	acceptLog       rateLog
+	refusedLog   rateLog
+	acceptLog    rateLog
 
 	refused      *prometheus.CounterVec // listener, reason
 	acceptErrors *prometheus.CounterVec // listener, errno
