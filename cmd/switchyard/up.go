@@ -31,6 +31,9 @@ type roleFlags struct {
 	pidFile   string
 	admin     string
 	applyFile bool
+	// embeddedStarted, when set (tests), receives the embedded etcd's
+	// owner once it runs.
+	embeddedStarted func(*embeddedEtcd)
 }
 
 func (r *roleFlags) register(cmd *cobra.Command, role string) {
@@ -149,6 +152,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		embedded = newEmbeddedEtcd(e, opts, log, h)
 		ectx, cancelEmbedded := context.WithCancel(context.Background())
 		go embedded.run(ectx)
+		if rf.embeddedStarted != nil {
+			rf.embeddedStarted(embedded)
+		}
 		defer embedded.Close()
 		defer cancelEmbedded()
 		endpoints = e.Endpoints()
