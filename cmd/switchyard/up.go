@@ -166,6 +166,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			// once (topo: campaign drops stale keys of its identity).
 			id = embeddedID(host, dataDir)
 			log = idLog.With("id", id)
+			embedded.log = log
 		}
 		log.Info("embedded etcd started", "endpoints", endpoints, "data_dir", dataDir)
 	}

@@ -25,11 +25,12 @@ import (
 // and those parts then fail in ways that are far worse than a refused login.
 // So the proxy admits at most proxy.max_client_connections sessions over all
 // its listeners and answers the next ones the way MariaDB answers a client
-// past max_connections: the greeting, then, after the client's handshake
-// response, ERR 1040 (SQLSTATE 08004) "Too many connections" (MariaDB
-// sql/sql_acl.cc acl_authenticate checks the connection count after reading
-// the handshake response, so clients report a server error, not a failed
-// connect).
+// past max_connections (checked with MariaDB 10.11.19): the greeting, then,
+// after the client's handshake response, ERR 1040 (SQLSTATE 08004) "Too
+// many connections", so clients report a server error, not a failed
+// connect. Like MariaDB past its one extra connection, a client that comes
+// while too many refusals are being answered gets ERR 1040 as the first
+// packet instead of a greeting.
 
 // Refusal reasons: the "reason" label of
 // switchyard_client_connections_refused_total.
@@ -37,7 +38,7 @@ const (
 	// refusedMaxClients: the client got ERR 1040 after its handshake.
 	refusedMaxClients = "max_client_connections"
 	// refusedOverflow: more than maxRefusing refusals were being answered
-	// at once; the connection was closed without a greeting.
+	// at once; the client got ERR 1040 in place of the greeting.
 	refusedOverflow = "refusals_in_progress"
 )
 
@@ -52,9 +53,17 @@ const DefaultReservedDescriptors = 256
 const EmbeddedEtcdDescriptors = 256
 
 // maxRefusing bounds the refusals answered at once (each holds a descriptor
-// and a goroutine for at most refuseWindow); past it a connection is closed
-// at once. It is part of the reserve.
+// and a goroutine for at most refuseWindow); past it a connection gets ERR
+// 1040 at once, without a greeting. It is part of the reserve.
 const maxRefusing = 64
+
+// tooManyBeforeHandshake is ERR 1040 "Too many connections" as a first
+// packet (sequence 0, no SQLSTATE).
+func tooManyBeforeHandshake() []byte {
+	const code = mysql.ER_CON_COUNT_ERROR
+	payload := append([]byte{0xff, code & 0xff, code >> 8}, "Too many connections"...)
+	return append([]byte{byte(len(payload)), 0, 0, 0}, payload...)
+}
 
 // refuseWindow bounds the handshake of a refused client.
 const refuseWindow = 2 * time.Second
@@ -225,6 +234,11 @@ func (s *Server) refuse(l *listener, c net.Conn) {
 	}
 	if reason == refusedOverflow {
 		s.limit.refusing.Add(-1)
+		// Before the handshake there is no SQLSTATE marker (no
+		// CLIENT_PROTOCOL_41 yet), as MariaDB sends it. One write on a
+		// fresh socket does not block.
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write(tooManyBeforeHandshake())
 		_ = c.Close()
 		return
 	}

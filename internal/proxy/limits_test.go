@@ -277,3 +277,44 @@ func TestDialBackendTimeout(t *testing.T) {
 		t.Fatalf("took %v, want about the 600ms timeout", took)
 	}
 }
+
+// TestRefusalsInProgressBounded: while maxRefusing refused clients have
+// not answered the greeting, the next client gets ERR 1040 as its first
+// packet (no greeting, no goroutine held), as MariaDB answers past its
+// extra connection; go-sql-driver reports it as error 1040.
+func TestRefusalsInProgressBounded(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Proxy.MaxClientConnections = 1 })
+	db := h.db("rw", "", nil)
+	held, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	addr := h.srv.ListenerAddr("rw")
+	for range maxRefusing {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var b [4]byte
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(b[:]); err != nil { // the greeting: a refusal in progress
+			t.Fatal(err)
+		}
+	}
+	extra, err := sql.Open("mysql", h.dsn("rw", "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	err = extra.Ping()
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1040 {
+		t.Fatalf("client past %d refusals in progress: %v, want error 1040", maxRefusing, err)
+	}
+	var one int
+	if err := held.QueryRowContext(context.Background(), "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("the open session: %v", err)
+	}
+}
