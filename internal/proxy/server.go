@@ -222,7 +222,7 @@ func (s *Server) Start() error {
 	}
 	s.started = true
 	limit, _ := s.MaxClientConnections()
-	s.log.Info("client connection limit", "max_client_connections", limit, "descriptor_budget", s.limit.budget, "reserved_descriptors", s.limit.reserve)
+	s.log.Debug("client connection limit", "max_client_connections", limit, "descriptor_budget", s.limit.budget, "reserved_descriptors", s.limit.reserve)
 	for _, l := range s.listeners {
 		s.wg.Add(1)
 		go s.acceptLoop(l)
