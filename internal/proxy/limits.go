@@ -119,7 +119,7 @@ func (ls *limitState) init(reg prometheus.Registerer, budget, reserve int) error
 	}, []string{"listener", "reason"})
 	ls.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_accept_errors_total",
-		Help: "accept(2) failures on a client listener, by listener and error (EMFILE, ENFILE, other); the listener backs off 5 ms doubling to 1 s and keeps serving.",
+		Help: "accept(2) failures on a client listener, by listener and error (EMFILE, ENFILE, ENOMEM, other); the listener backs off 5 ms doubling to 1 s and keeps serving.",
 	}, []string{"listener", "error"})
 	ls.maxGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "switchyard_client_connections_max",
