@@ -160,6 +160,12 @@ func TestValidateCases(t *testing.T) {
 		{"negative pool idle timeout", func(c *Config) {
 			c.Proxy.Pool.IdleTimeout = -1
 		}, "proxy.pool.idle_timeout: -1ns must be positive"},
+		{"negative max client connections", func(c *Config) {
+			c.Proxy.MaxClientConnections = -5
+		}, "proxy.max_client_connections: -5 must be 0 (derived from the descriptor budget) or positive"},
+		{"explicit max client connections", func(c *Config) {
+			c.Proxy.MaxClientConnections = 100
+		}, ""},
 		{"connect timeout of exactly 30s is allowed", func(c *Config) {
 			c.Proxy.ConnectTimeout = Duration(MaxConnectTimeout)
 		}, ""},
