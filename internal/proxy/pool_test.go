@@ -344,3 +344,35 @@ func TestPoolDropsDemotedPrimary(t *testing.T) {
 	}
 	c.close()
 }
+
+// An idle pooled connection is closed after proxy.pool.idle_timeout (and
+// the server sees it go).
+func TestPoolIdleTimeout(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Proxy.Pool.IdleTimeout = config.Duration(time.Second) })
+	a := h.client("rw", "sbtest")
+	id := a.int(t, "SELECT CONNECTION_ID()")
+	a.close()
+	h.waitIdle("node1", 1)
+	start := time.Now()
+	for h.poolGauge("node1", "idle") != 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the idle connection was not closed 10 s after proxy.pool.idle_timeout (1 s)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("idle connection closed %s after it was given back (idle_timeout 1s, checked every second)", time.Since(start).Round(10*time.Millisecond))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		if err := h.direct(0).QueryRow("SELECT COUNT(*) FROM information_schema.processlist WHERE id = ?", id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend thread %d still on the server after the pool closed it", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
