@@ -625,6 +625,16 @@ func TestLostPrimaryNeverRanExecuteSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	makeWritable(t, node2)
+	// The session must have seen the reset and be holding before the
+	// failover is published (a command still in flight when the route
+	// changes is cut instead: outcome unknown).
+	deadline := time.Now().Add(10 * time.Second)
+	for counterValue(t, h, "switchyard_proxy_primary_lost_held_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session never held for the failover after the reset")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	failing, done := failoverStates(h)
 	h.srv.SetClusterState(failing)
 	h.srv.SetClusterState(done)
