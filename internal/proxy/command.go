@@ -56,6 +56,7 @@ func (s *session) loop() string {
 	rerouted := false // the pending command was sent back to reroute once
 	s.rlog = s.newReplayLog()
 	for {
+		s.awaitCommand()
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
 			if len(hb) == 0 && errors.Is(err, io.EOF) {

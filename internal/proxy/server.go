@@ -17,9 +17,10 @@ import (
 	"github.com/switchyard-db/switchyard/internal/config"
 )
 
-// Buffer sizes. A session keeps only its client reader while idle; the
-// backend reader and client writer are taken from pools for the duration of
-// one command, so idle sessions stay small.
+// Buffer sizes. An idle session holds no buffer: the client reader
+// (clientread.go) is taken from a pool when a command arrives and given
+// back when the session has consumed every byte it read; the backend reader
+// and client writer are taken for the duration of one command.
 const (
 	clientReadBuf   = 4 << 10
 	backendReadBuf  = 64 << 10
@@ -85,8 +86,9 @@ type Server struct {
 	closing chan struct{}              // closed by Close
 	bg      sync.WaitGroup             // background goroutines (goBackground)
 
-	readers sync.Pool // *bufio.Reader of backendReadBuf bytes
-	writers sync.Pool // *bufio.Writer of clientWriteBuf bytes
+	clientIns sync.Pool // *clientIn (clientReadBuf bytes)
+	readers   sync.Pool // *bufio.Reader of backendReadBuf bytes
+	writers   sync.Pool // *bufio.Writer of clientWriteBuf bytes
 }
 
 // listener is one client-facing endpoint.
@@ -142,6 +144,7 @@ func New(o Options) (*Server, error) {
 	if err := s.failsafe.initMetrics(o.Registry); err != nil {
 		return nil, err
 	}
+	s.clientIns.New = newClientIn
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
 	rc, err := newRuntimeConfig(o.Config, nil)

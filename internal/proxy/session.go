@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -40,9 +40,13 @@ type session struct {
 	l      *listener
 	id     uint32
 	client net.Conn
+	// cr reads the client: in.r while the session holds a pooled reader
+	// (clientread.go), nil while it waits idle for a command.
 	cr     *bufio.Reader
-	remote string // client IP, for messages
-	log    *slog.Logger
+	cin    *clientIn
+	raw    syscall.RawConn    // the client socket, for the idle wait; nil if not a socket
+	readFn func(uintptr) bool // s.readIdle
+	log    sessionLog
 
 	// Negotiated at login.
 	caps      uint32
@@ -124,20 +128,24 @@ func (f *failure) Unwrap() error { return f.err }
 func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
 
 func newSession(s *Server, l *listener, c net.Conn) *session {
-	id := s.nextConnID.Add(1)
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
-	if err != nil {
-		host = c.RemoteAddr().String()
+	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c}
+	sess.log.s = sess
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			sess.raw, sess.readFn = raw, sess.readIdle
+		}
 	}
-	return &session{
-		srv:    s,
-		l:      l,
-		id:     id,
-		client: c,
-		cr:     bufio.NewReaderSize(c, clientReadBuf),
-		remote: host,
-		log:    s.log.With("session", id, "listener", l.name, "remote", c.RemoteAddr().String()),
+	return sess
+}
+
+// remote returns the client's IP (host:port if it has no port), for
+// messages.
+func (s *session) remote() string {
+	a := s.client.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
 	}
+	return a
 }
 
 func (s *session) serve() {
@@ -170,6 +178,7 @@ func (s *session) finish(reason string) {
 		be.close(true)
 	}
 	_ = s.client.Close()
+	s.dropReader()
 	s.l.sessions.Add(-1)
 	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Dec()
 	s.srv.metrics.sessionsClosed.WithLabelValues(reason).Inc()
@@ -220,6 +229,7 @@ func (s *session) writeError(seq byte, e *mysql.MyError) {
 // user, final OK. It returns "" on success or the close reason.
 func (s *session) login() string {
 	_ = s.client.SetDeadline(time.Now().Add(handshakeWindow))
+	s.takeReader()
 	rc := s.srv.rc.Load()
 	snap := s.l.route.snap.Load()
 	t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
@@ -405,7 +415,7 @@ func (s *session) denyAccess(seq byte, user string, withPassword bool) {
 	if withPassword {
 		using = "YES"
 	}
-	msg := fmt.Sprintf("Access denied for user '%s'@'%s' (using password: %s)", user, s.remote, using)
+	msg := fmt.Sprintf("Access denied for user '%s'@'%s' (using password: %s)", user, s.remote(), using)
 	s.writeError(seq, mysqlproto.NewError(mysql.ER_ACCESS_DENIED_ERROR, msg))
 	s.log.Info("client login refused", "user", user)
 }
