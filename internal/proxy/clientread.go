@@ -82,24 +82,32 @@ func (s *session) dropReader() {
 // the socket is readable and reading into it with the same one read(2) a
 // net.Conn would make. Errors surface through s.cr as they would from the
 // connection (io.EOF, a *net.OpError).
-func (s *session) awaitCommand() {
+//
+// It returns true when the session parked instead (idlepark.go): the
+// caller's goroutine must return and leave the session open.
+func (s *session) awaitCommand() bool {
 	if s.raw == nil {
 		s.takeReader() // not a socket: keep one reader for the session
-		return
+		return false
 	}
 	if in := s.cin; in != nil {
 		if in.r.Buffered() > 0 || in.src.off < in.src.n || in.src.err != nil {
-			return
+			return false
 		}
 		s.dropReader()
 	}
-	if err := s.raw.Read(s.readFn); err != nil {
+	parked, err := s.waitIdle()
+	if parked {
+		return true
+	}
+	if err != nil {
 		// Closed (shutdown), or a deadline: the reader reports it.
 		if s.cin == nil {
 			s.bindReader(s.srv.clientIns.Get().(*clientIn))
 		}
 		s.cin.src.err = err
 	}
+	return false
 }
 
 // readIdle is the syscall.RawConn read callback of awaitCommand (bound

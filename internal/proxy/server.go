@@ -86,9 +86,10 @@ type Server struct {
 	closing chan struct{}              // closed by Close
 	bg      sync.WaitGroup             // background goroutines (goBackground)
 
-	clientIns sync.Pool // *clientIn (clientReadBuf bytes)
-	readers   sync.Pool // *bufio.Reader of backendReadBuf bytes
-	writers   sync.Pool // *bufio.Writer of clientWriteBuf bytes
+	parker    idleParker // idle sessions without a goroutine (idlepark.go)
+	clientIns sync.Pool  // *clientIn (clientReadBuf bytes)
+	readers   sync.Pool  // *bufio.Reader of backendReadBuf bytes
+	writers   sync.Pool  // *bufio.Writer of clientWriteBuf bytes
 }
 
 // listener is one client-facing endpoint.
@@ -203,6 +204,7 @@ func (s *Server) Start() error {
 		l.ln = ln
 	}
 	s.started = true
+	s.startParker()
 	for _, l := range s.listeners {
 		s.wg.Add(1)
 		go s.acceptLoop(l)

@@ -46,6 +46,8 @@ type session struct {
 	cin    *clientIn
 	raw    syscall.RawConn    // the client socket, for the idle wait; nil if not a socket
 	readFn func(uintptr) bool // s.readIdle
+	fd     int                // raw's descriptor (-1 if none), for parking (idlepark.go)
+	idle   atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
 	log    sessionLog
 
 	// Negotiated at login.
@@ -65,6 +67,7 @@ type session struct {
 	snap   *routeSnapshot // snapshot be was chosen or last confirmed under
 	status uint16         // server status flags of the last OK/EOF
 	closed bool
+	shut   bool // shutdown closed the client: the session must not park
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
@@ -128,10 +131,10 @@ func (f *failure) Unwrap() error { return f.err }
 func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
 
 func newSession(s *Server, l *listener, c net.Conn) *session {
-	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c}
+	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1}
 	sess.log.s = sess
 	if sc, ok := c.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
+		if raw, err := sc.SyscallConn(); err == nil && raw.Control(func(fd uintptr) { sess.fd = int(fd) }) == nil {
 			sess.raw, sess.readFn = raw, sess.readIdle
 		}
 	}
@@ -149,20 +152,34 @@ func (s *session) remote() string {
 }
 
 func (s *session) serve() {
-	defer s.srv.removeSession(s)
 	s.l.sessions.Add(1)
 	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Inc()
 	s.srv.metrics.clientConnsTotal.WithLabelValues(s.l.name).Inc()
+	s.run(true)
+}
+
+// run logs the client in (with login) and serves its commands until the
+// session ends, then closes it; or returns leaving it open when it parked
+// (idlepark.go), to be run again (without login) when the client sends
+// something.
+func (s *session) run(login bool) {
 	reason := closeClientGone
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("session panic; closing the session", "panic", r, "stack", string(debug.Stack()))
 			reason = closePanic
 		}
+		if reason == sessionParked {
+			return
+		}
+		defer s.srv.removeSession(s)
 		s.finish(reason)
 	}()
-	if reason = s.login(); reason != "" {
-		return
+	if login {
+		if reason = s.login(); reason != "" {
+			return
+		}
+		s.rlog = s.newReplayLog()
 	}
 	reason = s.loop()
 }
@@ -189,14 +206,19 @@ func (s *session) finish(reason string) {
 // connections so the session's goroutine returns.
 func (s *session) shutdown() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return
 	}
+	s.shut = true
 	_ = s.client.Close()
 	if s.be != nil {
 		_ = s.be.conn.Close()
 	}
+	s.mu.Unlock()
+	// A parked session has no goroutine to see the close (closing a
+	// descriptor removes it from the epoll set without an event).
+	s.srv.parker.resume(s.id)
 }
 
 // setBackend installs be (nil allowed) and returns the previous one.
