@@ -63,7 +63,7 @@ func main() {
 	flag.IntVar(&o.idle, "idle", 10000, "idle: clients held idle (lowered to what RLIMIT_NOFILE allows)")
 	flag.IntVar(&o.rate, "rate", 1000, "churn: new connections per second")
 	flag.IntVar(&o.seconds, "seconds", 60, "churn: length of the run in seconds")
-	flag.DurationVar(&o.settle, "settle", 10*time.Second, "idle: wait between the last login and the RSS reading")
+	flag.DurationVar(&o.settle, "settle", 15*time.Second, "idle: wait between the last login and the RSS reading")
 	flag.StringVar(&phases, "phases", "idle,storm,churn", "phases to run, comma separated")
 	flag.StringVar(&targets, "targets", "switchyard,haproxy", "proxies to measure, comma separated")
 	flag.Parse()
@@ -139,7 +139,7 @@ func run(o options) error {
 	var rows []row
 	for _, phase := range o.phases {
 		for _, target := range o.targets {
-			p, err := startTarget(ctx, target, dir, bin, sb, limit)
+			p, err := startTarget(ctx, target, dir, bin, sb, limit, int(nofile))
 			if err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func (p *proc) stop() {
 
 // startTarget starts target ("switchyard" or "haproxy") in front of the
 // sandbox's primary and waits until a client can log in through it.
-func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Cluster, limit int) (*proc, error) {
+func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Cluster, limit, nofile int) (*proc, error) {
 	addrs, err := benchkit.FreeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -222,8 +222,10 @@ func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Clust
 		p.cmd = exec.Command(bin, "up", "--config", path, "--log-level", "error")
 	case "haproxy":
 		path := filepath.Join(dir, "haproxy.cfg")
+		// Two descriptors per connection, within the inherited limit.
+		maxconn := (nofile - 200) / 2
 		hcfg := fmt.Sprintf("global\n  maxconn %d\ndefaults\n  mode tcp\n  maxconn %d\n  timeout connect 1s\n  timeout client 1h\n  timeout server 1h\n"+
-			"listen mysql\n  bind %s\n  server primary %s check\n", 2*limit+100, limit, addrs[0], sb.Nodes[0].Address)
+			"listen mysql\n  bind %s\n  server primary %s check\n", maxconn, maxconn, addrs[0], sb.Nodes[0].Address)
 		if err := os.WriteFile(path, []byte(hcfg), 0o600); err != nil {
 			return nil, err
 		}
@@ -393,7 +395,7 @@ func idlePhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster) (st
 	var failures atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 200) // open them at a steady pace, not as a storm
+	sem := make(chan struct{}, 32) // open them at a steady pace, not as a storm
 	for i := range conns {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -440,6 +442,9 @@ func idlePhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster) (st
 }
 
 func churnPhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster, root *sql.DB) (string, error) {
+	// Start from a quiet machine: the sockets earlier phases left in
+	// TIME_WAIT expire within 60 s (Linux's fixed TCP_TIMEWAIT_LEN).
+	_ = benchkit.WaitFor(ctx, 70*time.Second, func() bool { return timeWait() < 1000 })
 	tw0 := timeWait()
 	conns0, err := statusVar(ctx, root, "Connections")
 	if err != nil {

@@ -62,7 +62,7 @@ type idleParker struct {
 // size stays at the storm's peak.
 const (
 	stormParks   = 1000
-	stormRelease = 30 * time.Second
+	stormRelease = 10 * time.Second
 )
 
 func (s *Server) releaseAfterStorm() {
