@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -135,4 +136,33 @@ func TestParkedSessionClientGone(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitParked(t, h.srv, 0)
+}
+
+// A parked session moves with the route like any idle session: after a
+// reparent its next command wakes it and runs on the new primary with its
+// user variable and prepared statement.
+func TestParkedSessionMoves(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET @u = 'parked'"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := conn.PrepareContext(ctx, "SELECT @@server_id, @u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitParked(t, h.srv, 1)
+	reparent(t, h)
+	h.srv.SetClusterState(sandboxState(h.c, 2, 1))
+	var sid int
+	var u string
+	if err := st.QueryRowContext(ctx).Scan(&sid, &u); err != nil || sid != 2 || u != "parked" {
+		t.Fatalf("parked session after the reparent: server_id %d, @u %q, %v; want 2, parked", sid, u, err)
+	}
 }
