@@ -21,7 +21,8 @@
 //
 // The process raises RLIMIT_NOFILE to its hard limit (children inherit it);
 // with a backend connection per client the proxy needs two descriptors per
-// idle client, so -idle is lowered to what that limit allows. The primary's
+// idle client, so -idle is lowered to the proxy.max_client_connections
+// `switchyard up` derives from that limit. The primary's
 // max_connections and proxy.max_connections_per_backend are raised above
 // the clients so that both proxies are measured without refusals.
 //
@@ -87,9 +88,10 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	// The proxy holds a client and a backend descriptor per client; keep
-	// 300 for everything else.
-	if most := (int(nofile) - 300) / 2; o.idle > most {
+	// The proxy holds a client and a backend descriptor per client: at
+	// most what `up` derives for proxy.max_client_connections from the
+	// budget ((budget - 512) / 2, README "Limits and connection storms").
+	if most := (int(nofile) - 512) / 2; o.idle > most {
 		fmt.Printf("RLIMIT_NOFILE %d: -idle lowered from %d to %d\n", nofile, o.idle, most)
 		o.idle = most
 	}

@@ -31,6 +31,9 @@ type roleFlags struct {
 	pidFile   string
 	admin     string
 	applyFile bool
+	// embeddedStarted, when set (tests), receives the embedded etcd's
+	// owner once it runs.
+	embeddedStarted func(*embeddedEtcd)
 }
 
 func (r *roleFlags) register(cmd *cobra.Command, role string) {
@@ -112,6 +115,10 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	}
 	idLog := log
 	log = log.With("id", id)
+	budget := raiseNoFile(log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := newHealth(reg)
 
 	cfg, cfgPath, fileErr := g.loadConfig()
 	if fileErr != nil && (embed || len(g.etcdEndpoints) == 0 || g.configPath != "") {
@@ -122,21 +129,34 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	if len(endpoints) == 0 && cfg != nil {
 		endpoints = cfg.Etcd.Endpoints
 	}
+	reserve := proxy.DefaultReservedDescriptors
+	var embedded *embeddedEtcd
 	if embed && len(endpoints) == 0 {
 		dataDir := cfg.Etcd.Embedded.DataDir
 		if !filepath.IsAbs(dataDir) {
 			dataDir = filepath.Join(filepath.Dir(cfgPath), dataDir)
 		}
-		e, err := topo.StartEmbedded(topo.EmbeddedOptions{
+		opts := topo.EmbeddedOptions{
 			DataDir:       dataDir,
 			ClientAddress: cfg.Etcd.Embedded.ClientAddress,
 			PeerAddress:   cfg.Etcd.Embedded.PeerAddress,
 			Log:           log,
-		})
+		}
+		e, err := topo.StartEmbedded(opts)
 		if err != nil {
 			return fmt.Errorf("start embedded etcd: %w", err)
 		}
-		defer e.Close()
+		reserve += proxy.EmbeddedEtcdDescriptors
+		// A failure of the embedded etcd later restarts it instead of
+		// ending the process (degrade.go).
+		embedded = newEmbeddedEtcd(e, opts, log, h)
+		ectx, cancelEmbedded := context.WithCancel(context.Background())
+		go embedded.run(ectx)
+		if rf.embeddedStarted != nil {
+			rf.embeddedStarted(embedded)
+		}
+		defer embedded.Close()
+		defer cancelEmbedded()
 		endpoints = e.Endpoints()
 		if rf.id == "" {
 			// The embedded etcd holds its data directory exclusively, so an
@@ -146,6 +166,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			// once (topo: campaign drops stale keys of its identity).
 			id = embeddedID(host, dataDir)
 			log = idLog.With("id", id)
+			embedded.log = log
 		}
 		log.Info("embedded etcd started", "endpoints", endpoints, "data_dir", dataDir)
 	}
@@ -169,6 +190,16 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	}
 	defer st.Close()
 	keys := topo.Keys{Prefix: prefix}
+	if runProxy {
+		limit := cfg.Proxy.MaxClientConnections
+		if limit == 0 {
+			limit = proxy.DefaultMaxClientConnections(budget, reserve)
+		}
+		log.Info("descriptor budget", "rlimit_nofile", budget, "reserved", reserve, "max_client_connections", limit,
+			"derived", cfg.Proxy.MaxClientConnections == 0)
+	} else {
+		log.Info("descriptor budget", "rlimit_nofile", budget)
+	}
 
 	// The config becomes (or already is) a revision in the store, through the
 	// same validation and destructive-change guard as `config apply`.
@@ -205,17 +236,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		defer os.Remove(rf.pidFile)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	errc := make(chan error, 2)
 	var ctrl *controller.Controller
 	if runController {
 		ctrl, err = controller.New(controller.Options{Config: cfg, Store: st, Keys: keys, ID: id, Log: log.With("role", "controller"), Registry: reg})
 		if err != nil {
 			return err
 		}
-		go func() { errc <- ctrl.Run(ctx) }()
+		go keepRunning(ctx, log, h, "controller", ctrl.Run)
 		if _, err := configstore.Follow(ctx, st, keys, configstore.FollowOptions{
 			Name: "controller", ID: id, Log: log.With("role", "controller"), Registry: reg,
 			Initial: cfg, InitialRev: rev, Report: true,
@@ -232,7 +259,8 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	}
 	var srv *proxy.Server
 	if runProxy {
-		srv, err = proxy.New(proxy.Options{Config: cfg, ID: id, Log: log.With("role", "proxy"), Registry: reg})
+		srv, err = proxy.New(proxy.Options{Config: cfg, ID: id, Log: log.With("role", "proxy"), Registry: reg,
+			Descriptors: budget, ReservedDescriptors: reserve})
 		if err != nil {
 			return err
 		}
@@ -240,7 +268,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			return err
 		}
 		defer srv.Close()
-		go func() { errc <- proxy.Follow(ctx, st, keys, srv) }()
+		go keepRunning(ctx, log, h, "proxy_follow", func(ctx context.Context) error { return proxy.Follow(ctx, st, keys, srv) })
 		if _, err := configstore.Follow(ctx, st, keys, configstore.FollowOptions{
 			Name: "proxy", ID: id, Log: log.With("role", "proxy"), Registry: reg,
 			Initial: cfg, InitialRev: rev, Report: true,
@@ -264,7 +292,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			Status: func(ctx context.Context) (any, error) {
 				return status.Collect(ctx, st, keys, time.Now())
 			},
+			// Ready is 503 while a part is down (the store unreachable, the
+			// embedded etcd restarting); /healthz stays 200 while the
+			// listeners serve.
 			Ready: func() error {
+				if err := h.err(); err != nil {
+					return err
+				}
 				if srv == nil {
 					return nil
 				}
@@ -295,16 +329,12 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
+	go watchStore(ctx, log, h, st, keys.Config())
 	log.Info("switchyard running", "proxy", runProxy, "controller", runController, "etcd", endpoints, "config_rev", rev)
 	for {
 		select {
 		case <-ctx.Done():
 			log.Info("shutting down")
-			return nil
-		case err := <-errc:
-			if err != nil && ctx.Err() == nil {
-				return err
-			}
 			return nil
 		case <-hup:
 			// A bad or destructive file changes nothing; the followers apply a

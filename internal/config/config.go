@@ -471,6 +471,21 @@ type ProxyConfig struct {
 	// past it the server refuses with error 1040.
 	// Type: integer. Default: 2000.
 	MaxConnectionsPerBackend int `yaml:"max_connections_per_backend"`
+	// MaxClientConnections caps the client sessions one proxy process holds
+	// at once, over all its listeners. A client past it is answered like a
+	// MariaDB server at max_connections: it gets the greeting, and after its
+	// handshake response MySQL error 1040 (SQLSTATE 08004) "Too many
+	// connections", and the connection is closed; sessions already open are
+	// not affected. 0 derives it from the process's descriptor budget (the
+	// RLIMIT_NOFILE soft limit, raised to the hard limit at start):
+	// (budget - reserve) / 2, each client counting for two descriptors (its
+	// own and its backend connection), the reserve being 256 descriptors
+	// (admin HTTP, probes, the proxy's checks, the etcd client, logs) plus
+	// 256 when the embedded etcd runs in the same process; at least 1. A
+	// value above the budget lets exhaustion reach accept(2) and every other
+	// part of the process.
+	// Type: integer. Default: 0.
+	MaxClientConnections int `yaml:"max_client_connections"`
 	// Failsafe lets a proxy that lost its registration in the topology store
 	// keep routing writes to a cluster's primary while its direct checks of
 	// every node confirm that primary (writable, every other node read-only

@@ -416,6 +416,9 @@ func (c *Config) validateTimings(v *validator) {
 	if c.Proxy.MaxConnectionsPerBackend < 1 {
 		v.add("proxy.max_connections_per_backend", "%d must be at least 1", c.Proxy.MaxConnectionsPerBackend)
 	}
+	if c.Proxy.MaxClientConnections < 0 {
+		v.add("proxy.max_client_connections", "%d must be 0 (derived from the descriptor budget) or positive", c.Proxy.MaxClientConnections)
+	}
 	positive("switchover.catchup_timeout", c.Switchover.CatchupTimeout)
 	c.validateSwitchover(v, positive)
 }

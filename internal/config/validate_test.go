@@ -144,6 +144,12 @@ func TestValidateCases(t *testing.T) {
 		{"zero max connections after defaults is impossible, negative is not", func(c *Config) {
 			c.Proxy.MaxConnectionsPerBackend = -1
 		}, "proxy.max_connections_per_backend: -1 must be at least 1"},
+		{"negative max client connections", func(c *Config) {
+			c.Proxy.MaxClientConnections = -5
+		}, "proxy.max_client_connections: -5 must be 0 (derived from the descriptor budget) or positive"},
+		{"explicit max client connections", func(c *Config) {
+			c.Proxy.MaxClientConnections = 100
+		}, ""},
 		{"connect timeout of exactly 30s is allowed", func(c *Config) {
 			c.Proxy.ConnectTimeout = Duration(MaxConnectTimeout)
 		}, ""},

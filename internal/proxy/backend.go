@@ -120,8 +120,7 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 	if g := s.l.route.greeting.Load(); g != nil {
 		return g, nil
 	}
-	d := net.Dialer{Timeout: rc.connectTimeout}
-	conn, err := d.Dial("tcp", t.addr)
+	conn, err := rc.tcp.dialBackend(rc.connectTimeout, t.addr)
 	if err != nil {
 		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
 		s.log.Warn("backend unreachable", "node", t.node, "addr", t.addr, "err", err)
@@ -222,7 +221,7 @@ func (s *session) connectRoute(first *target, snap *routeSnapshot, rc *runtimeCo
 
 func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *backend, *mysql.MyError) {
 	start := time.Now()
-	conn, err := rc.tcp.dialer(rc.connectTimeout).Dial("tcp", t.addr)
+	conn, err := rc.tcp.dialBackend(rc.connectTimeout, t.addr)
 	if err != nil {
 		return nil, nil, dialError(t, snap, rc.connectTimeout, err)
 	}

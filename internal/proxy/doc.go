@@ -50,6 +50,16 @@
 // documents are checked (topo.DecodeState) before they are applied; an
 // invalid one is not applied and raises an alarm (statealarm.go).
 //
+// Limits (limits.go, tcp.go). A proxy admits at most
+// proxy.max_client_connections sessions over all its listeners (by default
+// derived from the process's descriptor budget, two descriptors a session);
+// the next client gets MySQL error 1040 after its handshake, as MariaDB
+// answers at max_connections, so descriptor exhaustion never reaches the
+// rest of the process. accept(2) errors back off and never end a listener.
+// A backend connect without an answer after 250 ms is made again on a new
+// socket (a SYN dropped by a full listen queue), within
+// proxy.connect_timeout.
+//
 // Store outages (failsafe.go, internal/topo/FAILSAFE.md). A proxy whose
 // registration lease is lost keeps routing writes to a cluster's primary
 // only while its own checks of every node, made with the monitor account,

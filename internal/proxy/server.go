@@ -43,6 +43,15 @@ type Options struct {
 	// Now is the clock for registration timestamps. Default time.Now.
 	// Socket deadlines always use the system clock.
 	Now func() time.Time
+	// Descriptors is the process's descriptor budget, from which a
+	// proxy.max_client_connections of 0 is derived
+	// (DefaultMaxClientConnections). Default: the RLIMIT_NOFILE soft limit
+	// read by New (DescriptorBudget).
+	Descriptors int
+	// ReservedDescriptors are the descriptors kept for everything but
+	// client sessions. Default: DefaultReservedDescriptors; callers that run
+	// the embedded etcd in the same process add EmbeddedEtcdDescriptors.
+	ReservedDescriptors int
 }
 
 // Server is the MySQL-protocol proxy: one accept loop per listener, one
@@ -78,6 +87,7 @@ type Server struct {
 	failsafe failsafeState
 
 	stateAlarm stateAlarms // cluster states refused (statealarm.go)
+	limit      limitState  // proxy.max_client_connections, accept errors (limits.go)
 
 	limits  atomic.Pointer[holdLimits] // switchover limits (hold.go)
 	heldNow atomic.Int64               // commands held right now, all clusters
@@ -145,6 +155,17 @@ func New(o Options) (*Server, error) {
 	if err := s.failsafe.initMetrics(o.Registry); err != nil {
 		return nil, err
 	}
+	budget, reserve := o.Descriptors, o.ReservedDescriptors
+	if budget == 0 {
+		budget = DescriptorBudget()
+	}
+	if reserve == 0 {
+		reserve = DefaultReservedDescriptors
+	}
+	if err := s.limit.init(o.Registry, budget, reserve); err != nil {
+		return nil, err
+	}
+	s.limit.setMax(o.Config.Proxy.MaxClientConnections)
 	s.clientIns.New = newClientIn
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
@@ -204,6 +225,8 @@ func (s *Server) Start() error {
 		l.ln = ln
 	}
 	s.started = true
+	limit, _ := s.MaxClientConnections()
+	s.log.Debug("client connection limit", "max_client_connections", limit, "descriptor_budget", s.limit.budget, "reserved_descriptors", s.limit.reserve)
 	s.startParker()
 	for _, l := range s.listeners {
 		s.wg.Add(1)
@@ -235,17 +258,34 @@ func (s *Server) acceptLoop(l *listener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// Temporary errors (EMFILE, ...): back off and keep serving.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn("accept failed", "listener", l.name, "err", err, "retry_in", backoff)
-			time.Sleep(backoff)
+			// Any other error (EMFILE, ENFILE, ...) is temporary: back
+			// off and keep serving; the connection stays in the kernel's
+			// queue until a descriptor is free.
+			backoff = s.acceptFailed(l, err, backoff)
+			select {
+			case <-time.After(backoff):
+			case <-s.closing:
+				return
+			}
 			continue
 		}
 		backoff = 0
+		if !s.limit.admit() {
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				_ = c.Close()
+				return
+			}
+			s.refuse(l, c)
+			s.mu.Unlock()
+			continue
+		}
 		sess := newSession(s, l, c)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			s.limit.clients.Add(-1)
 			_ = c.Close()
 			return
 		}
@@ -261,11 +301,13 @@ func (s *Server) removeSession(sess *session) {
 	delete(s.sessions, sess)
 	delete(s.owners, sess.id)
 	s.mu.Unlock()
+	s.limit.clients.Add(-1)
 	s.wg.Done()
 }
 
 // SetConfig applies users (added, removed, changed passwords), proxy limits
-// (connect timeout, max connections per backend), switchover limits
+// (connect timeout, max connections per backend, max client connections:
+// sessions already open beyond a lowered limit stay), switchover limits
 // (max_hold, max_held, max_duration) and cluster settings
 // (node addresses used when a ClusterState lacks one, read_routing fallback)
 // from c. Existing sessions keep their login. Listener changes are NOT
@@ -286,6 +328,10 @@ func (s *Server) SetConfig(c *config.Config) error {
 	}
 	s.rc.Store(rc)
 	s.cfg.Store(c)
+	if old.Proxy.MaxClientConnections != c.Proxy.MaxClientConnections {
+		n := s.limit.setMax(c.Proxy.MaxClientConnections)
+		s.log.Info("client connection limit changed", "max_client_connections", n, "configured", c.Proxy.MaxClientConnections)
+	}
 	lim := newHoldLimits(c)
 	s.limits.Store(&lim)
 	s.recheckStates()
@@ -309,6 +355,9 @@ func (s *Server) Close() error {
 	}
 	for sess := range s.sessions {
 		sess.shutdown()
+	}
+	for c := range s.limit.refusedConns {
+		_ = c.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -47,6 +48,10 @@ type Embedded struct {
 	endpoints []string
 	closeOnce sync.Once
 	closing   atomic.Bool
+
+	failOnce sync.Once
+	failed   chan struct{} // closed on the first Panic/Fatal entry of etcd
+	failErr  error         // set before failed is closed
 }
 
 // benignEtcdWarning reports etcd warnings that do not apply to a
@@ -115,9 +120,9 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 	cfg.AutoCompactionRetention = "1h"
 	cfg.UnsafeNoFsync = o.UnsafeNoFsync
 	cfg.LogLevel = "warn"
-	emb := &Embedded{endpoints: []string{clientURL.String()}}
+	emb := &Embedded{endpoints: []string{clientURL.String()}, failed: make(chan struct{})}
 	demote := func(msg string) bool { return emb.closing.Load() || benignEtcdWarning(msg) }
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(o.Log, "etcd", zapcore.WarnLevel, demote))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLoggerFatal(o.Log, "etcd", zapcore.WarnLevel, demote, emb.fail))
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -151,6 +156,42 @@ func (e *Embedded) Endpoints() []string {
 
 // Err returns a channel that receives a fatal error of the running server.
 func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
+
+// Failed is closed when etcd hit an error it treats as fatal (it logs at
+// Panic or Fatal level: a WAL or snapshot file it cannot purge or save,
+// e.g. "too many open files"). Such an entry does not end the process: the
+// etcd goroutine that logged it ends instead, and the server may serve on
+// or be stuck; its owner should Close it and start a new one on the same
+// data directory. FailErr says what failed.
+func (e *Embedded) Failed() <-chan struct{} { return e.failed }
+
+// FailErr returns etcd's fatal error once Failed is closed, else nil.
+func (e *Embedded) FailErr() error {
+	select {
+	case <-e.failed:
+		return e.failErr
+	default:
+		return nil
+	}
+}
+
+// Stopped is closed when the server has stopped, by Close or on its own.
+func (e *Embedded) Stopped() <-chan struct{} { return e.etcd.Server.StopNotify() }
+
+// fail records etcd's first Panic/Fatal entry.
+func (e *Embedded) fail(msg string, err error) {
+	e.failOnce.Do(func() {
+		if err != nil {
+			e.failErr = fmt.Errorf("topo: embedded etcd: %s: %w", msg, err)
+		} else {
+			e.failErr = fmt.Errorf("topo: embedded etcd: %s", msg)
+		}
+		close(e.failed)
+	})
+}
+
+// logger is the zap logger etcd logs through (for tests).
+func (e *Embedded) logger() *zap.Logger { return e.etcd.GetLogger() }
 
 // Close stops the server gracefully and waits until it has stopped. It is
 // safe to call more than once; it always returns nil.

@@ -2,7 +2,9 @@ package topo
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"runtime"
 	"sort"
 
 	"go.uber.org/zap"
@@ -15,10 +17,26 @@ import (
 // A nil log discards everything. demote, if not nil, sends the entries it
 // returns true for to debug level (known noise such as shutdown errors).
 func newZapLogger(log *slog.Logger, component string, min zapcore.Level, demote func(msg string) bool) *zap.Logger {
+	return newZapLoggerFatal(log, component, min, demote, nil)
+}
+
+// newZapLoggerFatal is newZapLogger whose Panic and Fatal entries, when
+// fatal is not nil, neither panic nor exit the process: the entry is
+// logged, fatal is called with its message and error, and the goroutine
+// that logged it ends (runtime.Goexit, its deferred calls run). etcd logs
+// at Fatal level when it cannot purge old WAL or snapshot files (EMFILE
+// under descriptor exhaustion) and at Panic level when it cannot save a
+// snapshot; inside `switchyard up` either would end the proxy with it. With
+// fatal set the embedded server loses that goroutine instead and its owner
+// restarts it (Embedded.Failed).
+func newZapLoggerFatal(log *slog.Logger, component string, min zapcore.Level, demote func(msg string) bool, fatal func(msg string, err error)) *zap.Logger {
 	if log == nil {
-		return zap.NewNop()
+		log = slog.New(slog.DiscardHandler)
+		if fatal == nil {
+			return zap.NewNop()
+		}
 	}
-	return zap.New(&slogCore{log: log.With("component", component), min: min, demote: demote})
+	return zap.New(&slogCore{log: log.With("component", component), min: min, demote: demote, fatal: fatal})
 }
 
 // slogCore is a zapcore.Core writing to a slog.Logger.
@@ -26,13 +44,16 @@ type slogCore struct {
 	log    *slog.Logger
 	min    zapcore.Level
 	demote func(msg string) bool
+	fatal  func(msg string, err error)
 	fields []zapcore.Field
 }
 
-func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
+func (c *slogCore) Enabled(l zapcore.Level) bool {
+	return l >= c.min || (c.fatal != nil && l >= zapcore.DPanicLevel)
+}
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
-	n := &slogCore{log: c.log, min: c.min, demote: c.demote}
+	n := &slogCore{log: c.log, min: c.min, demote: c.demote, fatal: c.fatal}
 	n.fields = append(append(n.fields, c.fields...), fields...)
 	return n
 }
@@ -69,6 +90,14 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		level = slog.LevelDebug
 	}
 	c.log.LogAttrs(context.Background(), level, e.Message, attrs...)
+	if c.fatal != nil && (e.Level == zapcore.PanicLevel || e.Level == zapcore.FatalLevel) {
+		var err error
+		if v, ok := enc.Fields["error"].(string); ok {
+			err = errors.New(v)
+		}
+		c.fatal(e.Message, err)
+		runtime.Goexit()
+	}
 	return nil
 }
 

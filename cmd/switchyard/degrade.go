@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
+)
+
+// A process that serves (up, proxy, controller) never exits on its own
+// because one of its parts failed: the proxy's listeners are what the
+// applications depend on, and the proxy keeps routing from its last
+// snapshot while the topology store is gone (internal/topo/FAILSAFE.md; an
+// embedded etcd that stopped is a store that is unreachable). A part that
+// fails is logged at error level, counted in
+// switchyard_component_failures_total, shown by /readyz (503 with the
+// reason; /healthz stays 200 while the listeners serve) and restarted with
+// a backoff of 1 s doubling to 30 s. Only SIGINT/SIGTERM end the process.
+
+// raiseNoFile raises the RLIMIT_NOFILE soft limit to the hard limit and
+// returns the resulting soft limit: the descriptor budget of the process.
+// (Go's runtime already raises it for the process itself since Go 1.19;
+// doing it here makes the budget explicit and logged.) 0 means unknown.
+func raiseNoFile(log *slog.Logger) int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		log.Warn("cannot read the descriptor limit (RLIMIT_NOFILE)", "err", err)
+		return 0
+	}
+	if rl.Cur < rl.Max {
+		old := rl.Cur
+		rl.Cur = rl.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			log.Warn("cannot raise the descriptor limit (RLIMIT_NOFILE) to its hard limit", "soft", old, "hard", rl.Max, "err", err)
+			rl.Cur = old
+		}
+	}
+	if rl.Cur == unix.RLIM_INFINITY || rl.Cur > 1<<30 {
+		return 0
+	}
+	return int(rl.Cur)
+}
+
+// health is what /readyz reports beyond the routing state: the parts of
+// the process that are down now, by name, with the reason.
+type health struct {
+	mu       sync.Mutex
+	down     map[string]string
+	failures *prometheus.CounterVec
+}
+
+func newHealth(reg prometheus.Registerer) *health {
+	h := &health{down: map[string]string{}, failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_component_failures_total",
+		Help: "Failures of a part of the process (embedded_etcd, store, controller, proxy_follow) that the process survived; the part is restarted or retried.",
+	}, []string{"component"})}
+	reg.MustRegister(h.failures)
+	return h
+}
+
+// set marks part down with reason ("" marks it up again). It reports
+// whether the state changed.
+func (h *health) set(part, reason string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old, was := h.down[part]
+	if reason == "" {
+		delete(h.down, part)
+		return was
+	}
+	h.down[part] = reason
+	return !was || old != reason
+}
+
+// err returns the parts that are down, or nil.
+func (h *health) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	for _, part := range []string{"embedded_etcd", "store", "controller", "proxy_follow"} {
+		if r, ok := h.down[part]; ok {
+			errs = append(errs, fmt.Errorf("%s: %s", part, r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// keepRunning runs part until ctx ends; when run returns earlier (with or
+// without an error) the failure is logged, counted and shown by /readyz,
+// and run starts again after a backoff (1 s doubling to 30 s).
+func keepRunning(ctx context.Context, log *slog.Logger, h *health, part string, run func(context.Context) error) {
+	backoff := time.Second
+	for {
+		started := time.Now()
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		h.failures.WithLabelValues(part).Inc()
+		h.set(part, err.Error())
+		if time.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		log.Error("part of the process failed; the listeners keep serving and it is restarted", "component", part, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+		h.set(part, "")
+	}
+}
+
+// watchStore reads the config key every second and marks the store down on
+// /readyz while that fails; proxies keep routing from their last snapshot
+// meanwhile (failsafe).
+func watchStore(ctx context.Context, log *slog.Logger, h *health, st topo.Store, key string) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var since time.Time
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := st.Get(rctx, key)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, topo.ErrNotFound) {
+			err = nil
+		}
+		switch {
+		case err != nil && since.IsZero():
+			since = time.Now()
+			h.failures.WithLabelValues("store").Inc()
+			h.set("store", "unreachable: "+err.Error())
+			log.Error("topology store unreachable; the proxy keeps routing from its last snapshot", "err", err)
+		case err != nil:
+			h.set("store", fmt.Sprintf("unreachable for %s: %v", time.Since(since).Round(time.Second), err))
+		case !since.IsZero():
+			log.Warn("topology store reachable again", "after", time.Since(since).Round(time.Millisecond))
+			since = time.Time{}
+			h.set("store", "")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// embeddedEtcd owns the embedded etcd of `up` and restarts it when it
+// fails or stops on its own.
+//
+// Decision: restart. An operator expects `up` to keep serving, retry the
+// store and say so loudly; the embedded etcd is a single node whose whole
+// state is its data directory, so a new server on the same directory is
+// the same store (the client reconnects to the same address). The old one
+// is closed first (at most 10 s; etcd holds file locks on its WAL and
+// database); a restart that fails (the locks or ports still held, the disk
+// full, descriptors exhausted) is retried with a backoff of 1 s doubling to
+// 30 s, each failure logged at error level and /readyz naming the reason.
+type embeddedEtcd struct {
+	opts topo.EmbeddedOptions
+	log  *slog.Logger
+	h    *health
+	cur  atomic.Pointer[topo.Embedded]
+	done chan struct{}
+}
+
+func newEmbeddedEtcd(e *topo.Embedded, opts topo.EmbeddedOptions, log *slog.Logger, h *health) *embeddedEtcd {
+	s := &embeddedEtcd{opts: opts, log: log, h: h, done: make(chan struct{})}
+	s.cur.Store(e)
+	return s
+}
+
+// Current returns the running server (the last one started).
+func (s *embeddedEtcd) Current() *topo.Embedded { return s.cur.Load() }
+
+// run watches the server until ctx ends, restarting it when it fails.
+func (s *embeddedEtcd) run(ctx context.Context) {
+	defer close(s.done)
+	for {
+		e := s.cur.Load()
+		var reason string
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.Failed():
+			reason = e.FailErr().Error()
+		case err, ok := <-e.Err():
+			reason = "embedded etcd stopped"
+			if ok && err != nil {
+				reason = fmt.Sprintf("embedded etcd: %v", err)
+			}
+		case <-e.Stopped():
+			reason = "embedded etcd stopped"
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.h.failures.WithLabelValues("embedded_etcd").Inc()
+		s.h.set("embedded_etcd", reason+" (restarting)")
+		s.log.Error("embedded etcd failed; the proxy keeps routing from its last snapshot and the store is restarted", "err", reason, "data_dir", s.opts.DataDir)
+		closed := make(chan struct{})
+		go func() { e.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			s.log.Error("embedded etcd did not stop within 10s; starting a new one anyway (it may find its files or ports still held)")
+		}
+		backoff := time.Second
+		for {
+			n, err := topo.StartEmbedded(s.opts)
+			if err == nil {
+				s.cur.Store(n)
+				s.h.set("embedded_etcd", "")
+				s.log.Warn("embedded etcd restarted", "endpoints", n.Endpoints(), "data_dir", s.opts.DataDir)
+				break
+			}
+			s.h.set("embedded_etcd", fmt.Sprintf("%s; restart failed: %v (retrying in %s)", reason, err, backoff))
+			s.log.Error("embedded etcd restart failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}
+}
+
+// Close waits for run to end (after its ctx) and stops the current server.
+func (s *embeddedEtcd) Close() {
+	<-s.done
+	s.cur.Load().Close()
+}
