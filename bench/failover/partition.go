@@ -27,6 +27,30 @@ type partitionResult struct {
 	lost       int
 	errors     int64
 	aligned    string // how the controller aligned the replicas' settings at start
+	slowSteps  string // the failover's steps that took 100ms or more
+}
+
+// slowSteps picks from a failover's "steps: a (1ms) | b: detail (1.2s) |
+// ..." summary the steps that took at least min, as "b 1.2s, ...".
+func slowSteps(msg string, min time.Duration) string {
+	_, steps, ok := strings.Cut(msg, "steps: ")
+	if !ok {
+		return ""
+	}
+	var out []string
+	for _, st := range strings.Split(steps, " | ") {
+		i := strings.LastIndex(st, " (")
+		if i < 0 || !strings.HasSuffix(st, ")") {
+			continue
+		}
+		d, err := time.ParseDuration(st[i+2 : len(st)-1])
+		if err != nil || d < min {
+			continue
+		}
+		name, _, _ := strings.Cut(st[:i], ":")
+		out = append(out, fmt.Sprintf("%s %s", name, d.Round(time.Millisecond)))
+	}
+	return strings.Join(out, ", ")
 }
 
 // runPartition runs the -fault partition trials: every node runs in its own
@@ -62,6 +86,9 @@ func runPartition(o options) error {
 		}
 		fmt.Printf("trial %2d: isolation → decision %5.0f ms  → new primary published %5.0f ms  → first write %5.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d\n",
 			i, ms(r.decision), ms(r.published), ms(r.firstWrite), r.failoverMS, r.newPrimary, r.acked, r.lost, r.errors)
+		if r.slowSteps != "" {
+			fmt.Printf("          failover steps of 100 ms or more: %s\n", r.slowSteps)
+		}
 		dec, pub, first = append(dec, r.decision), append(pub, r.published), append(first, r.firstWrite)
 		lost += r.lost
 		acked += r.acked
@@ -167,6 +194,11 @@ func partitionTrial(o options) (r partitionResult, err error) {
 			if ev.Kind == topo.EventDecision && strings.HasPrefix(ev.Message, "failing over") && ev.At.After(isolatedAt) {
 				r.decision = ev.At.Sub(isolatedAt)
 				break
+			}
+		}
+		for _, ev := range evs {
+			if ev.Kind == topo.EventRecovery && strings.Contains(ev.Message, "auto failover done") && ev.At.After(isolatedAt) {
+				r.slowSteps = slowSteps(ev.Message, 100*time.Millisecond)
 			}
 		}
 		if o.verbose {

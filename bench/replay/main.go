@@ -3,17 +3,29 @@
 // embedded etcd, one controller in failover.mode auto and one proxy with
 // failover.transaction_replay on, all on this machine. sysbench
 // oltp_read_write (prepared statements, uniform keys) runs through the rw
-// listener; the primary gets SIGKILL in the middle of the run. sysbench
-// tolerates error 1105 only (--mysql-ignore-errors=1105, so that the run
-// goes on and counts them; any other error is FATAL and fails the trial).
-// Per trial it prints the time from the kill to the published new primary,
-// the transactions the proxy replayed, those it rolled back instead (by
-// reason), the COMMITs in flight (outcome unknown), and the errors
-// sysbench saw, which must equal the last two. Every trial uses a fresh
-// sandbox.
+// listener; the primary gets SIGKILL in the middle of the run. Every trial
+// uses a fresh sandbox.
+//
+// Per trial it prints the time from the kill to the published new
+// primary, the transactions the proxy replayed, and every error a client
+// got, by class, from the proxy's own account of each (its log): COMMITs
+// in flight (outcome unknown: never replayed), autocommit statements in
+// flight (outcome unknown), replays rolled back because a replayed
+// statement returned a different result (by statement kind: point select,
+// range selects, UPDATE, DELETE, INSERT), and anything else. The line
+// "client errors N = COMMITs in flight M (+ ...)" must add up: a trial
+// whose sysbench error count differs from the classified errors fails.
+//
+// sysbench must finish without FATAL. -ignore-errors is passed to sysbench
+// as --mysql-ignore-errors: 1105 (the default) lets the run go on and count
+// the errors the proxy gives for what it cannot hide (a COMMIT in flight
+// always can be: its outcome is unknown); none makes any client error
+// fatal, which is right only for a run where no error is expected (no
+// COMMIT can be in flight at the kill, e.g. -threads 1 with a read-only
+// load), so a FATAL then is a failure of the proxy.
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
-// [-tables 4] [-table-size 10000] [-interval 1s]
+// [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors 1105|none]
 package main
 
 import (
@@ -27,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +57,7 @@ import (
 type options struct {
 	trials, threads, seconds, tables, tableSize int
 	killAt, interval                            time.Duration
+	ignoreErrors                                string
 }
 
 type trial struct {
@@ -53,6 +67,7 @@ type trial struct {
 	sysbenchErrors                    int
 	attempts, replayed, unknown, fail float64
 	failed                            map[string]float64
+	classes                           map[string]int // client errors by class (the proxy's log)
 }
 
 func main() {
@@ -64,7 +79,12 @@ func main() {
 	flag.IntVar(&o.tables, "tables", 4, "sysbench tables")
 	flag.IntVar(&o.tableSize, "table-size", 10000, "rows per sysbench table")
 	flag.DurationVar(&o.interval, "interval", time.Second, "probe.interval")
+	flag.StringVar(&o.ignoreErrors, "ignore-errors", "1105", "sysbench --mysql-ignore-errors: 1105 (count the errors the proxy cannot hide) or none (any client error is fatal)")
 	flag.Parse()
+	if o.ignoreErrors != "1105" && o.ignoreErrors != "none" {
+		fmt.Fprintln(os.Stderr, "replay: -ignore-errors must be 1105 or none")
+		os.Exit(2)
+	}
 	if _, err := exec.LookPath("sysbench"); err != nil {
 		fmt.Fprintln(os.Stderr, "replay: sysbench not found: apt-get install -y sysbench")
 		os.Exit(1)
@@ -85,17 +105,195 @@ func main() {
 		all = append(all, tr)
 		fmt.Printf("trial %d: failover to %s %s after the kill; %d sysbench transactions; open transactions at the kill: %v replayed, %v rolled back %v; COMMITs in flight: %v (outcome unknown); sysbench errors %d\n",
 			i, tr.newPrimary, tr.failover.Round(time.Millisecond), tr.transactions, tr.replayed, tr.fail, tr.failed, tr.unknown, tr.sysbenchErrors)
-		if float64(tr.sysbenchErrors) != tr.unknown+tr.fail {
-			fmt.Fprintf(os.Stderr, "trial %d: sysbench saw %d errors, the proxy answered %v outcome-unknown and %v rolled-back transactions\n", i, tr.sysbenchErrors, tr.unknown, tr.fail)
+		fmt.Printf("trial %d: %s\n", i, tr.errorLine())
+		if sum := tr.classified(); tr.sysbenchErrors != sum {
+			fmt.Fprintf(os.Stderr, "trial %d: sysbench saw %d errors, the proxy accounts for %d (%v)\n", i, tr.sysbenchErrors, sum, tr.classes)
 			os.Exit(1)
 		}
 	}
 	var att, rep, unk, fl float64
+	classes := map[string]int{}
 	for _, tr := range all {
 		att, rep, unk, fl = att+tr.attempts, rep+tr.replayed, unk+tr.unknown, fl+tr.fail
+		for k, v := range tr.classes {
+			classes[k] += v
+		}
 	}
-	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back, %v COMMITs in flight; client errors = rolled back + COMMITs in flight in every trial\n",
-		att, rep, 100*rep/max(att, 1), fl, unk)
+	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back, %v COMMITs in flight; client errors by class %v; sysbench's errors = the classified errors in every trial\n",
+		att, rep, 100*rep/max(att, 1), fl, unk, classes)
+}
+
+// Client error classes.
+const (
+	errCommit     = "COMMIT in flight"
+	errAutocommit = "autocommit statement in flight"
+	errMismatch   = "mismatch: " // + statement kind
+	errOther      = "other: "    // + what
+)
+
+// classified is the number of client errors the proxy accounted for.
+func (tr *trial) classified() int {
+	n := 0
+	for _, v := range tr.classes {
+		n += v
+	}
+	return n
+}
+
+// errorLine is "client errors N = COMMITs in flight M (+ mismatches K: by
+// kind) (+ ...)".
+func (tr *trial) errorLine() string {
+	line := fmt.Sprintf("client errors %d = COMMITs in flight %d", tr.sysbenchErrors, tr.classes[errCommit])
+	var mism []string
+	k := 0
+	var rest []string
+	for _, c := range sortedKeys(tr.classes) {
+		v := tr.classes[c]
+		switch {
+		case c == errCommit:
+		case strings.HasPrefix(c, errMismatch):
+			k += v
+			mism = append(mism, fmt.Sprintf("%s %d", strings.TrimPrefix(c, errMismatch), v))
+		default:
+			rest = append(rest, fmt.Sprintf("%s %d", c, v))
+		}
+	}
+	if k > 0 {
+		line += fmt.Sprintf(" (+ mismatches %d: %s)", k, strings.Join(mism, ", "))
+	}
+	for _, r := range rest {
+		line += " (+ " + r + ")"
+	}
+	return line
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// errorLog is a slog handler that keeps, from the proxy's log, the record
+// of each error a client got after the loss of the primary, by class.
+type errorLog struct {
+	mu      sync.Mutex
+	classes map[string]int
+	attrs   []slog.Attr
+}
+
+func newErrorLog() *errorLog { return &errorLog{classes: map[string]int{}} }
+
+func (l *errorLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
+
+func (l *errorLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &errorLogView{l: l, attrs: as}
+}
+
+func (l *errorLog) WithGroup(string) slog.Handler { return l }
+
+func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
+	l.record(r)
+	return nil
+}
+
+// errorLogView is errorLog with attributes (the proxy's session loggers).
+type errorLogView struct {
+	l     *errorLog
+	attrs []slog.Attr
+}
+
+func (v *errorLogView) Enabled(ctx context.Context, lv slog.Level) bool { return v.l.Enabled(ctx, lv) }
+func (v *errorLogView) WithAttrs(as []slog.Attr) slog.Handler {
+	return &errorLogView{l: v.l, attrs: append(append([]slog.Attr(nil), v.attrs...), as...)}
+}
+func (v *errorLogView) WithGroup(string) slog.Handler { return v }
+func (v *errorLogView) Handle(_ context.Context, r slog.Record) error {
+	v.l.record(r)
+	return nil
+}
+
+// sysbench's statements, by the start of their text.
+var stmtKinds = []struct{ prefix, kind string }{
+	{"SELECT c FROM sbtest", "point or simple range select"},
+	{"SELECT SUM(k)", "sum range select"},
+	{"SELECT DISTINCT", "distinct range select"},
+	{"UPDATE", "UPDATE"},
+	{"DELETE", "DELETE"},
+	{"INSERT", "INSERT"},
+	{"SELECT", "other select"},
+}
+
+var mismatchStmt = regexp.MustCompile(`statement \d+ of the transaction \("((?:[^"\\]|\\.)*)`)
+
+func (l *errorLog) record(r slog.Record) {
+	attr := func(k string) string {
+		var v string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == k {
+				v = a.Value.String()
+				return false
+			}
+			return true
+		})
+		return v
+	}
+	var class string
+	switch r.Message {
+	case "primary lost while a statement ending a transaction ran: its outcome is unknown":
+		if st := attr("statement"); strings.EqualFold(st, "COMMIT") {
+			class = errCommit
+		} else {
+			class = errOther + "outcome unknown of " + st
+		}
+	case "primary connection lost with a statement in flight; its outcome is unknown":
+		class = errAutocommit
+	case "transaction not replayed: rolled back":
+		why := attr("why")
+		if attr("result") != "mismatch" {
+			class = errOther + "rolled back (" + attr("result") + ")"
+			break
+		}
+		class = errMismatch + "unknown statement"
+		if m := mismatchStmt.FindStringSubmatch(why); m != nil {
+			q := strings.ReplaceAll(m[1], `\"`, `"`)
+			for _, k := range stmtKinds {
+				if strings.HasPrefix(strings.TrimSpace(q), k.prefix) {
+					class = errMismatch + k.kind
+					if k.kind == "point or simple range select" {
+						if strings.Contains(q, "BETWEEN") {
+							class = errMismatch + "simple range select"
+						} else {
+							class = errMismatch + "point select"
+						}
+					}
+					if k.kind == "other select" && strings.Contains(q, "ORDER BY") {
+						class = errMismatch + "order range select"
+					}
+					break
+				}
+			}
+		}
+	case "primary lost: statement refused":
+		class = errOther + "refused (" + attr("reason") + ")"
+	default:
+		return
+	}
+	l.mu.Lock()
+	l.classes[class]++
+	l.mu.Unlock()
+}
+
+func (l *errorLog) snapshot() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int, len(l.classes))
+	for k, v := range l.classes {
+		out[k] = v
+	}
+	return out
 }
 
 func runTrial(o options) (tr trial, err error) {
@@ -125,7 +323,7 @@ func runTrial(o options) (tr trial, err error) {
 		return tr, fmt.Errorf("sysbench prepare: %v\n%s", perr, out)
 	}
 	sbc := exec.CommandContext(ctx, "sysbench", append(args, "--threads="+strconv.Itoa(o.threads), "--time="+strconv.Itoa(o.seconds),
-		"--mysql-ignore-errors=1105", "--db-ps-mode=auto", "run")...)
+		"--mysql-ignore-errors="+o.ignoreErrors, "--db-ps-mode=auto", "run")...)
 	var out strings.Builder
 	sbc.Stdout, sbc.Stderr = &out, &out
 	if err := sbc.Start(); err != nil {
@@ -163,6 +361,7 @@ func runTrial(o options) (tr trial, err error) {
 	if err := tr.gather(reg); err != nil {
 		return tr, err
 	}
+	tr.classes = s.errs.snapshot()
 	return tr, nil
 }
 
@@ -200,6 +399,7 @@ func (tr *trial) gather(reg *prometheus.Registry) error {
 
 // stack is one trial's sandbox, etcd, controller and proxy.
 type stack struct {
+	errs  *errorLog // the client errors the proxy logged
 	sb    *sandbox.Cluster
 	store topo.Store
 	keys  topo.Keys
@@ -280,7 +480,8 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 	if err != nil {
 		return nil, err
 	}
-	srv, err := proxy.New(proxy.Options{Config: cfg, ID: "bench-proxy", Log: log, Registry: reg})
+	errs := newErrorLog()
+	srv, err := proxy.New(proxy.Options{Config: cfg, ID: "bench-proxy", Log: slog.New(errs), Registry: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +506,7 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 	}); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	return &stack{sb: sb, store: cst, keys: keys, srv: srv, close: cleanup}, nil
+	return &stack{errs: errs, sb: sb, store: cst, keys: keys, srv: srv, close: cleanup}, nil
 }
 
 func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {

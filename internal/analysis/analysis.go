@@ -136,8 +136,9 @@ type Limits struct {
 	// is silent for up to P between heartbeats); with no heartbeat period
 	// at all, 10s (the slave_net_timeout scale). 0 means 10s.
 	//
-	// The silence is measured between the controller's own probes of the
-	// replica, never overstated: from the end of the probe that last saw
+	// The silence is measured between the controller's own reads of the
+	// replica (its probes, and the replication-status reads between
+	// rounds), never overstated: from the end of the read that last saw
 	// progress (IOProgressAt) to the start of the current probe (Probe.At
 	// minus its latency). A primary frozen for F makes a replica silent
 	// for at most F plus one heartbeat period, so a freeze shorter than

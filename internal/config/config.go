@@ -252,17 +252,20 @@ type FailoverConfig struct {
 	// SilenceBound is how long a replica's IO thread may receive nothing
 	// from the primary (no event, no heartbeat: Read_Master_Log_Pos,
 	// Gtid_IO_Pos and Slave_received_heartbeats of SHOW ALL SLAVES STATUS
-	// unchanged between two of the controller's probes of it) before it
-	// counts as having lost the primary, the sign of a partitioned or
-	// frozen primary whose TCP connections stay open. The controller sets
+	// unchanged between two of the controller's reads of it: its probe
+	// rounds and, between them, SHOW ALL SLAVES STATUS alone every
+	// SilenceBound/6) before it counts as having lost the primary, the
+	// sign of a partitioned or frozen primary whose TCP connections stay
+	// open. The controller sets
 	// MASTER_HEARTBEAT_PERIOD = SilenceBound/12 and slave_net_timeout =
 	// 2 × SilenceBound (whole seconds, rounded up) on every replica it
 	// points at a primary and aligns replicas it finds with other values
 	// (MariaDB KB "CHANGE MASTER TO", "slave_net_timeout"). A primary
 	// frozen for less than SilenceBound − SilenceBound/12 + the
 	// confirmation spacing (150ms), 1.25s with the defaults, is never
-	// failed over; one isolated from everything is failed over about
-	// SilenceBound + probe.interval/2 + 0.5s after.
+	// failed over; for one isolated from everything the failover is
+	// decided about SilenceBound + SilenceBound/6 + 0.15s after (1.55s with
+	// the defaults), whatever probe.interval is.
 	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
 	// Type: duration. Default: 1.2s.
 	SilenceBound Duration `yaml:"silence_bound"`

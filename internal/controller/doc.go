@@ -17,7 +17,7 @@
 // be raised first by replaying the proxies' hot read sets. Drained nodes
 // (drain.go) are never candidates.
 //
-// Failure handling (observe.go, policy.go, failover.go, repair.go): after
+// Failure handling (observe.go, progress.go, policy.go, failover.go, repair.go): after
 // each probe round the leader runs package analysis on the probes, what it
 // remembers between rounds (each replica's IO-thread progress, last lag,
 // last complete probes) and the proxies' reachability reports, publishes
@@ -25,8 +25,11 @@
 // starts an extra round at once, and rounds start every
 // min(probe.interval, 100ms) while the primary cannot be reached and every
 // replica has been quiet for a quarter of failover.silence_bound. A replica's progress is dated
-// by its own probe, so its silence is measured between probes of it, never
-// to the end of a round. DeadPrimary is the only code that can lead to a
+// by its own probe, and between rounds by a read of its replication status
+// alone every failover.silence_bound/6 (progress.go; a read that finds every
+// replica quiet for a quarter of the bound starts a round), so its silence
+// is measured between reads of it, never to the end of a round, and does
+// not depend on probe.interval. DeadPrimary is the only code that can lead to a
 // failover, and only in failover.mode auto, confirmed over confirm_rounds
 // consecutive rounds (rounds at least 150ms apart when the verdict rests on
 // a replica's silence, so a pause shorter than failover.silence_bound plus

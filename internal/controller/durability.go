@@ -72,6 +72,10 @@ func replicaDrift(p topo.Probe) (drift []string, restartIO bool) {
 		drift = append(drift, "Rpl_semi_sync_slave_status=OFF with the IO thread running (it connected before semi-sync was enabled)")
 		restartIO = true
 	}
+	if ss.SlaveEnabled && ss.SlaveKillConnTimeout > probe.SemiSyncKillConnTimeout {
+		drift = append(drift, fmt.Sprintf("rpl_semi_sync_slave_kill_conn_timeout=%d s (want %d: a failover from an unreachable primary waits that long to stop this replica's IO thread)",
+			ss.SlaveKillConnTimeout, probe.SemiSyncKillConnTimeout))
+	}
 	return drift, restartIO
 }
 
@@ -121,6 +125,9 @@ func (t *term) enforceDurability(ctx context.Context, cfg *config.Config, cl *co
 				}
 				if !p.SemiSync.SlaveEnabled || restart {
 					return pr.EnableSemiSyncReplica(ctx, restart)
+				}
+				if p.SemiSync.SlaveKillConnTimeout > probe.SemiSyncKillConnTimeout {
+					return pr.SetSemiSyncKillConnTimeout(ctx)
 				}
 				return nil
 			}) {

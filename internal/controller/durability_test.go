@@ -63,6 +63,8 @@ func TestReplicaDrift(t *testing.T) {
 		{"slave off, IO stopped by an operator: not restarted", rep("No", topo.SemiSync{}), 1, false},
 		{"enabled but IO connected before", rep("Yes", topo.SemiSync{SlaveEnabled: true}), 1, true},
 		{"master switch on a replica", rep("Yes", topo.SemiSync{MasterEnabled: true, SlaveEnabled: true, SlaveStatus: true}), 1, false},
+		{"kill timeout 1s", rep("Yes", topo.SemiSync{SlaveEnabled: true, SlaveStatus: true, SlaveKillConnTimeout: 1}), 0, false},
+		{"kill timeout at MariaDB's default 5s", rep("Yes", topo.SemiSync{SlaveEnabled: true, SlaveStatus: true, SlaveKillConnTimeout: 5}), 1, false},
 	}
 	for _, c := range cases {
 		d, restart := replicaDrift(c.p)

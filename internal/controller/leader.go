@@ -82,8 +82,9 @@ func newTerm(c *Controller, leader topo.Leader) *term {
 
 func (t *term) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); t.reportFailsafe(ctx) }()
+	go func() { defer wg.Done(); t.watchProgress(ctx) }()
 	go func() { defer wg.Done(); t.guardStates(ctx) }()
 	go func() { defer wg.Done(); t.watchRequests(ctx) }()
 	go func() { defer wg.Done(); t.serveRequests(ctx) }()

@@ -61,6 +61,7 @@ type clusterMemory struct {
 	analysis          []topo.AnalysisEntry  // last published codes
 	analysisAt        time.Time             // when they were published
 	floor             floorMemory           // the promotion floor (floor.go)
+	quietKicked       bool                  // a round was started for the replicas' current silence (progress.go)
 }
 
 func newTermFailover(t *term) *termFailover {

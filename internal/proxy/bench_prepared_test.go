@@ -20,12 +20,23 @@ import (
 // (statement lookup, parameter types, hot-read sampling) is measured too.
 // cpu-us/op is the CPU of the whole process (client, proxy and fake
 // backend) per execute.
-func BenchmarkSessionRelayPrepared(b *testing.B) {
+func BenchmarkSessionRelayPrepared(b *testing.B) { benchRelayPrepared(b, false) }
+
+// BenchmarkSessionRelayPreparedHold is BenchmarkSessionRelayPrepared where
+// a failover hold is possible (failover.mode auto, a promotable replica
+// published): each autocommit execute is also kept to be sent again if the
+// primary is lost before it ran (failoverhold.go keepExecForLoss).
+func BenchmarkSessionRelayPreparedHold(b *testing.B) { benchRelayPrepared(b, true) }
+
+func benchRelayPrepared(b *testing.B, hold bool) {
 	backend := startPreparedBackend(b)
 	cfg := &config.Config{
 		Users:     []config.User{{Name: "bench", Password: "pw"}},
 		Clusters:  []config.Cluster{{Name: "c", Nodes: []config.Node{{Name: "n1", Address: backend}}}},
 		Listeners: []config.Listener{{Name: "rw", Address: "127.0.0.1:0", Cluster: "c", Role: "primary"}},
+	}
+	if hold {
+		cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	}
 	cfg.ApplyDefaults()
 	srv, err := New(Options{Config: cfg})
@@ -36,8 +47,12 @@ func BenchmarkSessionRelayPrepared(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	srv.SetClusterState(topo.ClusterState{Cluster: "c", Primary: "n1", Epoch: 1,
-		Nodes: []topo.NodeState{{Name: "n1", Address: backend}}})
+	st := topo.ClusterState{Cluster: "c", Primary: "n1", Epoch: 1,
+		Nodes: []topo.NodeState{{Name: "n1", Address: backend}}}
+	if hold {
+		st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "n2"}
+	}
+	srv.SetClusterState(st)
 	rc, err := dialRaw(b, srv.ListenerAddr("rw"), "bench", "pw", "", mysql.CLIENT_DEPRECATE_EOF, "")
 	if err != nil {
 		b.Fatal(err)

@@ -218,6 +218,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
 			payload = p
 		}
+		if cmd == mysql.COM_STMT_EXECUTE {
+			s.keepExecForLoss(payload, stmtID, stmt)
+		}
 	}
 	// Transaction replay (replay.go): record the statement before it is
 	// forwarded.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -39,7 +40,8 @@ import (
 //     it does only when the command was still unread in its socket or
 //     arrived after the process was gone) is sent again on the new primary
 //     like a statement not yet sent, when it is an autocommit text-protocol
-//     statement;
+//     statement or an autocommit COM_STMT_EXECUTE (re-prepared there, its
+//     statement id mapped: rerunExecute);
 //   - otherwise, a statement in flight of which nothing reached the
 //     client: a single autocommit SELECT (text protocol)
 //     without locking clauses is run again on the new primary; another
@@ -265,6 +267,9 @@ func (s *session) primaryBackendLost(cmd byte, err error) string {
 	if !inTx && s.resendable(cmd, err) {
 		s.log.Info("the lost primary never ran the statement in flight (connection reset before any answer); sending it to the new primary",
 			"node", node, "err", err)
+		if cmd == mysql.COM_STMT_EXECUTE {
+			return s.rerunExecute(node)
+		}
 		return s.rerunStatement(node, s.cls)
 	}
 	if inTx {
@@ -310,11 +315,104 @@ func notExecuted(err error) bool {
 // resendable reports whether the command cmd that failed with err outside
 // a transaction can be sent again on the next primary as if it had not
 // been sent: the server never ran it (notExecuted), it is a text-protocol
-// statement whose copy was kept (keepForLoss, only while a hold is
-// possible), and no response reached the client.
+// statement or a COM_STMT_EXECUTE whose copy was kept (keepForLoss,
+// keepExecForLoss, only while a hold is possible), and no response reached
+// the client.
 func (s *session) resendable(cmd byte, err error) bool {
-	return cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && s.out == 0 && notExecuted(err) &&
+	kept := (cmd == mysql.COM_QUERY && len(s.rerun) > 1) || (cmd == mysql.COM_STMT_EXECUTE && len(s.rerun) >= execHeader)
+	return kept && s.rerun[0] == cmd && !s.rerunning && s.out == 0 && notExecuted(err) &&
 		s.l.role == rolePrimary && !s.inTx() && !s.st.locked
+}
+
+// execHeader is the fixed start of a COM_STMT_EXECUTE payload: command
+// byte, statement id (4), flags (1), iteration count (4).
+const execHeader = 10
+
+// keepExecForLoss keeps, before the COM_STMT_EXECUTE payload p (nil when
+// it does not fit the read buffer) of statement st (client id id) is
+// forwarded on a primary listener where a hold is possible, a copy of it
+// with the client's statement id, to send it again on the next primary if
+// the lost one provably never ran it (notExecuted). Only an autocommit
+// execute is kept, without a cursor asked for (flags 0: the cursor would
+// belong to the lost server) and without long data sent before it (that
+// went to the lost server only). Nothing otherwise; any copy of an
+// earlier command is dropped.
+func (s *session) keepExecForLoss(p []byte, id uint32, st *stmtInfo) {
+	s.rerun, s.commitSent = s.rerun[:0], false
+	if st == nil || len(p) < execHeader || p[5] != 0 || st.longData || s.l.role != rolePrimary ||
+		s.inTx() || s.st.locked || !s.l.route.snap.Load().holdOn {
+		return
+	}
+	s.rerun = append(s.rerun, p...)
+	binary.LittleEndian.PutUint32(s.rerun[1:], id)
+}
+
+// rerunExecute sends the autocommit COM_STMT_EXECUTE saved in s.rerun,
+// which the lost primary never ran (notExecuted), once a primary is back
+// (held like a new statement): the session's statements are prepared again
+// there when it moves (migrate.go), the kept packet gets the new backend's
+// statement id, and the parameter types when the new backend has none yet
+// (the client sent them only with its first execute). Its response is
+// relayed as the answer to the client's command. It returns the close
+// reason.
+func (s *session) rerunExecute(lost string) string {
+	id := binary.LittleEndian.Uint32(s.rerun[1:])
+	if merr, reason := s.moveTo(s.l.route.snap.Load(), s.srv.rc.Load()); merr != nil || reason != "" {
+		if merr != nil && reason == "" {
+			s.writeError(1, merr)
+		}
+		return reason
+	}
+	st := s.stmts[id]
+	if st == nil {
+		s.writeError(1, errLostInFlight(s.l.cluster, lost))
+		return ""
+	}
+	p := s.rerun
+	binary.LittleEndian.PutUint32(p[1:], st.backendID)
+	if st.rebind {
+		n := int(st.params)
+		off := execHeader + (n+7)/8
+		if n > 0 && len(p) > off && p[off] == 0 && len(st.types) == 2*n {
+			out := make([]byte, 0, len(p)+2*n)
+			out = append(out, p[:off]...)
+			out = append(out, 1)
+			out = append(out, st.types...)
+			p = append(out, p[off+1:]...)
+		}
+		st.rebind = false
+	}
+	if !s.beginRelay() {
+		s.writeError(1, errLostInFlight(s.l.cluster, lost))
+		return ""
+	}
+	s.log.Info("sending a prepared statement the lost primary never ran to the new primary", "lost", lost, "node", s.be.t.node)
+	s.rerunning = true
+	defer func() { s.rerunning = false }()
+	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	s.cls = st.class
+	if err := writePacket(s.be.conn, 0, p); err != nil {
+		return s.failCommand(mysql.COM_STMT_EXECUTE, fail(closeBackendLost, err))
+	}
+	s.acquire()
+	err := s.relay(mysql.COM_STMT_EXECUTE, kindOf(mysql.COM_STMT_EXECUTE))
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return s.failCommand(mysql.COM_STMT_EXECUTE, err)
+	}
+	if s.lastOK {
+		s.st.afterStatement(st.class)
+		if st.userVar {
+			s.st.markOpaque("set a user variable in a prepared statement")
+		}
+		if st.userLock {
+			s.st.userLock = true
+		}
+	}
+	s.srv.metrics.primaryLostRerun.WithLabelValues(s.l.cluster).Inc()
+	return ""
 }
 
 // rerunRead runs the autocommit read saved in s.rerun again once a primary

@@ -565,3 +565,124 @@ func makeWritable(t *testing.T, db *sql.DB) {
 		}
 	}
 }
+
+// TestLostPrimaryNeverRanExecuteSentAgain: an autocommit COM_STMT_EXECUTE
+// the primary provably never ran (forwarded to a frozen server, whose
+// kernel then resets the connection when it is killed) is sent to the new
+// primary, where the session's statement is prepared again and its id
+// mapped: it lands exactly once, and the statement keeps working.
+func TestLostPrimaryNeverRanExecuteSentAgain(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	if _, err := db.ExecContext(ctx, "CREATE TABLE nr_ps (id INT PRIMARY KEY, v VARCHAR(20))"); err != nil {
+		t.Fatal(err)
+	}
+	node2 := replicaWithTable(t, h, 1, "sbtest.nr_ps")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Another statement first, so that the insert's backend id differs
+	// from its client id once both are prepared again on node2.
+	other, err := conn.PrepareContext(ctx, "SELECT COUNT(*) FROM nr_ps WHERE id > ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ins, err := conn.PrepareContext(ctx, "INSERT INTO nr_ps VALUES (?, ?)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ins.Close()
+	if _, err := ins.ExecContext(ctx, 1, "before"); err != nil {
+		t.Fatal(err)
+	}
+	waitRows(t, node2, "SELECT COUNT(*) FROM sbtest.nr_ps", 1)
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid)
+	execErr := make(chan error, 1)
+	go func() {
+		// Forwarded to a frozen server: it stays in the socket, unread.
+		_, err := ins.ExecContext(ctx, 2, "unread")
+		execErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	makeWritable(t, node2)
+	// The session must have seen the reset and be holding before the
+	// failover is published (a command still in flight when the route
+	// changes is cut instead: outcome unknown).
+	deadline := time.Now().Add(10 * time.Second)
+	for counterValue(t, h, "switchyard_proxy_primary_lost_held_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session never held for the failover after the reset")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(done)
+	select {
+	case err := <-execErr:
+		if err != nil {
+			t.Fatalf("the prepared INSERT the lost primary never read: %v, want it sent to the new primary", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the prepared INSERT the lost primary never read did not finish")
+	}
+	if _, err := ins.ExecContext(ctx, 3, "after"); err != nil {
+		t.Fatalf("the prepared INSERT after the failover: %v", err)
+	}
+	var n int
+	if err := other.QueryRowContext(ctx, 0).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("the other prepared statement after the failover: count %d, %v; want 3", n, err)
+	}
+	var got []string
+	rows, err := node2.QueryContext(ctx, "SELECT CONCAT(id, ':', v) FROM sbtest.nr_ps ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	rows.Close()
+	if strings.Join(got, ",") != "1:before,2:unread,3:after" {
+		t.Fatalf("rows on the new primary: %v, want [1:before 2:unread 3:after], each once", got)
+	}
+}
+
+// waitRows waits until query (a COUNT) on db returns want.
+func waitRows(t *testing.T, db *sql.DB, query string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow(query).Scan(&n); err == nil && n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach %d within 10s", query, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

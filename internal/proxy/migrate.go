@@ -335,6 +335,24 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		if merr != nil {
 			return merr, closeNoRoute
 		}
+		if s.l.role == rolePrimary && snap.lossCheck && !s.srv.reachable(t) {
+			// This proxy's own check cannot connect to the primary (a
+			// partition): hold for the failover at once rather than
+			// wait out a connect timeout first.
+			if old != nil {
+				s.setBackend(nil)
+				old.close(false)
+				old = nil
+			}
+			s.lostCause = "this proxy's check cannot connect to " + t.node
+			if snap, merr = s.awaitPrimary(t.node); merr != nil {
+				return merr, ""
+			}
+			if snap.primary != nil && snap.primary.node == t.node {
+				time.Sleep(lostPoll) // answered a check again: no tight loop if a connect disagrees
+			}
+			continue
+		}
 		t, be, _, merr := s.connectRoute(t, snap, rc, true)
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
 			// The primary does not answer: hold for the failover (or get

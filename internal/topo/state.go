@@ -287,6 +287,10 @@ type SemiSync struct {
 	WaitNoSlave bool `json:"wait_no_slave"`
 	// SlaveEnabled is rpl_semi_sync_slave_enabled.
 	SlaveEnabled bool `json:"slave_enabled"`
+	// SlaveKillConnTimeout is rpl_semi_sync_slave_kill_conn_timeout in
+	// seconds (0 when not read): how long STOP SLAVE on a semi-sync
+	// replica waits to connect to its source to kill its dump thread.
+	SlaveKillConnTimeout uint64 `json:"slave_kill_conn_timeout,omitempty"`
 	// MasterStatus is Rpl_semi_sync_master_status: OFF on an enabled
 	// primary means it fell back to asynchronous replication.
 	MasterStatus bool `json:"master_status"`
