@@ -51,11 +51,15 @@ func kindOf(cmd byte) responseKind {
 	return respRejected
 }
 
-// loop reads client commands until the session ends and returns the reason.
+// loop reads client commands until the session ends and returns the
+// reason, or sessionParked when the session parked while idle (idlepark.go:
+// a new goroutine calls loop again when the client sends something).
 func (s *session) loop() string {
 	rerouted := false // the pending command was sent back to reroute once
-	s.rlog = s.newReplayLog()
 	for {
+		if s.awaitCommand() {
+			return sessionParked
+		}
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
 		if err != nil {
 			if len(hb) == 0 && errors.Is(err, io.EOF) {

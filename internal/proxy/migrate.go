@@ -446,7 +446,7 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 			s.snap = snap
 		}
 		s.heldDone()
-		if s.parked {
+		if s.returned {
 			// A checkout between transactions (txpool.go), not a move.
 			s.checkedOut(be)
 			return nil, ""

@@ -17,9 +17,10 @@ import (
 	"github.com/switchyard-db/switchyard/internal/config"
 )
 
-// Buffer sizes. A session keeps only its client reader while idle; the
-// backend reader and client writer are taken from pools for the duration of
-// one command, so idle sessions stay small.
+// Buffer sizes. An idle session holds no buffer: the client reader
+// (clientread.go) is taken from a pool when a command arrives and given
+// back when the session has consumed every byte it read; the backend reader
+// and client writer are taken for the duration of one command.
 const (
 	clientReadBuf   = 4 << 10
 	backendReadBuf  = 64 << 10
@@ -95,8 +96,10 @@ type Server struct {
 	closing chan struct{}              // closed by Close
 	bg      sync.WaitGroup             // background goroutines (goBackground)
 
-	readers sync.Pool // *bufio.Reader of backendReadBuf bytes
-	writers sync.Pool // *bufio.Writer of clientWriteBuf bytes
+	parker    idleParker // idle sessions without a goroutine (idlepark.go)
+	clientIns sync.Pool  // *clientIn (clientReadBuf bytes)
+	readers   sync.Pool  // *bufio.Reader of backendReadBuf bytes
+	writers   sync.Pool  // *bufio.Writer of clientWriteBuf bytes
 }
 
 // listener is one client-facing endpoint.
@@ -166,6 +169,7 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.limit.setMax(o.Config.Proxy.MaxClientConnections)
+	s.clientIns.New = newClientIn
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
 	rc, err := newRuntimeConfig(o.Config, nil)
@@ -231,6 +235,7 @@ func (s *Server) Start() error {
 	}()
 	limit, _ := s.MaxClientConnections()
 	s.log.Debug("client connection limit", "max_client_connections", limit, "descriptor_budget", s.limit.budget, "reserved_descriptors", s.limit.reserve)
+	s.startParker()
 	for _, l := range s.listeners {
 		s.wg.Add(1)
 		go s.acceptLoop(l)

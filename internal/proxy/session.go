@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -41,9 +41,15 @@ type session struct {
 	l      *listener
 	id     uint32
 	client net.Conn
+	// cr reads the client: in.r while the session holds a pooled reader
+	// (clientread.go), nil while it waits idle for a command.
 	cr     *bufio.Reader
-	remote string // client IP, for messages
-	log    *slog.Logger
+	cin    *clientIn
+	raw    syscall.RawConn    // the client socket, for the idle wait; nil if not a socket
+	readFn func(uintptr) bool // s.readIdle
+	fd     int                // raw's descriptor (-1 if none), for parking (idlepark.go)
+	idle   atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
+	log    sessionLog
 
 	// Negotiated at login.
 	caps      uint32
@@ -70,7 +76,7 @@ type session struct {
 	ended  bool
 	// Transaction pooling (txpool.go): the listener multiplexes
 	// (txPool), the session gave its connection back and takes one at
-	// its next command (parked), it keeps its connection for the next
+	// its next command (returned), it keeps its connection for the next
 	// statement (keepNext), the command's result had warnings
 	// (warned), the last insert id reported to it and whether the
 	// current connection lacks it (idRestore), whether the current
@@ -78,12 +84,13 @@ type session struct {
 	// whether any statement ran (ran).
 	insertID  uint64
 	txPool    bool
-	parked    bool
+	returned  bool
 	keepNext  bool
 	warned    bool
 	idRestore bool
 	diagLost  bool
 	ran       bool
+	shut      bool // shutdown closed the client: the session must not park
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
@@ -147,38 +154,55 @@ func (f *failure) Unwrap() error { return f.err }
 func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
 
 func newSession(s *Server, l *listener, c net.Conn) *session {
-	id := s.nextConnID.Add(1)
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
-	if err != nil {
-		host = c.RemoteAddr().String()
+	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, txPool: l.pooling == config.PoolingTransaction}
+	sess.log.s = sess
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil && raw.Control(func(fd uintptr) { sess.fd = int(fd) }) == nil {
+			sess.raw, sess.readFn = raw, sess.readIdle
+		}
 	}
-	return &session{
-		srv:    s,
-		l:      l,
-		id:     id,
-		client: c,
-		cr:     bufio.NewReaderSize(c, clientReadBuf),
-		remote: host,
-		txPool: l.pooling == config.PoolingTransaction,
-		log:    s.log.With("session", id, "listener", l.name, "remote", c.RemoteAddr().String()),
+	return sess
+}
+
+// remote returns the client's IP (host:port if it has no port), for
+// messages.
+func (s *session) remote() string {
+	a := s.client.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
 	}
+	return a
 }
 
 func (s *session) serve() {
-	defer s.srv.removeSession(s)
 	s.l.sessions.Add(1)
 	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Inc()
 	s.srv.metrics.clientConnsTotal.WithLabelValues(s.l.name).Inc()
+	s.run(true)
+}
+
+// run logs the client in (with login) and serves its commands until the
+// session ends, then closes it; or returns leaving it open when it parked
+// (idlepark.go), to be run again (without login) when the client sends
+// something.
+func (s *session) run(login bool) {
 	reason := closeClientGone
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("session panic; closing the session", "panic", r, "stack", string(debug.Stack()))
 			reason = closePanic
 		}
+		if reason == sessionParked {
+			return
+		}
+		defer s.srv.removeSession(s)
 		s.finish(reason)
 	}()
-	if reason = s.login(); reason != "" {
-		return
+	if login {
+		if reason = s.login(); reason != "" {
+			return
+		}
+		s.rlog = s.newReplayLog()
 	}
 	reason = s.loop()
 }
@@ -194,6 +218,7 @@ func (s *session) finish(reason string) {
 	if be != nil {
 		s.giveBack(be, s.ended)
 	}
+	s.dropReader()
 	s.l.sessions.Add(-1)
 	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Dec()
 	s.srv.metrics.sessionsClosed.WithLabelValues(reason).Inc()
@@ -204,14 +229,19 @@ func (s *session) finish(reason string) {
 // connections so the session's goroutine returns.
 func (s *session) shutdown() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return
 	}
+	s.shut = true
 	_ = s.client.Close()
 	if s.be != nil {
 		_ = s.be.conn.Close()
 	}
+	s.mu.Unlock()
+	// A parked session has no goroutine to see the close (closing a
+	// descriptor removes it from the epoll set without an event).
+	s.srv.parker.resume(s.id)
 }
 
 // setBackend installs be (nil allowed) and returns the previous one.
@@ -244,6 +274,7 @@ func (s *session) writeError(seq byte, e *mysql.MyError) {
 // user, final OK. It returns "" on success or the close reason.
 func (s *session) login() string {
 	_ = s.client.SetDeadline(time.Now().Add(handshakeWindow))
+	s.takeReader()
 	rc := s.srv.rc.Load()
 	snap := s.l.route.snap.Load()
 	t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
@@ -434,7 +465,7 @@ func (s *session) denyAccess(seq byte, user string, withPassword bool) {
 	if withPassword {
 		using = "YES"
 	}
-	msg := fmt.Sprintf("Access denied for user '%s'@'%s' (using password: %s)", user, s.remote, using)
+	msg := fmt.Sprintf("Access denied for user '%s'@'%s' (using password: %s)", user, s.remote(), using)
 	s.writeError(seq, mysqlproto.NewError(mysql.ER_ACCESS_DENIED_ERROR, msg))
 	s.log.Info("client login refused", "user", user)
 }

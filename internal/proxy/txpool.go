@@ -82,7 +82,7 @@ func (s *session) txBoundary() {
 	be.owner = s.id
 	s.lastBe = be
 	s.snap = nil // the next command takes a connection through the route check
-	s.parked = true
+	s.returned = true
 	be.counter.putIdle(be, time.Now())
 }
 
@@ -98,7 +98,7 @@ func (s *session) noteDiagnostics(calc bool) {
 // checkedOut records, on a transaction-pooled listener, that the session
 // took be from the pool for its next command.
 func (s *session) checkedOut(be *backend) {
-	s.parked = false
+	s.returned = false
 	s.idRestore = s.idRestore || !be.sameState
 	s.diagLost = !be.sameState && s.ran
 }
