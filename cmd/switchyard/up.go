@@ -193,7 +193,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	if runProxy {
 		limit := cfg.Proxy.MaxClientConnections
 		if limit == 0 {
-			limit = proxy.DefaultMaxClientConnections(budget, reserve)
+			limit = proxy.DefaultMaxClientConnections(budget, reserve, proxy.BackendDescriptors(cfg))
 		}
 		log.Info("descriptor budget", "rlimit_nofile", budget, "reserved", reserve, "max_client_connections", limit,
 			"derived", cfg.Proxy.MaxClientConnections == 0)

@@ -13,14 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
 
 // Client-connection limit and descriptor budget.
 //
-// Every client session holds two descriptors: its own connection and its
-// backend connection. A proxy that accepts clients until accept(2) fails with
-// EMFILE has already spent the descriptors the rest of the process needs
+// Every client session holds a descriptor for its own connection and, while
+// it holds one, one for its backend connection. A proxy that accepts
+// clients until accept(2) fails with EMFILE has already spent the descriptors the rest of the process needs
 // (etcd's WAL and snapshots, the etcd client, probes, the admin endpoint),
 // and those parts then fail in ways that are far worse than a refused login.
 // So the proxy admits at most proxy.max_client_connections sessions over all
@@ -69,17 +70,44 @@ func tooManyBeforeHandshake() []byte {
 const refuseWindow = 2 * time.Second
 
 // DefaultMaxClientConnections is proxy.max_client_connections when the
-// config leaves it 0: (budget - reserve) / 2, at least 1, where budget is
-// the process's descriptor limit (RLIMIT_NOFILE soft limit) and reserve the
-// descriptors kept for everything but client sessions (see
-// DefaultReservedDescriptors, EmbeddedEtcdDescriptors). Each session counts
-// for two descriptors: the client's and its backend connection. A budget
-// of 0 or less (unknown) means no limit (0).
-func DefaultMaxClientConnections(budget, reserve int) int {
+// config leaves it 0:
+//
+//	max((budget - reserve) / 2, budget - reserve - backend), at least 1
+//
+// where budget is the process's descriptor limit (RLIMIT_NOFILE soft
+// limit), reserve the descriptors kept for everything but client sessions
+// and their backend connections (see DefaultReservedDescriptors,
+// EmbeddedEtcdDescriptors) and backend the most backend connections the
+// pools may hold (BackendDescriptors: proxy.max_connections_per_backend
+// times the configured nodes). Each client holds one descriptor, and at
+// most one backend connection (a session-pooled client from login to
+// logout, a transaction-pooled one only within a transaction), so the
+// descriptors in use are at most clients + min(clients, backend): the
+// first term bounds them when every client holds a backend connection, the
+// second when the pools' caps bound the backend side (with transaction
+// pooling, where idle clients hold none, it is the larger one). A budget of
+// 0 or less (unknown) means no limit (0); a backend of 0 or less leaves the
+// first term alone.
+func DefaultMaxClientConnections(budget, reserve, backend int) int {
 	if budget <= 0 {
 		return 0
 	}
-	return max((budget-reserve)/2, 1)
+	n := (budget - reserve) / 2
+	if backend > 0 {
+		n = max(n, budget-reserve-backend)
+	}
+	return max(n, 1)
+}
+
+// BackendDescriptors is the most backend connections the proxy's pools may
+// hold under c: proxy.max_connections_per_backend times the nodes of every
+// cluster (the cap is per node, over all users and listeners).
+func BackendDescriptors(c *config.Config) int {
+	nodes := 0
+	for _, cl := range c.Clusters {
+		nodes += len(cl.Nodes)
+	}
+	return nodes * c.Proxy.MaxConnectionsPerBackend
 }
 
 // DescriptorBudget returns the process's RLIMIT_NOFILE soft limit (the
@@ -141,11 +169,12 @@ func (ls *limitState) init(reg prometheus.Registerer, budget, reserve int) error
 	return nil
 }
 
-// setMax applies proxy.max_client_connections (0: derived from the budget).
-func (ls *limitState) setMax(configured int) int {
-	n := configured
+// setMax applies proxy.max_client_connections of c (0: derived from the
+// budget and c's backend caps).
+func (ls *limitState) setMax(c *config.Config) int {
+	n := c.Proxy.MaxClientConnections
 	if n == 0 {
-		n = DefaultMaxClientConnections(ls.budget, ls.reserve)
+		n = DefaultMaxClientConnections(ls.budget, ls.reserve, BackendDescriptors(c))
 	}
 	ls.max.Store(int64(n))
 	ls.maxGauge.Set(float64(n))

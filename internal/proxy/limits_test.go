@@ -17,17 +17,25 @@ import (
 )
 
 func TestDefaultMaxClientConnections(t *testing.T) {
-	for _, tc := range []struct{ budget, reserve, want int }{
-		{20000, DefaultReservedDescriptors, 9872},
-		{20000, DefaultReservedDescriptors + EmbeddedEtcdDescriptors, 9744},
-		{2048, DefaultReservedDescriptors + EmbeddedEtcdDescriptors, 768},
-		{1024, DefaultReservedDescriptors, 384},
-		{300, 512, 1}, // a budget below the reserve still admits one
-		{0, 256, 0},   // unknown budget: no limit
+	etcd := DefaultReservedDescriptors + EmbeddedEtcdDescriptors
+	for _, tc := range []struct{ budget, reserve, backend, want int }{
+		{20000, DefaultReservedDescriptors, 0, 9872},
+		{20000, etcd, 3 * 11000, 9744}, // caps above the budget: two per client
+		{20000, etcd, 3 * 2000, 13488}, // the default cap on 3 nodes
+		{20000, etcd, 3 * 200, 18888},
+		{2048, etcd, 3 * 2000, 768},
+		{1024, DefaultReservedDescriptors, 0, 384},
+		{300, 512, 600, 1}, // a budget below the reserve still admits one
+		{0, 256, 600, 0},   // unknown budget: no limit
 	} {
-		if got := DefaultMaxClientConnections(tc.budget, tc.reserve); got != tc.want {
-			t.Errorf("DefaultMaxClientConnections(%d, %d) = %d, want %d", tc.budget, tc.reserve, got, tc.want)
+		if got := DefaultMaxClientConnections(tc.budget, tc.reserve, tc.backend); got != tc.want {
+			t.Errorf("DefaultMaxClientConnections(%d, %d, %d) = %d, want %d", tc.budget, tc.reserve, tc.backend, got, tc.want)
 		}
+	}
+	c := &config.Config{Clusters: []config.Cluster{{Nodes: make([]config.Node, 3)}, {Nodes: make([]config.Node, 2)}}}
+	c.Proxy.MaxConnectionsPerBackend = 100
+	if got := BackendDescriptors(c); got != 500 {
+		t.Errorf("BackendDescriptors: 5 nodes with a cap of 100 = %d, want 500", got)
 	}
 }
 

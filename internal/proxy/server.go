@@ -168,7 +168,7 @@ func New(o Options) (*Server, error) {
 	if err := s.limit.init(o.Registry, budget, reserve); err != nil {
 		return nil, err
 	}
-	s.limit.setMax(o.Config.Proxy.MaxClientConnections)
+	s.limit.setMax(o.Config)
 	s.clientIns.New = newClientIn
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
@@ -336,8 +336,8 @@ func (s *Server) SetConfig(c *config.Config) error {
 	}
 	s.rc.Store(rc)
 	s.cfg.Store(c)
-	if old.Proxy.MaxClientConnections != c.Proxy.MaxClientConnections {
-		n := s.limit.setMax(c.Proxy.MaxClientConnections)
+	if old.Proxy.MaxClientConnections != c.Proxy.MaxClientConnections || BackendDescriptors(old) != BackendDescriptors(c) {
+		n := s.limit.setMax(c)
 		s.log.Info("client connection limit changed", "max_client_connections", n, "configured", c.Proxy.MaxClientConnections)
 	}
 	lim := newHoldLimits(c)
