@@ -19,15 +19,21 @@
 //     and the TIME_WAIT sockets on the machine (ss -tan state time-wait)
 //     before and after.
 //
-// The process raises RLIMIT_NOFILE to its hard limit (children inherit it);
-// with a backend connection per client the proxy needs two descriptors per
-// idle client, so -idle is lowered to the proxy.max_client_connections
-// `switchyard up` derives from that limit. The primary's
-// max_connections and proxy.max_connections_per_backend are raised above
-// the clients so that both proxies are measured without refusals.
+// -pooling sets listeners[].pooling of Switchyard's rw listener. With
+// session (the default) every client holds a backend connection, and
+// proxy.max_connections_per_backend and the primary's max_connections are
+// raised above the clients so that both proxies are measured without
+// refusals. With transaction a client holds one only within a statement or
+// transaction and proxy.max_connections_per_backend is txCap (1,000).
 //
-// Usage: go run ./bench/storm [-clients 5000] [-idle 10000] [-rate 1000]
-// [-seconds 60] [-phases idle,storm,churn] [-targets switchyard,haproxy]
+// The process raises RLIMIT_NOFILE to its hard limit (children inherit it);
+// -idle is lowered to the proxy.max_client_connections `switchyard up`
+// derives from that limit and the pools' caps (with session pooling two
+// descriptors per idle client: 9,744 under 20,000).
+//
+// Usage: go run ./bench/storm [-pooling session|transaction] [-clients 5000]
+// [-idle 10000] [-rate 1000] [-seconds 60] [-phases idle,storm,churn]
+// [-targets switchyard,haproxy]
 package main
 
 import (
@@ -48,10 +54,16 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/proxy"
 	"github.com/switchyard-db/switchyard/internal/sandbox"
 )
 
+// txCap is proxy.max_connections_per_backend with -pooling transaction.
+const txCap = 1000
+
 type options struct {
+	pooling                      string
 	clients, idle, rate, seconds int
 	settle                       time.Duration
 	phases, targets              []string
@@ -60,6 +72,7 @@ type options struct {
 func main() {
 	var o options
 	var phases, targets string
+	flag.StringVar(&o.pooling, "pooling", "session", "listeners[].pooling of Switchyard's rw listener: session or transaction")
 	flag.IntVar(&o.clients, "clients", 5000, "storm: clients that connect at once")
 	flag.IntVar(&o.idle, "idle", 10000, "idle: clients held idle (lowered to what RLIMIT_NOFILE allows)")
 	flag.IntVar(&o.rate, "rate", 1000, "churn: new connections per second")
@@ -69,6 +82,10 @@ func main() {
 	flag.StringVar(&targets, "targets", "switchyard,haproxy", "proxies to measure, comma separated")
 	flag.Parse()
 	o.phases, o.targets = strings.Split(phases, ","), strings.Split(targets, ",")
+	if o.pooling != config.PoolingSession && o.pooling != config.PoolingTransaction {
+		fmt.Fprintf(os.Stderr, "storm: -pooling %q: use session or transaction\n", o.pooling)
+		os.Exit(2)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "storm:", err)
 		os.Exit(1)
@@ -88,10 +105,21 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	// The proxy holds a client and a backend descriptor per client: at
-	// most what `up` derives for proxy.max_client_connections from the
-	// budget ((budget - 512) / 2, README "Limits and connection storms").
-	if most := (int(nofile) - 512) / 2; o.idle > most {
+	// The primary's max_connections: above every client, so that both
+	// proxies are measured without refusals. Switchyard's
+	// proxy.max_connections_per_backend is that too with session pooling
+	// (a backend connection per client); with transaction pooling, where
+	// clients hold one only within a statement or transaction, it is
+	// txCap, so that the pools' caps leave the descriptors to the clients.
+	limit := max(o.idle, o.clients) + 1000
+	backendCap := limit
+	if o.pooling == config.PoolingTransaction {
+		backendCap = txCap
+	}
+	// At most what `up` derives for proxy.max_client_connections from the
+	// budget (the reserve with the embedded etcd is 512, README "Limits
+	// and connection storms"), the sandbox having 3 nodes.
+	if most := proxy.DefaultMaxClientConnections(int(nofile), 512, 3*backendCap); o.idle > most {
 		fmt.Printf("RLIMIT_NOFILE %d: -idle lowered from %d to %d\n", nofile, o.idle, most)
 		o.idle = most
 	}
@@ -121,7 +149,6 @@ func run(o options) error {
 	}
 	defer root.Close()
 	root.SetMaxOpenConns(2)
-	limit := max(o.idle, o.clients) + 1000
 	for i := range sb.Nodes {
 		db, err := sql.Open("mysql", sb.RootDSN(i))
 		if err != nil {
@@ -135,13 +162,13 @@ func run(o options) error {
 	}
 	var ofl int
 	_ = root.QueryRowContext(ctx, "SELECT @@open_files_limit").Scan(&ofl)
-	fmt.Printf("storm: %d clients at once; idle: %d clients; churn: %d/s for %d s. primary max_connections %d, open_files_limit %d; RLIMIT_NOFILE %d\n",
-		o.clients, o.idle, o.rate, o.seconds, limit, ofl, nofile)
+	fmt.Printf("storm: %d clients at once; idle: %d clients; churn: %d/s for %d s. primary max_connections %d, open_files_limit %d; RLIMIT_NOFILE %d; switchyard rw pooling %s, max_connections_per_backend %d\n",
+		o.clients, o.idle, o.rate, o.seconds, limit, ofl, nofile, o.pooling, backendCap)
 
 	var rows []row
 	for _, phase := range o.phases {
 		for _, target := range o.targets {
-			p, err := startTarget(ctx, target, dir, bin, sb, limit, int(nofile))
+			p, err := startTarget(ctx, target, dir, bin, sb, o.pooling, backendCap, int(nofile))
 			if err != nil {
 				return err
 			}
@@ -196,7 +223,7 @@ func (p *proc) stop() {
 
 // startTarget starts target ("switchyard" or "haproxy") in front of the
 // sandbox's primary and waits until a client can log in through it.
-func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Cluster, limit, nofile int) (*proc, error) {
+func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Cluster, pooling string, backendCap, nofile int) (*proc, error) {
 	addrs, err := benchkit.FreeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -207,7 +234,8 @@ func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Clust
 		cfg := sb.Config()
 		cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 		cfg.Admin.Address = "off"
-		cfg.Proxy.MaxConnectionsPerBackend = limit
+		cfg.Proxy.MaxConnectionsPerBackend = backendCap
+		cfg.Listeners[0].Pooling = pooling
 		_ = os.RemoveAll(cfg.Etcd.Embedded.DataDir) // a fresh store each start: the file's config applies
 		if err := cfg.Validate(); err != nil {
 			return nil, err
