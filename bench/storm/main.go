@@ -175,7 +175,14 @@ func run(o options) error {
 			var figures string
 			switch phase {
 			case "idle":
-				figures, err = idlePhase(ctx, o, p, sb)
+				idleOpts := o
+				if most := haproxyMaxconn(int(nofile)); target == "haproxy" && idleOpts.idle > most {
+					// HAProxy holds two descriptors per connection and
+					// queues the ones past its maxconn.
+					fmt.Printf("  haproxy maxconn %d: -idle lowered from %d for it\n", most, idleOpts.idle)
+					idleOpts.idle = most
+				}
+				figures, err = idlePhase(ctx, idleOpts, p, sb)
 			case "storm":
 				figures, err = stormPhase(ctx, o, p, sb, root)
 			case "churn":
@@ -253,7 +260,7 @@ func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Clust
 	case "haproxy":
 		path := filepath.Join(dir, "haproxy.cfg")
 		// Two descriptors per connection, within the inherited limit.
-		maxconn := (nofile - 200) / 2
+		maxconn := haproxyMaxconn(nofile)
 		hcfg := fmt.Sprintf("global\n  maxconn %d\ndefaults\n  mode tcp\n  maxconn %d\n  timeout connect 1s\n  timeout client 1h\n  timeout server 1h\n"+
 			"listen mysql\n  bind %s\n  server primary %s check\n", maxconn, maxconn, addrs[0], sb.Nodes[0].Address)
 		if err := os.WriteFile(path, []byte(hcfg), 0o600); err != nil {
@@ -290,6 +297,10 @@ func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Clust
 	time.Sleep(time.Second)
 	return p, nil
 }
+
+// haproxyMaxconn is HAProxy's maxconn under RLIMIT_NOFILE nofile: two
+// descriptors per connection, 200 kept for its own.
+func haproxyMaxconn(nofile int) int { return (nofile - 200) / 2 }
 
 // client opens connections as the sandbox's application user.
 type client struct {

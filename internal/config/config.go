@@ -506,13 +506,17 @@ type ProxyConfig struct {
 	// handshake response MySQL error 1040 (SQLSTATE 08004) "Too many
 	// connections", and the connection is closed; sessions already open are
 	// not affected. 0 derives it from the process's descriptor budget (the
-	// RLIMIT_NOFILE soft limit, raised to the hard limit at start):
-	// (budget - reserve) / 2, each client counting for two descriptors (its
-	// own and its backend connection), the reserve being 256 descriptors
-	// (admin HTTP, probes, the proxy's checks, the etcd client, logs) plus
-	// 256 when the embedded etcd runs in the same process; at least 1. A
-	// value above the budget lets exhaustion reach accept(2) and every other
-	// part of the process.
+	// RLIMIT_NOFILE soft limit, raised to the hard limit at start) and the
+	// pools' caps: max((budget - reserve) / 2, budget - reserve - backend),
+	// at least 1, where backend is proxy.max_connections_per_backend times
+	// the configured nodes and the reserve is 256 descriptors (admin HTTP,
+	// probes, the proxy's checks, the etcd client, logs) plus 256 when the
+	// embedded etcd runs in the same process. Each client holds one
+	// descriptor and at most one backend connection (session pooling: for
+	// its session; transaction pooling: within a transaction), so the first
+	// term is the bound when every client holds one and the second when the
+	// caps bound the backend side. A value above the budget lets exhaustion
+	// reach accept(2) and every other part of the process.
 	// Type: integer. Default: 0.
 	MaxClientConnections int `yaml:"max_client_connections"`
 	// Failsafe lets a proxy that lost its registration in the topology store
