@@ -487,8 +487,11 @@ type ProbeConfig struct {
 
 // ProxyConfig controls the proxy's backend side.
 type ProxyConfig struct {
-	// ConnectTimeout bounds opening a backend connection (TCP + handshake);
-	// at most 30s. A refused connection fails at once regardless.
+	// ConnectTimeout bounds opening a backend connection: the TCP connect
+	// within it, then the server's greeting, the login and the session
+	// setup within it again, counted from the connect (a server in a
+	// connection storm can be slow at both); at most 30s. A refused
+	// connection fails at once regardless.
 	// Type: duration. Default: 1s.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
 	// MaxConnectionsPerBackend caps the proxy's connections to each node. The
