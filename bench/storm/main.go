@@ -31,20 +31,31 @@
 // derives from that limit and the pools' caps (with session pooling two
 // descriptors per idle client: 9,744 under 20,000).
 //
+// The storm with -pooling session is also the backend-connect storm: every
+// held client needs its own backend connection, so 5,000 connects hit the
+// primary at once and its listen queue (back_log 250 in the sandbox) drops
+// SYNs, which Linux resends only after 1 s. -rounds repeats it (the proxy
+// started afresh each round) and -connect-timeout sets Switchyard's
+// proxy.connect_timeout; the storm's failures are counted by kind
+// (failureKind).
+//
 // Usage: go run ./bench/storm [-pooling session|transaction] [-clients 5000]
 // [-idle 10000] [-rate 1000] [-seconds 60] [-phases idle,storm,churn]
-// [-targets switchyard,haproxy]
+// [-targets switchyard,haproxy] [-rounds 1] [-connect-timeout 1s]
 package main
 
 import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +75,8 @@ const txCap = 1000
 
 type options struct {
 	pooling                      string
+	rounds                       int
+	connectTimeout               time.Duration
 	clients, idle, rate, seconds int
 	settle                       time.Duration
 	phases, targets              []string
@@ -74,6 +87,8 @@ func main() {
 	var phases, targets string
 	flag.StringVar(&o.pooling, "pooling", "session", "listeners[].pooling of Switchyard's rw listener: session or transaction")
 	flag.IntVar(&o.clients, "clients", 5000, "storm: clients that connect at once")
+	flag.IntVar(&o.rounds, "rounds", 1, "storm: rounds per proxy, each with the proxy started afresh")
+	flag.DurationVar(&o.connectTimeout, "connect-timeout", 0, "Switchyard's proxy.connect_timeout (0: its default, 1s)")
 	flag.IntVar(&o.idle, "idle", 10000, "idle: clients held idle (lowered to what RLIMIT_NOFILE allows)")
 	flag.IntVar(&o.rate, "rate", 1000, "churn: new connections per second")
 	flag.IntVar(&o.seconds, "seconds", 60, "churn: length of the run in seconds")
@@ -167,36 +182,42 @@ func run(o options) error {
 
 	var rows []row
 	for _, phase := range o.phases {
+		rounds := 1
+		if phase == "storm" {
+			rounds = max(o.rounds, 1)
+		}
 		for _, target := range o.targets {
-			p, err := startTarget(ctx, target, dir, bin, sb, o.pooling, backendCap, int(nofile))
-			if err != nil {
-				return err
-			}
-			var figures string
-			switch phase {
-			case "idle":
-				idleOpts := o
-				if most := haproxyMaxconn(int(nofile)); target == "haproxy" && idleOpts.idle > most {
-					// HAProxy holds two descriptors per connection and
-					// queues the ones past its maxconn.
-					fmt.Printf("  haproxy maxconn %d: -idle lowered from %d for it\n", most, idleOpts.idle)
-					idleOpts.idle = most
+			for range rounds {
+				p, err := startTarget(ctx, target, dir, bin, sb, o, backendCap, int(nofile))
+				if err != nil {
+					return err
 				}
-				figures, err = idlePhase(ctx, idleOpts, p, sb)
-			case "storm":
-				figures, err = stormPhase(ctx, o, p, sb, root)
-			case "churn":
-				figures, err = churnPhase(ctx, o, p, sb, root)
-			default:
-				err = fmt.Errorf("unknown phase %q (idle, storm, churn)", phase)
+				var figures string
+				switch phase {
+				case "idle":
+					idleOpts := o
+					if most := haproxyMaxconn(int(nofile)); target == "haproxy" && idleOpts.idle > most {
+						// HAProxy holds two descriptors per connection and
+						// queues the ones past its maxconn.
+						fmt.Printf("  haproxy maxconn %d: -idle lowered from %d for it\n", most, idleOpts.idle)
+						idleOpts.idle = most
+					}
+					figures, err = idlePhase(ctx, idleOpts, p, sb)
+				case "storm":
+					figures, err = stormPhase(ctx, o, p, sb, root)
+				case "churn":
+					figures, err = churnPhase(ctx, o, p, sb, root)
+				default:
+					err = fmt.Errorf("unknown phase %q (idle, storm, churn)", phase)
+				}
+				p.stop()
+				if err != nil {
+					return fmt.Errorf("%s through %s: %w", phase, target, err)
+				}
+				fmt.Printf("  %-6s %-10s %s\n", phase, target, figures)
+				rows = append(rows, row{phase, target, figures})
+				time.Sleep(2 * time.Second) // let the servers close what the phase left
 			}
-			p.stop()
-			if err != nil {
-				return fmt.Errorf("%s through %s: %w", phase, target, err)
-			}
-			fmt.Printf("  %-6s %-10s %s\n", phase, target, figures)
-			rows = append(rows, row{phase, target, figures})
-			time.Sleep(2 * time.Second) // let the servers close what the phase left
 		}
 	}
 	fmt.Println()
@@ -230,7 +251,7 @@ func (p *proc) stop() {
 
 // startTarget starts target ("switchyard" or "haproxy") in front of the
 // sandbox's primary and waits until a client can log in through it.
-func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Cluster, pooling string, backendCap, nofile int) (*proc, error) {
+func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Cluster, o options, backendCap, nofile int) (*proc, error) {
 	addrs, err := benchkit.FreeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -242,7 +263,10 @@ func startTarget(ctx context.Context, target, dir, bin string, sb *sandbox.Clust
 		cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 		cfg.Admin.Address = "off"
 		cfg.Proxy.MaxConnectionsPerBackend = backendCap
-		cfg.Listeners[0].Pooling = pooling
+		cfg.Listeners[0].Pooling = o.pooling
+		if o.connectTimeout > 0 {
+			cfg.Proxy.ConnectTimeout = config.Duration(o.connectTimeout)
+		}
 		_ = os.RemoveAll(cfg.Etcd.Embedded.DataDir) // a fresh store each start: the file's config applies
 		if err := cfg.Validate(); err != nil {
 			return nil, err
@@ -382,6 +406,8 @@ func stormPhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster, ro
 	c := newClient(sb, p.addr, 30*time.Second)
 	var failures atomic.Int64
 	var firstErr atomic.Value
+	var kindMu sync.Mutex
+	kinds := map[string]int{}
 	var ready, wg sync.WaitGroup
 	ready.Add(o.clients)
 	wg.Add(o.clients)
@@ -398,6 +424,9 @@ func stormPhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster, ro
 			if err != nil {
 				failures.Add(1)
 				firstErr.CompareAndSwap(nil, err.Error())
+				kindMu.Lock()
+				kinds[failureKind(err)]++
+				kindMu.Unlock()
 			} else {
 				for {
 					at, now := lastAnswer.Load(), int64(time.Since(start))
@@ -418,8 +447,8 @@ func stormPhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster, ro
 	wg.Wait()
 	time.Sleep(500 * time.Millisecond)
 	peakThreads, peakRSS := threads.stop(), rss.stop()
-	f := fmt.Sprintf("%d clients: failures %d, all answered in %s, peak RSS %.1f MB (%.1f MB before), backend connections peak %d (+%d)",
-		o.clients, failures.Load(), time.Duration(lastAnswer.Load()).Round(time.Millisecond), mb(peakRSS), mb(rss0), peakThreads, peakThreads-base)
+	f := fmt.Sprintf("%d clients: failures %d %s, all answered in %s, peak RSS %.1f MB (%.1f MB before), backend connections peak %d (+%d)",
+		o.clients, failures.Load(), kindList(kinds), time.Duration(lastAnswer.Load()).Round(time.Millisecond), mb(peakRSS), mb(rss0), peakThreads, peakThreads-base)
 	if e := firstErr.Load(); e != nil {
 		f += fmt.Sprintf("; first error: %v", e)
 	}
@@ -533,6 +562,38 @@ func churnPhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster, ro
 		f += fmt.Sprintf("; first error: %v", e)
 	}
 	return f, nil
+}
+
+// failureKind names a storm client's failure: "connect timeout" (the
+// proxy's backend connect got no SYN-ACK within proxy.connect_timeout: the
+// server's listen queue, back_log, dropped its SYNs), "login timeout" (the
+// server's greeting or login did not come within it), a MySQL error
+// number, or "other: " and the driver's error.
+func failureKind(err error) string {
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && strings.Contains(me.Message, "connect timeout"):
+		return "connect timeout"
+	case errors.As(err, &me) && strings.Contains(me.Message, "i/o timeout"):
+		return "login timeout"
+	case errors.As(err, &me):
+		return strconv.Itoa(int(me.Number))
+	}
+	msg := err.Error()
+	if len(msg) > 60 {
+		msg = msg[:60]
+	}
+	return "other: " + msg
+}
+
+// kindList formats failures by kind as {kind: n, ...}, sorted.
+func kindList(kinds map[string]int) string {
+	var out []string
+	for k, n := range kinds {
+		out = append(out, fmt.Sprintf("%s: %d", k, n))
+	}
+	sort.Strings(out)
+	return "{" + strings.Join(out, ", ") + "}"
 }
 
 // timeWait counts the machine's TCP sockets in TIME_WAIT (ss -tan state
