@@ -175,4 +175,3 @@ func TestTxPoolSwitchover(t *testing.T) {
 		t.Fatalf("the old primary still has %d connections of the application user", app)
 	}
 }
-
