@@ -248,6 +248,24 @@ func (p *backendCounter) cancelWait(w *poolWaiter) {
 	}
 }
 
+// maxServerRefusals bounds how many idle connections one checkout closes
+// when the server refuses new ones with error 1040 (its max_connections
+// reached) before the refusal is passed on to the client.
+const maxServerRefusals = 8
+
+// oldestIdle takes the least recently returned idle connection out of the
+// pool for the caller to close, or returns nil when there is none.
+func (p *backendCounter) oldestIdle() *backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) == 0 {
+		return nil
+	}
+	victim := p.idle[0]
+	p.take(victim)
+	return victim
+}
+
 // dialFailed gives back the slot reserved for a dial that failed.
 func (p *backendCounter) dialFailed() {
 	p.mu.Lock()
@@ -317,6 +335,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 		}
 	}()
 	var w *poolWaiter
+	refusals := 0
 	for {
 		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend, w)
 		for _, c := range drop {
@@ -335,6 +354,22 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			continue // a connection the server closed meanwhile: the next one
 		case dial:
 			okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
+			if merr != nil && merr.Code == mysql.ER_CON_COUNT_ERROR && refusals < maxServerRefusals {
+				// The server is at its max_connections, and idle pooled
+				// connections (of other users, capabilities or
+				// charsets) may be what holds its slots: give one back
+				// to the server and dial again.
+				if victim := p.oldestIdle(); victim != nil {
+					refusals++
+					p.dialFailed()
+					victim.close(true)
+					m.poolServerEvictions.WithLabelValues(t.cluster, t.node).Inc()
+					s.log.Info("server refused a connection at max_connections; closed an idle pooled connection to make room",
+						"node", t.node, "addr", t.addr, "attempt", refusals)
+					time.Sleep(time.Duration(refusals) * 5 * time.Millisecond) // the server frees the slot when its thread ends
+					continue
+				}
+			}
 			if merr != nil {
 				p.dialFailed()
 				s.srv.backendTrouble()
