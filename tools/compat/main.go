@@ -180,6 +180,7 @@ func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []
 			return 0, err
 		}
 		log.Info("driver suite done", "target", t, "seconds", time.Since(start).Round(time.Second).Seconds())
+		redact(r, c.AppPassword)
 		results = append(results, r)
 	}
 	if keep {
@@ -317,6 +318,17 @@ func goTest(dir, target, addr, user, pass, run, skip string, timeout time.Durati
 		}
 	}
 	return r, nil
+}
+
+// redact removes the sandbox's password from the kept output lines (the
+// driver's tests print their DSN when a connect fails).
+func redact(r result, pass string) {
+	for name, lines := range r.output {
+		for i, l := range lines {
+			lines[i] = strings.ReplaceAll(l, pass, "***")
+		}
+		r.output[name] = lines
+	}
 }
 
 // report prints the counts per target and the tests that pass direct but not
