@@ -43,7 +43,9 @@ import (
 // plus those being opened; a session that finds its node at the cap
 // closes an idle connection of another key if there is one, else waits up
 // to proxy.pool.wait_timeout for a connection to come back and then gets
-// error 1040 naming the limit. Idle connections are closed after
+// error 1040 naming the limit; a dial the server refuses with 1040 (its
+// max_connections) closes the oldest idle connection of the node and
+// dials again. Idle connections are closed after
 // proxy.pool.idle_timeout, when their node leaves the cluster's route or
 // changes role, and are never used for the primary when they were opened
 // or last used before the node became primary (primarySince) or under an
@@ -318,7 +320,10 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 // re-created on it (their new ids in be.restored; be.sameState when it is
 // the session's own previous connection, whose state is the session's).
 // At the node's connection limit it waits up to proxy.pool.wait_timeout,
-// then returns error 1040. It returns the login OK payload to relay (the
+// then returns error 1040. When the server itself refuses the dial with
+// 1040 (ER_CON_COUNT_ERROR: its max_connections system variable), it
+// closes the node's oldest idle connection and dials again, at most
+// maxServerRefusals times, before returning the server's error. It returns the login OK payload to relay (the
 // server's for a new connection, one built by the proxy for a pooled
 // one).
 func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*backend, []byte, *mysql.MyError) {
