@@ -55,11 +55,14 @@ type metrics struct {
 	replays        *prometheus.CounterVec
 	outcomeUnknown *prometheus.CounterVec
 	// Backend connection pools (pool.go), by cluster and node.
-	poolConns     *prometheus.GaugeVec // and state (idle|in_use)
-	poolWaits     *prometheus.CounterVec
-	poolWaitSecs  *prometheus.HistogramVec
-	poolConnects  *prometheus.CounterVec
-	poolCheckouts *prometheus.CounterVec // and kind (same|clean|reset)
+	poolConns *prometheus.GaugeVec // and state (idle|in_use)
+	poolWaits *prometheus.CounterVec
+	// poolServerEvictions: idle connections closed because the server
+	// refused a new one with error 1040 (its max_connections).
+	poolServerEvictions *prometheus.CounterVec
+	poolWaitSecs        *prometheus.HistogramVec
+	poolConnects        *prometheus.CounterVec
+	poolCheckouts       *prometheus.CounterVec // and kind (same|clean|reset)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -177,6 +180,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_backend_pool_waits_total",
 			Help: "Checkouts that waited because the node had proxy.max_connections_per_backend connections open or being opened, by cluster and node.",
 		}, []string{"cluster", "node"}),
+		poolServerEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_backend_pool_server_evictions_total",
+			Help: "Idle pooled connections closed because their server refused a new connection with error 1040 (its max_connections reached), by cluster and node.",
+		}, []string{"cluster", "node"}),
 		poolWaitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchyard_backend_pool_wait_seconds",
 			Help:    "How long checkouts that waited for a backend connection waited (until they got one or proxy.pool.wait_timeout passed), by cluster and node.",
@@ -230,6 +237,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.outcomeUnknown)
 	reg2(&m.poolConns)
 	reg1(&m.poolWaits)
+	reg1(&m.poolServerEvictions)
 	reg1(&m.poolConnects)
 	reg1(&m.poolCheckouts)
 	if err == nil {

@@ -43,7 +43,9 @@ import (
 // plus those being opened; a session that finds its node at the cap
 // closes an idle connection of another key if there is one, else waits up
 // to proxy.pool.wait_timeout for a connection to come back and then gets
-// error 1040 naming the limit. Idle connections are closed after
+// error 1040 naming the limit; a dial the server refuses with 1040 (its
+// max_connections) closes the oldest idle connection of the node and
+// dials again. Idle connections are closed after
 // proxy.pool.idle_timeout, when their node leaves the cluster's route or
 // changes role, and are never used for the primary when they were opened
 // or last used before the node became primary (primarySince) or under an
@@ -248,6 +250,24 @@ func (p *backendCounter) cancelWait(w *poolWaiter) {
 	}
 }
 
+// maxServerRefusals bounds how many idle connections one checkout closes
+// when the server refuses new ones with error 1040 (its max_connections
+// reached) before the refusal is passed on to the client.
+const maxServerRefusals = 8
+
+// oldestIdle takes the least recently returned idle connection out of the
+// pool for the caller to close, or returns nil when there is none.
+func (p *backendCounter) oldestIdle() *backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) == 0 {
+		return nil
+	}
+	victim := p.idle[0]
+	p.take(victim)
+	return victim
+}
+
 // dialFailed gives back the slot reserved for a dial that failed.
 func (p *backendCounter) dialFailed() {
 	p.mu.Lock()
@@ -300,7 +320,10 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 // re-created on it (their new ids in be.restored; be.sameState when it is
 // the session's own previous connection, whose state is the session's).
 // At the node's connection limit it waits up to proxy.pool.wait_timeout,
-// then returns error 1040. It returns the login OK payload to relay (the
+// then returns error 1040. When the server itself refuses the dial with
+// 1040 (ER_CON_COUNT_ERROR: its max_connections system variable), it
+// closes the node's oldest idle connection and dials again, at most
+// maxServerRefusals times, before returning the server's error. It returns the login OK payload to relay (the
 // server's for a new connection, one built by the proxy for a pooled
 // one).
 func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*backend, []byte, *mysql.MyError) {
@@ -317,6 +340,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 		}
 	}()
 	var w *poolWaiter
+	refusals := 0
 	for {
 		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend, w)
 		for _, c := range drop {
@@ -335,6 +359,22 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			continue // a connection the server closed meanwhile: the next one
 		case dial:
 			okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
+			if merr != nil && merr.Code == mysql.ER_CON_COUNT_ERROR && refusals < maxServerRefusals {
+				// The server is at its max_connections, and idle pooled
+				// connections (of other users, capabilities or
+				// charsets) may be what holds its slots: give one back
+				// to the server and dial again.
+				if victim := p.oldestIdle(); victim != nil {
+					refusals++
+					p.dialFailed()
+					victim.close(true)
+					m.poolServerEvictions.WithLabelValues(t.cluster, t.node).Inc()
+					s.log.Info("server refused a connection at max_connections; closed an idle pooled connection to make room",
+						"node", t.node, "addr", t.addr, "attempt", refusals)
+					time.Sleep(time.Duration(refusals) * 5 * time.Millisecond) // the server frees the slot when its thread ends
+					continue
+				}
+			}
 			if merr != nil {
 				p.dialFailed()
 				s.srv.backendTrouble()

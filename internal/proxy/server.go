@@ -418,8 +418,11 @@ type BackendStats struct {
 	Cluster string `json:"cluster"`
 	Node    string `json:"node"`
 	Address string `json:"address"`
-	// Connections is the number of backend connections currently open.
+	// Connections is the number of backend connections currently open,
+	// idle pooled ones included.
 	Connections int64 `json:"connections"`
+	// Idle is how many of them are idle in the pool (pool.go).
+	Idle int64 `json:"idle"`
 }
 
 // Stats returns sessions per listener and backend connections per node.
@@ -435,7 +438,10 @@ func (s *Server) Stats() Stats {
 		st.Listeners = append(st.Listeners, ls)
 	}
 	for _, bc := range s.backends {
-		st.Backends = append(st.Backends, BackendStats{Cluster: bc.cluster, Node: bc.node, Address: bc.addr, Connections: bc.open.Load()})
+		bc.mu.Lock()
+		idle := int64(len(bc.idle))
+		bc.mu.Unlock()
+		st.Backends = append(st.Backends, BackendStats{Cluster: bc.cluster, Node: bc.node, Address: bc.addr, Connections: bc.open.Load(), Idle: idle})
 	}
 	sort.Slice(st.Backends, func(i, j int) bool {
 		a, b := st.Backends[i], st.Backends[j]

@@ -135,7 +135,7 @@ func s9Storm(t *testing.T, pooling string, hold bool) {
 		db := direct(i)
 		dbs[i] = db
 		db.SetMaxOpenConns(1)
-		base[i] = int64(threadsConnected(t, db))
+		base[i] = threadsConnected(t, db)
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
@@ -222,7 +222,7 @@ func s9Storm(t *testing.T, pooling string, hold bool) {
 	// After the storm the pooled connections are closed once idle for
 	// proxy.pool.idle_timeout.
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		n := int64(threadsConnected(t, dbs[0]))
+		n := threadsConnected(t, dbs[0])
 		if n <= base[0]+1 {
 			break
 		}
@@ -300,6 +300,16 @@ func raiseNoFile(t *testing.T) {
 		lim.Cur = old
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	})
+}
+
+func threadsConnected(t *testing.T, db *sql.DB) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Threads_connected'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // procRSS is process pid's resident set size in bytes.

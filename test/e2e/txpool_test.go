@@ -39,7 +39,7 @@ func TestTxPoolSwitchover(t *testing.T) {
 	base := make([]int, 2)
 	for i, d := range samplers {
 		d.SetMaxOpenConns(1)
-		base[i] = threadsConnected(t, d)
+		base[i] = int(threadsConnected(t, d))
 	}
 	conns := make([]*sql.Conn, clients)
 	for i := range conns {
@@ -174,14 +174,4 @@ func TestTxPoolSwitchover(t *testing.T) {
 	if app != 0 {
 		t.Fatalf("the old primary still has %d connections of the application user", app)
 	}
-}
-
-func threadsConnected(t *testing.T, d *sql.DB) int {
-	t.Helper()
-	var name string
-	var v int
-	if err := d.QueryRow("SHOW GLOBAL STATUS LIKE 'Threads_connected'").Scan(&name, &v); err != nil {
-		t.Fatal(err)
-	}
-	return v
 }
