@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,20 @@ func (h *health) set(part, reason string) bool {
 	return !was || old != reason
 }
 
+// restartedPrefix marks the embedded etcd's /readyz reason after a restart,
+// until the store answers (watchStore).
+const restartedPrefix = "restarted after: "
+
+// clearRestarted clears the embedded etcd's reason once the store answers
+// again, if it is the after-restart one.
+func (h *health) clearRestarted() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r, ok := h.down["embedded_etcd"]; ok && strings.HasPrefix(r, restartedPrefix) {
+		delete(h.down, "embedded_etcd")
+	}
+}
+
 // err returns the parts that are down, or nil.
 func (h *health) err() error {
 	h.mu.Lock()
@@ -139,6 +154,9 @@ func watchStore(ctx context.Context, log *slog.Logger, h *health, st topo.Store,
 		}
 		if errors.Is(err, topo.ErrNotFound) {
 			err = nil
+		}
+		if err == nil {
+			h.clearRestarted()
 		}
 		switch {
 		case err != nil && since.IsZero():
@@ -226,7 +244,10 @@ func (s *embeddedEtcd) run(ctx context.Context) {
 			n, err := topo.StartEmbedded(s.opts)
 			if err == nil {
 				s.cur.Store(n)
-				s.h.set("embedded_etcd", "")
+				// Named on /readyz until the store answers again
+				// (watchStore clears it), so the cause stays visible for
+				// the whole outage, not only while the server restarts.
+				s.h.set("embedded_etcd", restartedPrefix+reason+"; waiting for the store to answer")
 				s.log.Warn("embedded etcd restarted", "endpoints", n.Endpoints(), "data_dir", s.opts.DataDir)
 				break
 			}
