@@ -300,7 +300,9 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 // re-created on it (their new ids in be.restored; be.sameState when it is
 // the session's own previous connection, whose state is the session's).
 // At the node's connection limit it waits up to proxy.pool.wait_timeout,
-// then returns error 1040. It returns the login OK payload to relay (the
+// then returns error 1040; on a primary listener a route change that
+// leaves t no longer the primary (a failover, a switchover's hold) ends
+// the wait with errRouteChanged. It returns the login OK payload to relay (the
 // server's for a new connection, one built by the proxy for a pooled
 // one).
 func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) (*backend, []byte, *mysql.MyError) {
@@ -337,9 +339,14 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
 			if merr != nil {
 				p.dialFailed()
-				s.srv.backendTrouble()
+				if merr.Code != mysql.ER_CON_COUNT_ERROR {
+					// Not this host's own limits (localres.go): check the node.
+					s.srv.backendTrouble()
+				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-				s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message)
+				if ok, suppressed := s.srv.limit.dialFailLog.allow(time.Now()); ok {
+					s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message, "suppressed", suppressed)
+				}
 				return nil, nil, merr
 			}
 			be.counter = p
@@ -361,12 +368,28 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				m.poolWaits.WithLabelValues(t.cluster, t.node).Inc()
 			}
 			w = wait
+			var replaced chan struct{} // nil: a route change does not end the wait
+			if snap != nil && s.l.role == rolePrimary && snap.primary.same(t) {
+				replaced = snap.replaced
+			}
 			select {
 			case <-wait.ch:
+			case <-replaced:
+				if now := s.l.route.snap.Load(); now != nil && now.hold == nil && now.primary.same(t) {
+					snap = now // the same primary (a new epoch): wait on
+					continue
+				}
+				// The primary changed, is lost or a switchover holds:
+				// the session routes again (migrate.go reroute) instead
+				// of waiting out a node that is no longer its route.
+				p.cancelWait(wait)
+				return nil, nil, errRouteChanged
 			case <-timer.C:
 				p.cancelWait(wait)
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-				s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait)
+				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
+					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
+				}
 				return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
 					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend); none came free within %s (proxy.pool.wait_timeout)",
 					t.node, t.addr, rc.maxPerBackend, rc.poolWait))
@@ -374,6 +397,14 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 		}
 	}
 }
+
+// errRouteChanged is what connect returns when, on a primary listener,
+// the cluster's route changed while the session waited for a connection
+// of its primary's pool: the caller routes again (reroute) with the new
+// snapshot, following a failover hold or a switchover's. Never sent to a
+// client.
+var errRouteChanged = &mysql.MyError{Code: mysql.ER_UNKNOWN_ERROR, State: "HY000",
+	Message: "switchyard: the route changed while waiting for a backend connection"}
 
 // preparePooled readies an idle connection taken from the pool for the
 // session: nothing when it is the session's own previous connection; else
