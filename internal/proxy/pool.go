@@ -300,7 +300,9 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 // re-created on it (their new ids in be.restored; be.sameState when it is
 // the session's own previous connection, whose state is the session's).
 // At the node's connection limit it waits up to proxy.pool.wait_timeout,
-// then returns error 1040; on a primary listener a route change that
+// then returns error 1040 — on a primary listener whose primary this proxy's
+// check or the controller reports unreachable, a connect-lost error instead
+// (the caller holds for the failover); a route change that
 // leaves t no longer the primary (a failover, a switchover's hold) ends
 // the wait with errRouteChanged. It returns the login OK payload to relay (the
 // server's for a new connection, one built by the proxy for a pooled
@@ -386,6 +388,16 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				return nil, nil, errRouteChanged
 			case <-timer.C:
 				p.cancelWait(wait)
+				if now := s.l.route.snap.Load(); s.l.role == rolePrimary && now != nil && now.lossCheck && now.primary.same(t) &&
+					(primaryInTrouble(&now.state) || !s.srv.reachable(t)) {
+					// The connections are held by commands on a primary
+					// that stopped answering (frozen, partitioned): the
+					// session holds for the failover like one whose connect
+					// timed out (migrate.go moveTo), not 1040 for that node.
+					return nil, nil, errUnknown(fmt.Sprintf(
+						"switchyard: no connection to primary %s (%s) came free within %s (proxy.pool.wait_timeout) and it is reported unreachable",
+						t.node, t.addr, rc.poolWait))
+				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
 				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
 					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // A logged-in transaction-pooled session that finds no connection free
@@ -46,15 +48,27 @@ func TestTxPoolWaitTimeoutKeepsSession(t *testing.T) {
 // A transaction-pooled session waiting for a connection of the primary's
 // pool is woken by a primary change and takes a connection of the new
 // primary at once, its state re-created there, instead of waiting out
-// proxy.pool.wait_timeout on the old node and getting 1040 naming it.
+// proxy.pool.wait_timeout on the old node and getting 1040 naming it: a
+// switchover's new primary, or a crash failover's (the waiter then holds
+// while the failover runs, as statements do, failoverhold.go).
 func TestTxPoolWaiterFollowsPrimaryChange(t *testing.T) {
+	t.Run("switchover", func(t *testing.T) { txPoolWaiterFollows(t, false) })
+	t.Run("failover", func(t *testing.T) { txPoolWaiterFollows(t, true) })
+}
+
+func txPoolWaiterFollows(t *testing.T, failover bool) {
 	const wait = 5 * time.Second
 	h := newHarness(t, func(c *config.Config) {
 		c.Listeners = append(c.Listeners, config.Listener{Name: "rwtx", Address: "127.0.0.1:0",
 			Cluster: c.Listeners[0].Cluster, Role: config.RolePrimary, Pooling: config.PoolingTransaction})
 		c.Proxy.MaxConnectionsPerBackend = 1
 		c.Proxy.Pool.WaitTimeout = config.Duration(wait)
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
 	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
 	tx := h.client("rwtx", "sbtest")
 	tx.exec(t, "SET @kept = 7")
 	if n := h.inUse(0); n != 0 {
@@ -80,7 +94,22 @@ func TestTxPoolWaiterFollowsPrimaryChange(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	h.srv.SetClusterState(sandboxState(h.c, 2, 1, 0, 2))
+	if failover {
+		failing, done := failoverStates(h)
+		h.srv.SetClusterState(failing)
+		time.Sleep(300 * time.Millisecond)
+		select {
+		case r := <-got:
+			t.Fatalf("answered while the failover ran (%v, server %d): it was not held", r.err, r.sid)
+		default:
+		}
+		if n := h.metric("switchyard_proxy_primary_lost_held_total"); n < 1 {
+			t.Fatalf("%v statements held for the failover, want the waiter's", n)
+		}
+		h.srv.SetClusterState(done)
+	} else {
+		h.srv.SetClusterState(sandboxState(h.c, 2, 1, 0, 2))
+	}
 	r := <-got
 	took := time.Since(start)
 	if r.err != nil {
@@ -95,6 +124,73 @@ func TestTxPoolWaiterFollowsPrimaryChange(t *testing.T) {
 	t.Logf("answered on the new primary %s after the statement began", took.Round(time.Millisecond))
 }
 
+// The primary freezes (SIGSTOP) while every connection of its pool is
+// held: a transaction-pooled statement waiting for one past
+// proxy.pool.wait_timeout, with the controller reporting the primary
+// unreachable, holds for the failover and runs on the new primary with its
+// session state, instead of getting 1040 naming the frozen node.
+func TestTxPoolWaiterHoldsWhenPrimaryFreezes(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners = append(c.Listeners, config.Listener{Name: "rwtx", Address: "127.0.0.1:0",
+			Cluster: c.Listeners[0].Cluster, Role: config.RolePrimary, Pooling: config.PoolingTransaction})
+		c.Proxy.MaxConnectionsPerBackend = 1
+		c.Proxy.Pool.WaitTimeout = config.Duration(400 * time.Millisecond)
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	tx := h.client("rwtx", "sbtest")
+	tx.exec(t, "SET @kept = 9")
+	if n := h.inUse(0); n != 0 {
+		t.Fatalf("%d connections in use after the transaction-pooled statement, want 0", n)
+	}
+	a := h.client("rw", "sbtest") // holds node1's only connection
+	defer a.close()
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+	waitStopped(t, pid)
+	// What the controller publishes once its probes of node1 time out.
+	trouble := sandboxState(h.c, 1, 0, 1, 2)
+	trouble.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	trouble.Analysis = []topo.AnalysisEntry{{Code: "UnreachablePrimary", Node: "node1"}}
+	h.srv.SetClusterState(trouble)
+	type res struct {
+		sid, kept int64
+		err       error
+	}
+	got := make(chan res, 1)
+	go func() {
+		var r res
+		r.err = tx.conn.QueryRowContext(context.Background(), "SELECT @@server_id, @kept").Scan(&r.sid, &r.kept)
+		got <- r
+	}()
+	time.Sleep(time.Second) // past proxy.pool.wait_timeout
+	select {
+	case r := <-got:
+		t.Fatalf("answered before the failover (%v): it was not held", r.err)
+	default:
+	}
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	time.Sleep(100 * time.Millisecond)
+	h.srv.SetClusterState(done)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("statement waiting on the frozen primary's pool: %v", r.err)
+	}
+	if r.sid != 2 || r.kept != 9 {
+		t.Fatalf("statement ran on server %d with @kept %d, want server 2 with 9", r.sid, r.kept)
+	}
+}
+
 // A connect that fails for want of this proxy's own file descriptors
 // (EMFILE) is not a lost primary: no hold, no "unreachable", error 1040
 // naming RLIMIT_NOFILE, and the logged-in session keeps its state.
@@ -107,6 +203,17 @@ func TestDescriptorExhaustionIsNotPrimaryLoss(t *testing.T) {
 	tx.exec(t, "SET @kept = 5")
 	if n := h.inUse(0); n != 0 {
 		t.Fatalf("%d connections in use after the transaction-pooled statement, want 0", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.srv.checkBackends(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.srv.backendReport()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no reachability verdict within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	h.srv.closeIdle(func(*backend) bool { return true }) // the next statement dials
 	release := exhaustDescriptors(t)
@@ -123,17 +230,14 @@ func TestDescriptorExhaustionIsNotPrimaryLoss(t *testing.T) {
 	if took > time.Second {
 		t.Fatalf("answered after %s: the statement was held", took)
 	}
-	if n := h.metric("switchyard_primary_lost_held_total"); n != 0 {
+	if n := h.metric("switchyard_proxy_primary_lost_held_total"); n != 0 {
 		t.Fatalf("%v statements held for a failover, want 0", n)
 	}
-	h.srv.reach.mu.Lock()
-	for _, b := range h.srv.reach.nodes {
+	for _, b := range h.srv.backendReport() {
 		if !b.Reachable {
-			h.srv.reach.mu.Unlock()
 			t.Fatalf("node %s reported unreachable (%s) after a local descriptor shortage", b.Node, b.Error)
 		}
 	}
-	h.srv.reach.mu.Unlock()
 	if v := tx.int(t, "SELECT @kept * 2"); v != 10 {
 		t.Fatalf("@kept * 2 after the 1040 = %d, want 10 (the session and its state kept)", v)
 	}
