@@ -362,7 +362,10 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig, cmd byte) (boo
 // yet, or the connect is refused or times out — it waits for the next primary (awaitPrimary) and tries
 // again. It returns nil on success; otherwise the error for the client
 // with a close reason, or with "" when the session may go on without a
-// backend (the primary was lost and none came).
+// backend (the primary was lost and none came; error 1040: no pooled
+// connection came free, the server or this host is out of connections),
+// or errRouteChanged with closeReroute when the route changed while it
+// waited for a pooled connection.
 func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError, string) {
 	old := s.be
 	for {

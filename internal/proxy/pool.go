@@ -43,7 +43,14 @@ import (
 // plus those being opened; a session that finds its node at the cap
 // closes an idle connection of another key if there is one, else waits up
 // to proxy.pool.wait_timeout for a connection to come back and then gets
-// error 1040 naming the limit. Idle connections are closed after
+// error 1040 naming the limit: a login is refused with it (as MariaDB
+// refuses one past max_connections), a logged-in session gets it for one
+// command and keeps its state (migrate.go moveTo). On a primary listener a
+// route change that leaves the node no longer the primary ends the wait
+// (errRouteChanged: the session routes again, holding for a failover), and
+// a wait that times out while the primary is reported unreachable holds
+// for the failover instead of 1040. The cap is per node, shared by every
+// listener whatever its pooling, nothing reserved for either. Idle connections are closed after
 // proxy.pool.idle_timeout, when their node leaves the cluster's route or
 // changes role, and are never used for the primary when they were opened
 // or last used before the node became primary (primarySince) or under an

@@ -18,7 +18,8 @@ import (
 
 // A logged-in transaction-pooled session that finds no connection free
 // within proxy.pool.wait_timeout (session-pooled clients hold them all)
-// gets error 1040 for that command and keeps its session and its state.
+// gets error 1040 for that command and keeps its session and its state;
+// the warning is rate limited.
 func TestTxPoolWaitTimeoutKeepsSession(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) {
 		c.Listeners = append(c.Listeners, config.Listener{Name: "rwtx", Address: "127.0.0.1:0",
@@ -37,6 +38,16 @@ func TestTxPoolWaitTimeoutKeepsSession(t *testing.T) {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1040 || !strings.Contains(me.Message, "proxy.pool.wait_timeout") {
 		t.Fatalf("statement at the cap: %v, want error 1040 naming proxy.pool.wait_timeout", err)
+	}
+	// The session stays: again, and the warning is logged once (the
+	// others counted as suppressed, one line per 10 s).
+	for range 2 {
+		if _, err := tx.conn.ExecContext(context.Background(), "DO 1"); !errors.As(err, &me) || me.Number != 1040 {
+			t.Fatalf("statement at the cap again: %v, want error 1040", err)
+		}
+	}
+	if n := h.srv.limit.poolLimitLog.suppressed.Load(); n != 2 {
+		t.Fatalf("%d pool-limit warnings suppressed after three timeouts, want 2 (the first logged)", n)
 	}
 	a.close()
 	if v := tx.int(t, "SELECT @kept + 1"); v != 42 {
