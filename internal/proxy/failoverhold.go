@@ -252,7 +252,9 @@ func (s *session) lostInFailover(snap *routeSnapshot) (string, bool) {
 // connectLost reports whether merr is a failure to reach a server (a
 // refused or timed-out connect, a handshake cut short) rather than a
 // server's refusal, which keeps its own error number.
-func connectLost(merr *mysql.MyError) bool { return merr != nil && merr.Code == mysql.ER_UNKNOWN_ERROR }
+func connectLost(merr *mysql.MyError) bool {
+	return merr != nil && merr != errRouteChanged && merr.Code == mysql.ER_UNKNOWN_ERROR
+}
 
 // primaryBackendLost handles a command on a primary listener whose backend
 // connection died (EOF, RST) before anything of the response was relayed:

@@ -406,6 +406,9 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 			continue
 		}
 		t, be, _, merr := s.connectRoute(t, snap, rc, true)
+		if merr == errRouteChanged {
+			return merr, closeReroute
+		}
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
 			// The primary does not answer: hold for the failover (or get
 			// the reason none can come at once).
