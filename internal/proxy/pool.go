@@ -308,8 +308,9 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 // the session's own previous connection, whose state is the session's).
 // At the node's connection limit it waits up to proxy.pool.wait_timeout,
 // then returns error 1040 — on a primary listener whose primary this proxy's
-// check or the controller reports unreachable, a connect-lost error instead
-// (the caller holds for the failover); a route change that
+// check or the controller reports unreachable, or that is no longer the
+// primary, a connect-lost error instead (the caller holds for the
+// failover); for a move or a checkout (restore) a route change that
 // leaves t no longer the primary (a failover, a switchover's hold) ends
 // the wait with errRouteChanged. It returns the login OK payload to relay (the
 // server's for a new connection, one built by the proxy for a pooled
@@ -378,7 +379,9 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			}
 			w = wait
 			var replaced chan struct{} // nil: a route change does not end the wait
-			if snap != nil && s.l.role == rolePrimary && snap.primary.same(t) {
+			if restore && snap != nil && s.l.role == rolePrimary && snap.primary.same(t) {
+				// A move or a checkout between transactions (a login or a
+				// change of user is answered at the timeout below).
 				replaced = snap.replaced
 			}
 			select {
@@ -395,14 +398,16 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				return nil, nil, errRouteChanged
 			case <-timer.C:
 				p.cancelWait(wait)
-				if now := s.l.route.snap.Load(); s.l.role == rolePrimary && now != nil && now.lossCheck && now.primary.same(t) &&
-					(primaryInTrouble(&now.state) || !s.srv.reachable(t)) {
-					// The connections are held by commands on a primary
-					// that stopped answering (frozen, partitioned): the
-					// session holds for the failover like one whose connect
-					// timed out (migrate.go moveTo), not 1040 for that node.
+				if now := s.l.route.snap.Load(); s.l.role == rolePrimary && now != nil && now.lossCheck &&
+					(!now.primary.same(t) || primaryInTrouble(&now.state) || !s.srv.reachable(t)) {
+					// The node is no longer the primary, or its connections
+					// are held by commands on a primary that stopped
+					// answering (frozen, partitioned): the session holds
+					// for the failover like one whose connect timed out
+					// (migrate.go moveTo, session.go loginConnect), not
+					// 1040 for that node.
 					return nil, nil, errUnknown(fmt.Sprintf(
-						"switchyard: no connection to primary %s (%s) came free within %s (proxy.pool.wait_timeout) and it is reported unreachable",
+						"switchyard: no connection to %s (%s) came free within %s (proxy.pool.wait_timeout) and it is no longer the primary or is reported unreachable",
 						t.node, t.addr, rc.poolWait))
 				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
