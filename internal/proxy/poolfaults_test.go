@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"strings"
@@ -290,5 +291,49 @@ func exhaustDescriptors(t *testing.T) (release func()) {
 		}
 		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
 		fds = nil
+	}
+}
+
+// A login waiting at the cap of a node that stopped being the primary
+// meanwhile is not refused with 1040 naming that node at
+// proxy.pool.wait_timeout: it logs in on the new primary.
+func TestLoginWaiterFollowsPrimaryChange(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Proxy.MaxConnectionsPerBackend = 1
+		c.Proxy.Pool.WaitTimeout = config.Duration(400 * time.Millisecond)
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	a := h.client("rw", "sbtest") // holds node1's only connection
+	defer a.close()
+	got := make(chan error, 1)
+	var sid int64
+	go func() {
+		db, err := sql.Open("mysql", h.dsn("rw", "sbtest", nil))
+		if err != nil {
+			got <- err
+			return
+		}
+		defer db.Close()
+		got <- db.QueryRow("SELECT @@server_id").Scan(&sid)
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for h.metric("switchyard_backend_pool_waits_total", "node", "node1") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the login never waited for node1's pool")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	next := sandboxState(h.c, 2, 1, 0, 2)
+	next.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node1"}
+	h.srv.SetClusterState(next)
+	if err := <-got; err != nil {
+		t.Fatalf("login waiting on node1's pool across the primary change: %v", err)
+	}
+	if sid != 2 {
+		t.Fatalf("login ran on server %d, want 2 (the new primary)", sid)
 	}
 }
