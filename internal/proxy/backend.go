@@ -118,6 +118,9 @@ func roleOf(t *target, snap *routeSnapshot) string {
 
 // dialError turns a dial or handshake failure into the ERR the client sees.
 func dialError(t *target, snap *routeSnapshot, timeout time.Duration, err error) *mysql.MyError {
+	if localResource(err) {
+		return errLocalResource(t, snap, err)
+	}
 	detail := err.Error()
 	var ne net.Error
 	switch {

@@ -223,7 +223,9 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 func (s *session) refusePrimary(class, node, why string) *mysql.MyError {
 	s.holdStart = time.Time{}
 	s.srv.metrics.primaryLostRefused.WithLabelValues(s.l.cluster, class).Inc()
-	s.log.Warn("primary lost: statement refused", "cluster", s.l.cluster, "node", node, "reason", class, "why", why)
+	if ok, suppressed := s.srv.limit.holdRefusedLog.allow(time.Now()); ok {
+		s.log.Warn("primary lost: statement refused", "cluster", s.l.cluster, "node", node, "reason", class, "why", why, "suppressed", suppressed)
+	}
 	return errPrimaryRefused(s.l.cluster, node, s.lostCause, why)
 }
 
@@ -250,7 +252,9 @@ func (s *session) lostInFailover(snap *routeSnapshot) (string, bool) {
 // connectLost reports whether merr is a failure to reach a server (a
 // refused or timed-out connect, a handshake cut short) rather than a
 // server's refusal, which keeps its own error number.
-func connectLost(merr *mysql.MyError) bool { return merr != nil && merr.Code == mysql.ER_UNKNOWN_ERROR }
+func connectLost(merr *mysql.MyError) bool {
+	return merr != nil && merr != errRouteChanged && merr.Code == mysql.ER_UNKNOWN_ERROR
+}
 
 // primaryBackendLost handles a command on a primary listener whose backend
 // connection died (EOF, RST) before anything of the response was relayed:
@@ -357,7 +361,7 @@ func (s *session) keepExecForLoss(p []byte, id uint32, st *stmtInfo) {
 // reason.
 func (s *session) rerunExecute(lost string) string {
 	id := binary.LittleEndian.Uint32(s.rerun[1:])
-	if merr, reason := s.moveTo(s.l.route.snap.Load(), s.srv.rc.Load()); merr != nil || reason != "" {
+	if merr, reason := s.moveToCurrent(); merr != nil || reason != "" {
 		if merr != nil && reason == "" {
 			s.writeError(1, merr)
 		}
@@ -426,7 +430,7 @@ func (s *session) rerunRead(lost string) string { return s.rerunStatement(lost, 
 // or a statement the lost primary never ran (notExecuted). It returns the
 // close reason.
 func (s *session) rerunStatement(lost string, cls sqlClass) string {
-	if merr, reason := s.moveTo(s.l.route.snap.Load(), s.srv.rc.Load()); merr != nil || reason != "" {
+	if merr, reason := s.moveToCurrent(); merr != nil || reason != "" {
 		if merr != nil && reason == "" {
 			s.writeError(1, merr)
 		}

@@ -133,6 +133,9 @@ type limitState struct {
 	refusedConns map[net.Conn]struct{}
 	refusedLog   rateLog
 	acceptLog    rateLog
+	// Warnings a storm repeats per session (pool.go, failoverhold.go):
+	// the first is logged, then one line per rateLogInterval.
+	poolLimitLog, dialFailLog, holdRefusedLog rateLog
 
 	refused      *prometheus.CounterVec // listener, reason
 	acceptErrors *prometheus.CounterVec // listener, errno

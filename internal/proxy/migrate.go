@@ -186,15 +186,17 @@ func (s *session) reroute(cmd byte) (answered bool, reason string) {
 	for {
 		snap := s.l.route.snap.Load()
 		hp := snap.hold
-		if hp == nil || s.l.role != rolePrimary {
-			return s.follow(snap, cmd)
-		}
-		if s.inTx() || s.st.locked {
-			if hp.fencing() && s.be != nil && hp.from == s.be.t.node {
+		if hp == nil || s.l.role != rolePrimary || s.inTx() || s.st.locked {
+			if hp != nil && s.l.role == rolePrimary && hp.fencing() && s.be != nil && hp.from == s.be.t.node {
 				return s.abortTx(snap, cmd, fmt.Sprintf("it was still open when the drain bound (switchover.drain_timeout) passed and the old primary %s was fenced", hp.from))
 			}
-			// The drain: finish the transaction on the old primary.
-			return s.follow(snap, cmd)
+			// Without a hold, or the drain: finish the transaction on
+			// the old primary.
+			answered, reason := s.follow(snap, cmd)
+			if reason == closeReroute {
+				continue // the route changed while waiting for a pooled connection
+			}
+			return answered, reason
 		}
 		if cmd == mysql.COM_PING {
 			// Health checks of pools are answered at once: a ping runs no
@@ -340,6 +342,8 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig, cmd byte) (boo
 	switch {
 	case merr == nil:
 		return false, ""
+	case reason == closeReroute:
+		return false, reason // reroute looks at the new snapshot
 	case reason == "", reason == closeNoRoute:
 		// The primary is lost and no new one came, or the cluster has no
 		// route for this listener now (no primary published, writes
@@ -358,7 +362,10 @@ func (s *session) migrate(snap *routeSnapshot, rc *runtimeConfig, cmd byte) (boo
 // yet, or the connect is refused or times out — it waits for the next primary (awaitPrimary) and tries
 // again. It returns nil on success; otherwise the error for the client
 // with a close reason, or with "" when the session may go on without a
-// backend (the primary was lost and none came).
+// backend (the primary was lost and none came; error 1040: no pooled
+// connection came free, the server or this host is out of connections),
+// or errRouteChanged with closeReroute when the route changed while it
+// waited for a pooled connection.
 func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError, string) {
 	old := s.be
 	for {
@@ -399,6 +406,9 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 			continue
 		}
 		t, be, _, merr := s.connectRoute(t, snap, rc, true)
+		if merr == errRouteChanged {
+			return merr, closeReroute
+		}
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
 			// The primary does not answer: hold for the failover (or get
 			// the reason none can come at once).
@@ -422,6 +432,17 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 			s.log.Info("moving the session: connecting to the new route failed; retrying", "node", t.node, "attempt", attempt, "err", merr.Message)
 			time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 			t, be, _, merr = s.connectRoute(t, snap, rc, true)
+		}
+		if merr == errRouteChanged {
+			return merr, closeReroute
+		}
+		if merr != nil && merr.Code == mysql.ER_CON_COUNT_ERROR {
+			// No connection came free within proxy.pool.wait_timeout, the
+			// server or this host is out of connections (localres.go):
+			// MariaDB gives 1040 only at login, so a logged-in session
+			// gets it for this command and keeps its state.
+			s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "limit").Inc()
+			return merr, ""
 		}
 		if merr != nil {
 			s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "restore").Inc()
@@ -455,6 +476,22 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		s.log.Debug("session moved to the new route", "from", nodeName(old), "to", t.node, "epoch", snap.stateEpoch(),
 			"variables", len(s.st.vars), "user_variables", len(s.st.userVars), "statements", len(s.stmts))
 		return nil, ""
+	}
+}
+
+// closeReroute is moveTo's and migrate's reason when the route changed
+// while the session waited for a pooled connection (errRouteChanged):
+// the caller looks at the new snapshot. Never a session's close reason.
+const closeReroute = "reroute"
+
+// moveToCurrent is moveTo on the current snapshot, taken again when the
+// route changes while the session waits for a pooled connection.
+func (s *session) moveToCurrent() (*mysql.MyError, string) {
+	for {
+		merr, reason := s.moveTo(s.l.route.snap.Load(), s.srv.rc.Load())
+		if reason != closeReroute {
+			return merr, reason
+		}
 	}
 }
 

@@ -43,9 +43,16 @@ import (
 // plus those being opened; a session that finds its node at the cap
 // closes an idle connection of another key if there is one, else waits up
 // to proxy.pool.wait_timeout for a connection to come back and then gets
-// error 1040 naming the limit; a dial the server refuses with 1040 (its
-// max_connections) closes the oldest idle connection of the node and
-// dials again. Idle connections are closed after
+// error 1040 naming the limit: a login is refused with it (as MariaDB
+// refuses one past max_connections), a logged-in session gets it for one
+// command and keeps its state (migrate.go moveTo). On a primary listener a
+// route change that leaves the node no longer the primary ends the wait
+// (errRouteChanged: the session routes again, holding for a failover), and
+// a wait that times out while the primary is reported unreachable holds
+// for the failover instead of 1040. The cap is per node, shared by every
+// listener whatever its pooling, nothing reserved for either. A dial the
+// server refuses with 1040 (its max_connections) closes the oldest idle
+// connection of the node and dials again. Idle connections are closed after
 // proxy.pool.idle_timeout, when their node leaves the cluster's route or
 // changes role, and are never used for the primary when they were opened
 // or last used before the node became primary (primarySince) or under an
@@ -320,8 +327,13 @@ func (p *backendCounter) putIdle(be *backend, now time.Time) {
 // re-created on it (their new ids in be.restored; be.sameState when it is
 // the session's own previous connection, whose state is the session's).
 // At the node's connection limit it waits up to proxy.pool.wait_timeout,
-// then returns error 1040. When the server itself refuses the dial with
-// 1040 (ER_CON_COUNT_ERROR: its max_connections system variable), it
+// then returns error 1040 — on a primary listener whose primary this proxy's
+// check or the controller reports unreachable, or that is no longer the
+// primary, a connect-lost error instead (the caller holds for the
+// failover); for a move or a checkout (restore) a route change that
+// leaves t no longer the primary (a failover, a switchover's hold) ends
+// the wait with errRouteChanged. When the server itself refuses the dial
+// with 1040 (ER_CON_COUNT_ERROR: its max_connections system variable), it
 // closes the node's oldest idle connection and dials again, at most
 // maxServerRefusals times, before returning the server's error. It returns the login OK payload to relay (the
 // server's for a new connection, one built by the proxy for a pooled
@@ -377,9 +389,14 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			}
 			if merr != nil {
 				p.dialFailed()
-				s.srv.backendTrouble()
+				if merr.Code != mysql.ER_CON_COUNT_ERROR {
+					// Not this host's own limits (localres.go): check the node.
+					s.srv.backendTrouble()
+				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-				s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message)
+				if ok, suppressed := s.srv.limit.dialFailLog.allow(time.Now()); ok {
+					s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message, "suppressed", suppressed)
+				}
 				return nil, nil, merr
 			}
 			be.counter = p
@@ -401,12 +418,42 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				m.poolWaits.WithLabelValues(t.cluster, t.node).Inc()
 			}
 			w = wait
+			var replaced chan struct{} // nil: a route change does not end the wait
+			if restore && snap != nil && s.l.role == rolePrimary && snap.primary.same(t) {
+				// A move or a checkout between transactions (a login or a
+				// change of user is answered at the timeout below).
+				replaced = snap.replaced
+			}
 			select {
 			case <-wait.ch:
+			case <-replaced:
+				if now := s.l.route.snap.Load(); now != nil && now.hold == nil && now.primary.same(t) {
+					snap = now // the same primary (a new epoch): wait on
+					continue
+				}
+				// The primary changed, is lost or a switchover holds:
+				// the session routes again (migrate.go reroute) instead
+				// of waiting out a node that is no longer its route.
+				p.cancelWait(wait)
+				return nil, nil, errRouteChanged
 			case <-timer.C:
 				p.cancelWait(wait)
+				if now := s.l.route.snap.Load(); s.l.role == rolePrimary && now != nil && now.lossCheck &&
+					(!now.primary.same(t) || primaryInTrouble(&now.state) || !s.srv.reachable(t)) {
+					// The node is no longer the primary, or its connections
+					// are held by commands on a primary that stopped
+					// answering (frozen, partitioned): the session holds
+					// for the failover like one whose connect timed out
+					// (migrate.go moveTo, session.go loginConnect), not
+					// 1040 for that node.
+					return nil, nil, errUnknown(fmt.Sprintf(
+						"switchyard: no connection to %s (%s) came free within %s (proxy.pool.wait_timeout) and it is no longer the primary or is reported unreachable",
+						t.node, t.addr, rc.poolWait))
+				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-				s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait)
+				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
+					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
+				}
 				return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
 					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend); none came free within %s (proxy.pool.wait_timeout)",
 					t.node, t.addr, rc.maxPerBackend, rc.poolWait))
@@ -414,6 +461,14 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 		}
 	}
 }
+
+// errRouteChanged is what connect returns when, on a primary listener,
+// the cluster's route changed while the session waited for a connection
+// of its primary's pool: the caller routes again (reroute) with the new
+// snapshot, following a failover hold or a switchover's. Never sent to a
+// client.
+var errRouteChanged = &mysql.MyError{Code: mysql.ER_UNKNOWN_ERROR, State: "HY000",
+	Message: "switchyard: the route changed while waiting for a backend connection"}
 
 // preparePooled readies an idle connection taken from the pool for the
 // session: nothing when it is the session's own previous connection; else

@@ -273,6 +273,11 @@ func (s *Server) applyChecks(results []checkResult, jobs []checkJob) {
 	var cut []checkResult
 	s.reach.mu.Lock()
 	for _, r := range results {
+		if localResource(r.err) {
+			// This host's descriptors or ports ran out (localres.go): no
+			// verdict on the node.
+			continue
+		}
 		key := r.key()
 		var cf *connectFailed
 		if r.began.Before(s.reach.began[key]) {
