@@ -475,6 +475,9 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // outcome is unknown, a transaction is rolled back, or replayed with
 // transaction replay, replay.go); otherwise the session is closed.
 func (s *session) failCommand(cmd byte, err error) string {
+	if reason, ok := s.killedReason(); ok {
+		return reason
+	}
 	why, lost, wrote := s.endRelay()
 	if why != "" {
 		return s.afterCut(why, lost, wrote)

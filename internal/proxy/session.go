@@ -91,6 +91,9 @@ type session struct {
 	diagLost  bool
 	ran       bool
 	shut      bool // shutdown closed the client: the session must not park
+	// killed is set (from the killer's goroutine, kill.go) before the
+	// proxy kills the session's backend thread.
+	killed atomic.Bool
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
