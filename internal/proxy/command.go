@@ -187,6 +187,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			s.noteQuery(p[1:])
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
+				s.rewritten = nil
+				if s.diagLost && s.rlog == nil {
+					s.rewritten = rewriteRowCount(p[1:], s.rowCount)
+				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
 				}
@@ -256,6 +260,8 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		err = s.forwardRebound(stmt)
 	case long:
 		err = s.forwardRecorded()
+	case cmd == mysql.COM_QUERY && s.rewritten != nil:
+		err = s.forwardRewritten()
 	default:
 		plain = true
 		err = s.forward()
