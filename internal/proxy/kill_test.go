@@ -326,6 +326,7 @@ func killedOutcome(t *testing.T, r, what string) {
 	if !strings.HasPrefix(r, "connection: ") && !strings.Contains(r, "1927") {
 		t.Fatalf("%s: the killed session got %q, want ER_CONNECTION_KILLED (1927) or the connection closed", what, r)
 	}
+	t.Logf("%s: the killed session got %q", what, r)
 }
 
 // On a transaction-pooled listener a backend thread id names no session:

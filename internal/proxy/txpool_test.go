@@ -413,6 +413,7 @@ func TestTxPoolRowCountMatchesDirect(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%q then %q: through the proxy %v, direct %v", step, rd, got, want)
 		}
+		t.Logf("%q then %q: %v", step, rd, got)
 	}
 }
 
