@@ -188,7 +188,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
 				s.rewritten = nil
-				if s.diagLost && s.rlog == nil {
+				if s.diagLost && s.rlog == nil && mentions(p[1:], "row_count") {
 					s.rewritten = rewriteRowCount(p[1:], s.rowCount)
 				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
