@@ -187,6 +187,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			s.noteQuery(p[1:])
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
+				s.rewritten = nil
+				if s.diagLost && s.rlog == nil && mentions(p[1:], "row_count") {
+					s.rewritten = rewriteRowCount(p[1:], s.rowCount)
+				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
 				}
@@ -256,6 +260,8 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		err = s.forwardRebound(stmt)
 	case long:
 		err = s.forwardRecorded()
+	case cmd == mysql.COM_QUERY && s.rewritten != nil:
+		err = s.forwardRewritten()
 	default:
 		plain = true
 		err = s.forward()
@@ -475,6 +481,9 @@ var errResponseOverrun = errors.New("backend sent data beyond the end of the res
 // outcome is unknown, a transaction is rolled back, or replayed with
 // transaction replay, replay.go); otherwise the session is closed.
 func (s *session) failCommand(cmd byte, err error) string {
+	if reason, ok := s.killedReason(); ok {
+		return reason
+	}
 	why, lost, wrote := s.endRelay()
 	if why != "" {
 		return s.afterCut(why, lost, wrote)

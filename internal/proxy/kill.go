@@ -27,6 +27,22 @@ import (
 //     with that id answers ER_KILL_DENIED_ERROR (1095), no match
 //     ER_NO_SUCH_THREAD (1094). Threads not opened through this proxy
 //     cannot be killed through it.
+//   - On a transaction-pooled listener (txpool.go) a backend thread id
+//     names no session: the connection goes to another session at the
+//     next boundary, so the id CONNECTION_ID() returned a moment ago may
+//     now run someone else's statement. There the id is the proxy's
+//     connection id only (the handshake's, which mysql_kill() and the
+//     drivers' query cancel send); a backend thread id is taken only when
+//     it is the killer's own current connection, and any other answers
+//     ER_NO_SUCH_THREAD saying so. Sessions of session-pooled listeners
+//     keep one backend connection for their whole life and are still
+//     found by its thread id, from any listener.
+//   - A session whose backend thread the proxy kills is marked first
+//     (session.killed): the broken backend connection it then sees is
+//     answered with ER_CONNECTION_KILLED (1927, what the server sends to
+//     a killed connection's running statement) and the session is closed,
+//     never with the failover hold's "connection to the primary was
+//     lost" errors.
 //   - KILL QUERY n runs "KILL QUERY <thread>" on the target's backend node
 //     over a short-lived connection logged in as the user, and answers its
 //     result.
@@ -148,9 +164,10 @@ func (s *session) currentBackend() *backend {
 	return s.be
 }
 
-// killTarget resolves id for a KILL by user (see the package comment
-// above); near is the node of the killer's backend.
-func (s *Server) killTarget(user string, id uint32, near string) (*session, *mysql.MyError) {
+// killTarget resolves id for a KILL by killer (nil in unit tests), logged
+// in as user (see the package comment above); near is the node of the
+// killer's backend.
+func (s *Server) killTarget(killer *session, user string, id uint32, near string) (*session, *mysql.MyError) {
 	s.mu.Lock()
 	direct, hasDirect := s.owners[id]
 	var same, other []*session
@@ -166,9 +183,14 @@ func (s *Server) killTarget(user string, id uint32, near string) (*session, *mys
 		return direct.sess, nil
 	}
 	var found *session
+	pooled := false // id is the thread of a transaction-pooled session's connection
 	for _, sess := range same {
 		be := sess.currentBackend()
 		if be == nil || be.threadID != id {
+			continue
+		}
+		if sess.txPool && sess != killer {
+			pooled = true
 			continue
 		}
 		if found == nil || be.t.node == near {
@@ -177,6 +199,12 @@ func (s *Server) killTarget(user string, id uint32, near string) (*session, *mys
 	}
 	if found != nil {
 		return found, nil
+	}
+	if pooled || (killer != nil && killer.txPool) {
+		return nil, mysqlproto.NewError(mysql.ER_NO_SUCH_THREAD, fmt.Sprintf(
+			"Unknown thread id: %d (switchyard: on a listener with pooling transaction a backend thread id such as CONNECTION_ID() returns "+
+				"belongs to a connection that sessions share; KILL takes the proxy's connection id of the session, the one in its handshake, "+
+				"which mysql_kill() and driver query cancels send)", id))
 	}
 	denied := hasDirect
 	for _, sess := range other {
@@ -235,7 +263,7 @@ func (s *session) kill(k killStmt) string {
 	if s.be != nil {
 		near = s.be.t.node
 	}
-	target, merr := s.srv.killTarget(s.user, k.id, near)
+	target, merr := s.srv.killTarget(s, s.user, k.id, near)
 	if merr != nil {
 		s.writeError(1, merr)
 		return ""
@@ -262,7 +290,9 @@ func (s *session) kill(k killStmt) string {
 	}
 	if be != nil {
 		// The backend thread first, so a statement it runs stops now; then
-		// the session (it may be waiting for the client).
+		// the session (it may be waiting for the client). Marked before,
+		// so that the session answers its broken connection as killed.
+		target.killed.Store(true)
 		if merr := s.runAs(target.l, be.t, verb+strconv.FormatUint(uint64(be.threadID), 10)); merr != nil &&
 			merr.Code != mysql.ER_NO_SUCH_THREAD {
 			s.log.Warn("KILL of a backend thread failed; closing the session anyway", "node", be.t.node, "err", merr.Message)
@@ -270,6 +300,19 @@ func (s *session) kill(k killStmt) string {
 	}
 	target.shutdown()
 	return s.answerOK()
+}
+
+// killedReason answers, in place of the lost-backend errors, a command
+// whose backend connection broke after the proxy killed the session
+// (KILL CONNECTION from another session): ER_CONNECTION_KILLED as the
+// server sends it (MariaDB sql_class.cc, THD::send_kill_message), and the
+// session closes. ok is false when the session was not killed.
+func (s *session) killedReason() (reason string, ok bool) {
+	if !s.killed.Load() {
+		return "", false
+	}
+	s.writeError(s.seq+1, &mysql.MyError{Code: errConnectionKilled, State: "70100", Message: "Connection was killed"})
+	return closeKilled, true
 }
 
 func threadOf(be *backend) uint32 {

@@ -84,7 +84,7 @@ func TestKillTargetResolution(t *testing.T) {
 		{"bob", 4, "node1", other, 0},
 		{"app", 999, "node1", nil, gomysql.ER_NO_SUCH_THREAD},
 	} {
-		got, merr := srv.killTarget(tc.user, tc.id, tc.near)
+		got, merr := srv.killTarget(nil, tc.user, tc.id, tc.near)
 		code := uint16(0)
 		if merr != nil {
 			code = merr.Code
@@ -92,6 +92,23 @@ func TestKillTargetResolution(t *testing.T) {
 		if got != tc.want || code != tc.code {
 			t.Errorf("killTarget(%s, %d, %s) = session %v, error %d; want %v, %d", tc.user, tc.id, tc.near, got, code, tc.want, tc.code)
 		}
+	}
+	// A transaction-pooled session's backend thread names it only for
+	// itself; its proxy id names it for everyone.
+	tx := mk(6, "app", "node1", 80)
+	tx.txPool = true
+	if got, merr := srv.killTarget(a, "app", 80, "node1"); got != nil || merr == nil || merr.Code != gomysql.ER_NO_SUCH_THREAD ||
+		!strings.Contains(merr.Message, "proxy's connection id") {
+		t.Errorf("thread of a transaction-pooled session from another session: %v, %v", got, merr)
+	}
+	if got, merr := srv.killTarget(tx, "app", 80, "node1"); got != tx || merr != nil {
+		t.Errorf("own current thread on a transaction-pooled listener: %v, %v", got, merr)
+	}
+	if got, merr := srv.killTarget(a, "app", 6, "node1"); got != tx || merr != nil {
+		t.Errorf("proxy id of a transaction-pooled session: %v, %v", got, merr)
+	}
+	if got, merr := srv.killTarget(tx, "app", 60, "node1"); got != c || merr != nil {
+		t.Errorf("session-pooled thread from a transaction-pooled killer: %v, %v", got, merr)
 	}
 }
 
@@ -246,9 +263,7 @@ func TestKillThroughProxy(t *testing.T) {
 	if _, err := b.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", aProxyID)); err != nil {
 		t.Fatalf("KILL CONNECTION: %v", err)
 	}
-	if r := waitOutcome(t, aDone, 10*time.Second, "killed connection"); r == "done" {
-		t.Fatalf("KILL CONNECTION: A's statement ran to its end")
-	}
+	killedOutcome(t, waitOutcome(t, aDone, 10*time.Second, "killed connection"), "session pooling")
 	expectClosed(t, a.c, "killed session")
 	if rows := c.query("SELECT 2"); rows[0][0] != "2" {
 		t.Fatalf("session C after KILL CONNECTION of A: %v", rows)
@@ -301,4 +316,86 @@ func TestMariaDBClientCtrlC(t *testing.T) {
 		t.Fatalf("the query still runs on node1 after Ctrl-C (%d, %v)", n, qerr)
 	}
 	t.Logf("mariadb after Ctrl-C (%s, %v): %s", took.Round(time.Millisecond), err, strings.TrimSpace(out.String()))
+}
+
+// killedOutcome checks what a session running a statement saw when another
+// session killed its connection: ER_CONNECTION_KILLED (1927) or the
+// connection closed, as a direct client sees it, never a lost-primary error.
+func killedOutcome(t *testing.T, r, what string) {
+	t.Helper()
+	if !strings.HasPrefix(r, "connection: ") && !strings.Contains(r, "1927") {
+		t.Fatalf("%s: the killed session got %q, want ER_CONNECTION_KILLED (1927) or the connection closed", what, r)
+	}
+	t.Logf("%s: the killed session got %q", what, r)
+}
+
+// On a transaction-pooled listener a backend thread id names no session:
+// KILL QUERY with the id CONNECTION_ID() returned earlier, now the thread
+// of another client's connection, is refused saying why and leaves that
+// client's statement alone; KILL by the proxy's connection id interrupts
+// the right session; the session killed by KILL CONNECTION gets 1927.
+func TestKillOnTxPoolListener(t *testing.T) {
+	h := txHarness(t, 0)
+	addr := h.srv.ListenerAddr("rwtx")
+	dial := func() *rawConn {
+		rc, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		return rc
+	}
+	a := dial()
+	a.query("SELECT CONNECTION_ID()")
+	b := dial()
+	bDone := sleeper(b, 3)
+	waitRunning(t, h, "SELECT SLEEP(3)")
+	// The thread b's statement runs on: what a's CONNECTION_ID() returns
+	// when a ran on that connection before.
+	var thread string
+	if err := h.direct(0).QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO = 'SELECT SLEEP(3)'").Scan(&thread); err != nil {
+		t.Fatal(err)
+	}
+	if thread == strconv.FormatUint(uint64(a.greeting.ConnectionID), 10) || thread == strconv.FormatUint(uint64(b.greeting.ConnectionID), 10) {
+		t.Skipf("backend thread id %s coincides with a proxy connection id", thread)
+	}
+	a.cmd(gomysql.COM_QUERY, []byte("KILL QUERY "+thread)...)
+	p := a.next()
+	if p[0] != gomysql.ERR_HEADER {
+		t.Fatalf("KILL QUERY of a's previous backend thread (now b's): %s, want an error", describe(p))
+	}
+	if e := mysqlproto.ParseERR(p); e.Code != gomysql.ER_NO_SUCH_THREAD || !strings.Contains(e.Message, "proxy's connection id") {
+		t.Fatalf("KILL QUERY of a shared backend thread: %s", describe(p))
+	}
+	if r := waitOutcome(t, bDone, 10*time.Second, "bystander"); r != "done" {
+		t.Fatalf("KILL QUERY of a's previous thread touched client b: %q", r)
+	}
+	// By the proxy's connection id: b's statement, and only it.
+	bDone = sleeper(b, 20)
+	c := dial()
+	cDone := sleeper(c, 3)
+	waitRunning(t, h, "SELECT SLEEP(20)")
+	waitRunning(t, h, "SELECT SLEEP(3)")
+	a.cmd(gomysql.COM_QUERY, []byte(fmt.Sprintf("KILL QUERY %d", b.greeting.ConnectionID))...)
+	if p := a.next(); p[0] != gomysql.OK_HEADER {
+		t.Fatalf("KILL QUERY by b's proxy id: %s", describe(p))
+	}
+	if r := waitOutcome(t, bDone, 10*time.Second, "killed query"); r != "interrupted" {
+		t.Fatalf("KILL QUERY by b's proxy id: b got %q", r)
+	}
+	if r := waitOutcome(t, cDone, 10*time.Second, "bystander"); r != "done" {
+		t.Fatalf("KILL QUERY of b touched c: %q", r)
+	}
+	// KILL CONNECTION while b runs a statement.
+	bDone = sleeper(b, 20)
+	waitRunning(t, h, "SELECT SLEEP(20)")
+	a.cmd(gomysql.COM_QUERY, []byte(fmt.Sprintf("KILL %d", b.greeting.ConnectionID))...)
+	if p := a.next(); p[0] != gomysql.OK_HEADER {
+		t.Fatalf("KILL CONNECTION by b's proxy id: %s", describe(p))
+	}
+	killedOutcome(t, waitOutcome(t, bDone, 10*time.Second, "killed connection"), "transaction pooling")
+	expectClosed(t, b.c, "killed session")
+	if rows := c.query("SELECT 2"); rows[0][0] != "2" {
+		t.Fatalf("client c after b was killed: %v", rows)
+	}
 }

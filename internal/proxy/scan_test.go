@@ -182,3 +182,34 @@ func TestHotReadsBounded(t *testing.T) {
 		t.Fatalf("published %d, first %+v", len(reads), reads[0])
 	}
 }
+
+func TestRewriteRowCount(t *testing.T) {
+	for _, c := range []struct{ q, want string }{
+		{"SELECT ROW_COUNT()", "SELECT CAST(5 AS SIGNED) AS `ROW_COUNT()`"},
+		{" /* c */ select row_count( ) ;", "SELECT CAST(5 AS SIGNED) AS `row_count( )`"},
+		{"SELECT ROW_COUNT() AS rc", "SELECT CAST(5 AS SIGNED) AS rc"},
+		{"SELECT ROW_COUNT() rc, ROW_COUNT()", "SELECT CAST(5 AS SIGNED) AS rc, CAST(5 AS SIGNED) AS `ROW_COUNT()`"},
+		{"SELECT ROW_COUNT() + 1", ""},
+		{"SELECT ROW_COUNT() FROM t", ""},
+		{"SELECT ROW_COUNT() INTO @x", ""},
+		{"SELECT ROW_COUNT() AS `rc`", ""},
+		{"SELECT ROW_COUNT(), FOUND_ROWS()", ""},
+		{"SELECT FOUND_ROWS()", ""},
+		{"SELECT ROW_COUNT() LIMIT 1", ""},
+		{"SELECT ROW_COUNT(); SELECT 1", ""},
+		{"DO ROW_COUNT()", ""},
+		{"SELECT ROW_COUNT", ""},
+	} {
+		got := rewriteRowCount([]byte(c.q), 5)
+		g := ""
+		if got != nil {
+			if got[0] != 0x03 {
+				t.Errorf("rewriteRowCount(%q): not a COM_QUERY payload", c.q)
+			}
+			g = string(got[1:])
+		}
+		if g != c.want {
+			t.Errorf("rewriteRowCount(%q) = %q, want %q", c.q, g, c.want)
+		}
+	}
+}

@@ -90,7 +90,16 @@ type session struct {
 	idRestore bool
 	diagLost  bool
 	ran       bool
+	// rowCount is ROW_COUNT() after the session's last statement (the OK
+	// packet's affected rows, -1 after a result set), and rewritten the
+	// COM_QUERY payload sent in place of the client's one that reads it
+	// on another connection (txpool.go); nil otherwise.
+	rowCount  int64
+	rewritten []byte
 	shut      bool // shutdown closed the client: the session must not park
+	// killed is set (from the killer's goroutine, kill.go) before the
+	// proxy kills the session's backend thread.
+	killed atomic.Bool
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.

@@ -115,8 +115,9 @@ func readsDiagnostics(q []byte) bool {
 // have and restores LAST_INSERT_ID() on a connection that did not
 // generate the session's. It returns an error for the client, or nil.
 func (s *session) beforeStatement(q []byte) *mysql.MyError {
-	if s.diagLost && readsDiagnostics(q) {
-		return errUnknown("switchyard: ROW_COUNT() and FOUND_ROWS() read the previous statement's result, which ran on a backend connection another session now uses (listener pooling: transaction); run both statements in one transaction")
+	if s.diagLost && s.rewritten == nil && readsDiagnostics(q) {
+		return errUnknown("switchyard: ROW_COUNT() and FOUND_ROWS() read the previous statement's result, which ran on a backend connection another session now uses (listener pooling: transaction); " +
+			"the proxy answers only SELECT ROW_COUNT() [[AS] alias][, ...] itself: run both statements in one transaction")
 	}
 	if s.idRestore && mentions(q, "last_insert_id") {
 		if merr := s.runSetup("DO LAST_INSERT_ID(" + strconv.FormatUint(s.insertID, 10) + ")"); merr != nil {
@@ -182,9 +183,37 @@ func okInsertID(p []byte) uint64 {
 	return id
 }
 
-// noteOK records, on a transaction-pooled listener, the warnings and the
-// insert id of an OK packet ending a result.
+// forwardRewritten sends s.rewritten (rewriteRowCount) to the backend in
+// place of the pending COM_QUERY, which is read from the client and
+// dropped.
+func (s *session) forwardRewritten() error {
+	q := s.rewritten
+	s.rewritten = nil
+	n, err := mysqlproto.SkipPacket(s.cr)
+	if err != nil {
+		return fail(clientReason(err), err)
+	}
+	s.in += n + mysqlproto.HeaderSize
+	if _, werr := mysqlproto.WritePacket(s.be.conn, 0, q); werr != nil {
+		return fail(closeBackendLost, werr)
+	}
+	return nil
+}
+
+// okAffected returns the affected rows of an OK payload (0 if malformed).
+func okAffected(p []byte) uint64 {
+	if len(p) < 1 {
+		return 0
+	}
+	n, _, _ := mysqlproto.ReadLenEnc(p[1:])
+	return n
+}
+
+// noteOK records, on a transaction-pooled listener, the warnings, the
+// insert id and the affected rows (ROW_COUNT()) of an OK packet ending a
+// result.
 func (s *session) noteOK(p []byte) {
+	s.rowCount = int64(okAffected(p))
 	if okWarnings(p) > 0 {
 		s.warned = true
 	}
@@ -199,11 +228,10 @@ func (s *session) noteOK(p []byte) {
 func (s *session) noteTerminator(p []byte) {
 	if s.deprecateEOF() {
 		s.noteOK(p)
-		return
-	}
-	if w, _, ok := mysqlproto.ParseEOF(p); ok && w > 0 {
+	} else if w, _, ok := mysqlproto.ParseEOF(p); ok && w > 0 {
 		s.warned = true
 	}
+	s.rowCount = -1 // after a result set (MariaDB KB "ROW_COUNT")
 }
 
 // mentions reports whether q contains kw (lower-case ASCII, digits and

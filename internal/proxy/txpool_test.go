@@ -317,16 +317,147 @@ func TestTxPoolDiagnosticsOnSharedConnection(t *testing.T) {
 		t.Fatalf("client b after a's SHOW WARNINGS: %v", err)
 	}
 	// ROW_COUNT() right after the statement works; after another session
-	// used the connection it is refused rather than wrong.
+	// used the connection the proxy answers SELECT ROW_COUNT() from the
+	// previous statement's OK and refuses forms it cannot rewrite rather
+	// than give another session's count.
 	a.exec(t, "UPDATE diag_t SET v = v + 1 WHERE id <= 2")
 	if got := a.int(t, "SELECT ROW_COUNT()"); got != 2 {
 		t.Fatalf("ROW_COUNT() right after the UPDATE: %d, want 2", got)
 	}
 	a.exec(t, "UPDATE diag_t SET v = v + 1 WHERE id <= 3")
 	b.int(t, "SELECT 1")
-	_, err = a.conn.ExecContext(context.Background(), "SELECT ROW_COUNT()")
+	if got := a.int(t, "SELECT ROW_COUNT()"); got != 3 {
+		t.Fatalf("ROW_COUNT() after another session used the connection: %d, want 3", got)
+	}
+	a.exec(t, "UPDATE diag_t SET v = v + 1 WHERE id <= 3")
+	b.int(t, "SELECT 1")
+	_, err = a.conn.ExecContext(context.Background(), "SELECT ROW_COUNT() + 1")
 	if err == nil || !strings.Contains(err.Error(), "ROW_COUNT()") {
-		t.Fatalf("ROW_COUNT() after another session used the connection: %v, want an error saying why", err)
+		t.Fatalf("ROW_COUNT() + 1 after another session used the connection: %v, want an error saying why", err)
+	}
+}
+
+// ROW_COUNT() on a transaction-pooled listener whose one backend connection
+// another client uses between every two statements: the value and the
+// column name are those a direct connection gives, after DML, a SELECT,
+// DDL and SET.
+func TestTxPoolRowCountMatchesDirect(t *testing.T) {
+	h := txHarness(t, 1)
+	ctx := context.Background()
+	mustExec(t, h.direct(0), "CREATE TABLE sbtest.rc_p (id INT PRIMARY KEY, v INT)")
+	mustExec(t, h.direct(0), "CREATE TABLE sbtest.rc_d (id INT PRIMARY KEY, v INT)")
+	direct, err := h.direct(0).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := direct.ExecContext(ctx, "USE sbtest"); err != nil {
+		t.Fatal(err)
+	}
+	a := h.client("rwtx", "sbtest")
+	b := h.client("rwtx", "sbtest")
+	steps := []string{
+		"INSERT INTO %s VALUES (1, 0), (2, 0), (3, 0)",
+		"UPDATE %s SET v = v + 1 WHERE id <= 2",
+		"UPDATE %s SET v = v WHERE id = 1", // matched, not changed: 0
+		"SELECT * FROM %s",
+		"DELETE FROM %s WHERE id = 3",
+		"CREATE TABLE %s_x (i INT)",
+		"SET @@session.sql_mode = DEFAULT, @t = '%s'",
+		"REPLACE INTO %s VALUES (1, 7)", // delete + insert: 2
+	}
+	type answer struct {
+		cols []string
+		vals []int64
+	}
+	read := func(c *sql.Conn, q string) answer {
+		t.Helper()
+		rows, err := c.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		defer rows.Close()
+		var an answer
+		an.cols, _ = rows.Columns()
+		an.vals = make([]int64, len(an.cols))
+		ptrs := make([]any, len(an.cols))
+		for i := range ptrs {
+			ptrs[i] = &an.vals[i]
+		}
+		if !rows.Next() {
+			t.Fatalf("%s: no row", q)
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return an
+	}
+	run := func(c *sql.Conn, q string) {
+		t.Helper()
+		rows, err := c.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+	}
+	reads := []string{"SELECT ROW_COUNT()", "select row_count( ) AS rc;", "SELECT ROW_COUNT() n, ROW_COUNT()"}
+	for i, step := range steps {
+		rd := reads[i%len(reads)]
+		run(direct, fmt.Sprintf(step, "rc_d"))
+		want := read(direct, rd)
+		run(a.conn, fmt.Sprintf(step, "rc_p"))
+		b.int(t, "SELECT 1") // b takes the connection: a's result is not there any more
+		got := read(a.conn, rd)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q then %q: through the proxy %v, direct %v", step, rd, got, want)
+		}
+		t.Logf("%q then %q: %v", step, rd, got)
+	}
+}
+
+// Under contention (60 clients, 4 backend connections) every client's
+// UPDATE ... WHERE id = n; SELECT ROW_COUNT() reads its own count.
+func TestTxPoolRowCountUnderContention(t *testing.T) {
+	const clients, rounds, limit = 60, 5, 4
+	h := txHarness(t, limit)
+	mustExec(t, h.direct(0), "CREATE TABLE sbtest.rc_c (id INT PRIMARY KEY, v INT)")
+	mustExec(t, h.direct(0), "INSERT INTO sbtest.rc_c SELECT seq, 0 FROM sbtest.seq_1_to_60")
+	var wg sync.WaitGroup
+	var wrong, failed atomic.Int64
+	errs := make(chan error, clients)
+	for i := 1; i <= clients; i++ {
+		c := h.client("rwtx", "sbtest")
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			ctx := context.Background()
+			for r := 0; r < rounds; r++ {
+				if _, err := c.conn.ExecContext(ctx, fmt.Sprintf("UPDATE rc_c SET v = v + 1 WHERE id = %d", id)); err != nil {
+					failed.Add(1)
+					errs <- err
+					return
+				}
+				var n int64
+				if err := c.conn.QueryRowContext(ctx, "SELECT ROW_COUNT()").Scan(&n); err != nil {
+					failed.Add(1)
+					errs <- err
+					return
+				}
+				if n != 1 {
+					wrong.Add(1)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("client: %v", err)
+	}
+	if wrong.Load() != 0 {
+		t.Fatalf("%d of %d ROW_COUNT() reads were not the client's own count (1)", wrong.Load(), clients*rounds)
 	}
 }
 
