@@ -197,6 +197,12 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		}
 		log.Info("descriptor budget", "rlimit_nofile", budget, "reserved", reserve, "max_client_connections", limit,
 			"derived", cfg.Proxy.MaxClientConnections == 0)
+		if safe := proxy.DefaultMaxClientConnections(budget, reserve, proxy.BackendDescriptors(cfg)); limit > safe {
+			log.Warn("proxy.max_client_connections is above what the descriptor budget holds: past about that many clients, "+
+				"descriptor exhaustion reaches the embedded etcd, the probes and the failsafe checks (which then refuse writes); "+
+				"raise RLIMIT_NOFILE or unset proxy.max_client_connections",
+				"max_client_connections", limit, "budget_allows", safe, "rlimit_nofile", budget)
+		}
 	} else {
 		log.Info("descriptor budget", "rlimit_nofile", budget)
 	}
