@@ -40,7 +40,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -51,6 +50,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
@@ -237,7 +237,7 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	addrs, err := freeAddrs(6)
+	addrs, err := benchkit.FreeAddrs(6)
 	if err != nil {
 		return nil, err
 	}
@@ -436,25 +436,6 @@ func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
 		}
 	}
 	return nil
-}
-
-func freeAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // writers insert ledger rows with unique ids through the rw listener and

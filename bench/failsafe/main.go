@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
@@ -96,7 +96,7 @@ func trial(o options, bin string) (string, error) {
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	addrs, err := freeAddrs(11)
+	addrs, err := benchkit.FreeAddrs(11)
 	if err != nil {
 		return "", err
 	}
@@ -307,25 +307,6 @@ func waitFor(timeout time.Duration, ok func() bool) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
-}
-
-func freeAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // etcdCluster is 3 etcd processes on loopback, killed and started by pid.

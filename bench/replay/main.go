@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +46,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/proxy"
@@ -429,7 +429,7 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 	}
 	closers = append(closers, func() error { return os.RemoveAll(dir) })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	addrs, err := freeAddrs(5)
+	addrs, err := benchkit.FreeAddrs(5)
 	if err != nil {
 		return nil, err
 	}
@@ -522,23 +522,4 @@ func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
 		}
 	}
 	return nil
-}
-
-func freeAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }

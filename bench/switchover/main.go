@@ -31,7 +31,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
@@ -120,7 +120,7 @@ func withStack(o options, f func(*stack) error) (err error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs, err := freeAddrs(5)
+	addrs, err := benchkit.FreeAddrs(5)
 	if err != nil {
 		return err
 	}
@@ -681,23 +681,4 @@ func withDB(dsn, db string) string {
 		}
 	}
 	return dsn
-}
-
-func freeAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }

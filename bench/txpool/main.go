@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,6 +39,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/proxy"
@@ -84,7 +84,7 @@ func run(o options) (err error) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs, err := freeAddrs(5)
+	addrs, err := benchkit.FreeAddrs(5)
 	if err != nil {
 		return err
 	}
@@ -422,23 +422,4 @@ func waitPrimary(ctx context.Context, store topo.Store, keys topo.Keys, srv *pro
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("%s not primary with serving replicas within 30s", primary)
-}
-
-func freeAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
