@@ -234,13 +234,7 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 		return KindQuery
 	}
 	if ok {
-		pr.Replicating = true
-		pr.SourceHost, pr.SourcePort = rs.SourceHost, rs.SourcePort
-		pr.IORunning, pr.SQLRunning = rs.IORunning, rs.SQLRunning
-		pr.LagSeconds = rs.Lag
-		pr.LastIOError, pr.LastSQLError = rs.LastIOError, rs.LastSQLError
-		pr.GTIDIO, pr.HeartbeatsReceived, pr.HeartbeatPeriod = rs.GTIDIOPos, rs.HeartbeatsReceived, rs.HeartbeatPeriod
-		pr.SourceLogFile, pr.ReadSourceLogPos = rs.SourceLogFile, rs.ReadSourceLogPos
+		rs.fill(pr)
 	}
 
 	const statusQuery = "SHOW GLOBAL STATUS WHERE Variable_name IN " +

@@ -60,13 +60,7 @@ func (p *Prober) replicationProgress(ctx context.Context) topo.Probe {
 		return pr
 	}
 	if ok {
-		pr.Replicating = true
-		pr.SourceHost, pr.SourcePort = rs.SourceHost, rs.SourcePort
-		pr.IORunning, pr.SQLRunning = rs.IORunning, rs.SQLRunning
-		pr.LagSeconds = rs.Lag
-		pr.LastIOError, pr.LastSQLError = rs.LastIOError, rs.LastSQLError
-		pr.GTIDIO, pr.HeartbeatsReceived, pr.HeartbeatPeriod = rs.GTIDIOPos, rs.HeartbeatsReceived, rs.HeartbeatPeriod
-		pr.SourceLogFile, pr.ReadSourceLogPos = rs.SourceLogFile, rs.ReadSourceLogPos
+		rs.fill(&pr)
 	}
 	return pr
 }

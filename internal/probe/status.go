@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // replicaStatus is the part of SHOW ALL SLAVES STATUS / SHOW REPLICA STATUS
@@ -48,6 +50,17 @@ var (
 // rows of SHOW ALL SLAVES STATUS (or SHOW REPLICA STATUS): the default
 // (unnamed) connection if there is one, otherwise the first row. ok is false
 // when there are no rows (the node is not a replica).
+// fill copies the replica's status into pr (the node replicates).
+func (rs replicaStatus) fill(pr *topo.Probe) {
+	pr.Replicating = true
+	pr.SourceHost, pr.SourcePort = rs.SourceHost, rs.SourcePort
+	pr.IORunning, pr.SQLRunning = rs.IORunning, rs.SQLRunning
+	pr.LagSeconds = rs.Lag
+	pr.LastIOError, pr.LastSQLError = rs.LastIOError, rs.LastSQLError
+	pr.GTIDIO, pr.HeartbeatsReceived, pr.HeartbeatPeriod = rs.GTIDIOPos, rs.HeartbeatsReceived, rs.HeartbeatPeriod
+	pr.SourceLogFile, pr.ReadSourceLogPos = rs.SourceLogFile, rs.ReadSourceLogPos
+}
+
 func parseReplicaStatus(columns []string, rows [][]sql.NullString) (rs replicaStatus, ok bool, err error) {
 	if len(rows) == 0 {
 		return replicaStatus{}, false, nil
