@@ -332,7 +332,7 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 		return nil
 	})
 	var st topo.ClusterState
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
 		_, gerr := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st)
 		return gerr == nil && st.Primary == "node1" && srv.Epochs()["main"] == st.Epoch && st.Node("node2").Serving && st.Node("node3").Serving
 	}); err != nil {
@@ -421,21 +421,6 @@ func withDB(dsn, db string) string {
 		}
 	}
 	return dsn
-}
-
-func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not reached within %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 // writers insert ledger rows with unique ids through the rw listener and

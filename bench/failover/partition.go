@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
@@ -133,7 +134,7 @@ func partitionTrial(o options) (r partitionResult, err error) {
 	fo.SilenceBound = config.Duration(config.DefaultSilenceBound)
 	want := fo.HeartbeatPeriod().Seconds()
 	var st0 topo.ClusterState
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
 		st, gerr := s.state(ctx)
 		if gerr != nil {
 			return false
@@ -172,7 +173,7 @@ func partitionTrial(o options) (r partitionResult, err error) {
 	}
 	isolatedAt := time.Now()
 	var st topo.ClusterState
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
 		var gerr error
 		st, gerr = s.state(ctx)
 		return gerr == nil && st.Primary != "" && st.Primary != "node1" && st.Epoch > st0.Epoch && st.Phase == topo.PhaseStable

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/switchyard-db/switchyard/bench/internal/benchkit"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/loadgen"
 	"github.com/switchyard-db/switchyard/internal/topo"
@@ -132,14 +133,14 @@ func stopTrial(o options) (tr trial, err error) {
 		}
 		return false
 	}
-	failedOver := waitFor(ctx, o.stopFor, newEpoch) == nil
+	failedOver := benchkit.WaitFor(ctx, o.stopFor, newEpoch) == nil
 	time.Sleep(time.Until(stopAt.Add(o.stopFor)))
 	wake()
 	wokeAt := time.Now()
 	if !failedOver {
 		// A failover decided just before the wake would still publish
 		// its epoch within a few seconds.
-		failedOver = waitFor(ctx, 3*time.Second, newEpoch) == nil
+		failedOver = benchkit.WaitFor(ctx, 3*time.Second, newEpoch) == nil
 	}
 	if !failedOver {
 		return tr, s.noFailover(ctx, &tr, w, wcancel, mon, st0, stopAt, wokeAt)

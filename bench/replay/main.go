@@ -341,7 +341,7 @@ func runTrial(o options) (tr trial, err error) {
 	}
 	killed := time.Now()
 	var st topo.ClusterState
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
 		_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
 		return gerr == nil && st.Primary != "" && st.Primary != "node1"
 	}); err != nil {
@@ -500,26 +500,11 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 		return nil
 	})
 	var st topo.ClusterState
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
 		_, gerr := topo.GetJSON(ctx, cst, keys.ClusterState("main"), &st)
 		return gerr == nil && st.Primary == "node1" && srv.Epochs()["main"] == st.Epoch && st.Node("node2").Serving && st.Node("node3").Serving
 	}); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	return &stack{errs: errs, sb: sb, store: cst, keys: keys, srv: srv, close: cleanup}, nil
-}
-
-func waitFor(ctx context.Context, timeout time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not reached within %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
 }
