@@ -1,38 +1,44 @@
-// Command compat runs go-sql-driver/mysql's own test suite against a one-node
-// MariaDB sandbox, once direct and once through each of two rw listeners of a
-// `switchyard up` process (pooling: session and pooling: transaction), and
-// prints pass/fail/skip counts per target and the tests that pass direct but
-// fail through a listener.
+// Command compat runs real clients' own test suites and the project's check
+// sets for them against a one-node MariaDB sandbox, once direct and once
+// through each rw listener of a `switchyard up` process (pooling: session and
+// pooling: transaction), compares the outcomes test by test and prints a
+// table of the tests that pass direct but not through a listener.
 //
-// It starts a sandbox in -dir (removed at the end), writes a config with the
-// listeners "rw-session" and "rw-transaction", starts bin/switchyard up with
-// it, copies the driver's module (go mod download -json
-// github.com/go-sql-driver/mysql@VERSION, Dir) to a temporary directory and
-// runs `go test -json` there with the driver's MYSQL_TEST_* variables
-// (driver_test.go: MYSQL_TEST_USER, MYSQL_TEST_PASS, MYSQL_TEST_PROT,
-// MYSQL_TEST_ADDR, MYSQL_TEST_DBNAME, MYSQL_TEST_CONCURRENT). Everything it
-// started is stopped by pid. Exit status 1 when a test passes direct and fails
-// through a listener, 2 on a setup error.
+// Suites (-suites, comma-separated; "ci" and "all" name sets):
 //
-// Usage: go run ./tools/compat [-dir .compat] [-version v1.10.1] [-run REGEXP] [-skip REGEXP] [-targets direct,session,transaction] [-keep]
+//	gosqldriver  go-sql-driver/mysql's own `go test` suite (gosqldriver.go)
+//	node         checks/node/checks.js with mysql2 and mariadb (npm ci of checks/node's lock file)
+//	python       checks/python/checks.py with PyMySQL and mysqlclient (Debian's python3-pymysql, python3-mysqldb)
+//	cli          the `mariadb` command-line client: cli/*.sql with --batch, and `status`
+//	sysbench     a few seconds of oltp_read_write, prepared and --db-ps-mode=disable
+//	mtr          mariadb-test-run --extern: main-suite tests (mtr.go), also with --cursor-protocol
+//	clienttest   mariadb-client-test, one process per test
+//
+// "ci" is gosqldriver,node,python,cli,sysbench (make test-compat-ci, part of
+// .ci/run); "all" adds mtr and clienttest (make compat).
+//
+// It starts a sandbox in -dir (removed at the end), creates the accounts the
+// suites log in as, writes a config with the listeners "rw-session" and
+// "rw-transaction", starts bin/switchyard up with it and stops everything it
+// started by pid. Exit status 1 when a test passes direct and fails, errors or
+// hangs through a listener and is not listed in known.txt; 2 on a setup error
+// (a missing client binary or package is a setup error naming what to
+// install).
+//
+// Usage: go run ./tools/compat [-dir .compat] [-suites ci] [-targets direct,session,transaction] [-run REGEXP] [-keep]
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -43,24 +49,104 @@ import (
 	"github.com/switchyard-db/switchyard/internal/sandbox"
 )
 
-const driverModule = "github.com/go-sql-driver/mysql"
+// Accounts the runner creates (besides the sandbox's app account): compat
+// holds ALL PRIVILEGES WITH GRANT OPTION (mtr and mariadb-client-test create
+// users, set globals and read mysql.*), compat2 is a second plain account for
+// COM_CHANGE_USER checks. Both are in the proxy's user list.
+const (
+	superUser  = "compat"
+	otherUser  = "compat2"
+	checksDB   = "compat"
+	defaultSet = "ci"
+)
+
+var suiteSets = map[string][]string{
+	"ci":  {"gosqldriver", "node", "python", "cli", "sysbench"},
+	"all": {"gosqldriver", "node", "python", "cli", "sysbench", "mtr", "clienttest"},
+}
+
+// target is one place a suite runs against: "direct" (the node) or a listener.
+type target struct {
+	name string
+	addr string // host:port
+}
+
+func (t target) host() string { h, _, _ := net.SplitHostPort(t.addr); return h }
+func (t target) port() string { _, p, _ := net.SplitHostPort(t.addr); return p }
+
+// env is what every suite gets: the sandbox, the accounts and scratch space.
+type env struct {
+	log        *slog.Logger
+	c          *sandbox.Cluster
+	repo       string // repository root (absolute)
+	work       string // scratch directory for this run, removed unless -keep
+	cache      string // cache directory kept between runs (npm packages)
+	keep       bool
+	run        *regexp.Regexp // nil = every test
+	superPass  string
+	otherPass  string
+	gosql      gosqlOptions
+	mtrTests   string
+	mtrTimeout time.Duration
+	// cliDirect holds direct's normalised mariadb outputs, by test, for the listeners' to be compared with.
+	cliDirect map[string]string
+}
+
+// suite runs against one target and returns each test's outcome.
+type suite struct {
+	name string
+	// check verifies the suite's client is installed; its error names what to install.
+	check func(e *env) error
+	// prepare runs once before the first target (e.g. npm ci).
+	prepare func(ctx context.Context, e *env) error
+	run     func(ctx context.Context, e *env, t target) (result, error)
+}
+
+var suites = map[string]suite{
+	"gosqldriver": gosqlSuite,
+	"node":        nodeSuite,
+	"python":      pythonSuite,
+	"cli":         cliSuite,
+	"sysbench":    sysbenchSuite,
+	"mtr":         mtrSuite,
+	"clienttest":  clientTestSuite,
+}
 
 func main() {
 	dir := flag.String("dir", ".compat", "sandbox directory (created, then removed)")
-	version := flag.String("version", "v1.10.1", "go-sql-driver/mysql version to test")
 	bin := flag.String("switchyard", "bin/switchyard", "switchyard binary")
-	run := flag.String("run", "", "go test -run pattern for the driver suite (\"\" = all)")
+	suitesFlag := flag.String("suites", defaultSet, "comma-separated suites, or a set: ci (gosqldriver,node,python,cli,sysbench), all (ci + mtr,clienttest)")
+	targets := flag.String("targets", "direct,session,transaction", "comma-separated targets: direct, session, transaction")
+	run := flag.String("run", "", "only tests whose suite/name matches this regexp (\"\" = all); a pattern starting gosqldriver/ is also passed, without that prefix, as the driver suite's go test -run")
+	cache := flag.String("cache", "", "cache directory for npm packages (\"\" = $XDG_CACHE_HOME or ~/.cache, /switchyard-compat)")
+	keep := flag.Bool("keep", false, "keep the scratch directory (outputs of every run) and print its path")
+	known := flag.String("known", "tools/compat/known.txt", "known differences file (suite, test, target, reason per line)")
+	version := flag.String("gosqldriver-version", "v1.10.1", "go-sql-driver/mysql version whose suite runs")
 	// TestConnectorReturnsTimeout dials 1.1.1.1:1234 and expects the dial to
 	// time out; where something answers that address (a transparent proxy on
 	// the build machine) the driver reads a handshake with a nil logger and the
 	// panic aborts the whole suite, so it is skipped by default.
-	skip := flag.String("skip", "^TestConnectorReturnsTimeout$", "go test -skip pattern for the driver suite")
-	targets := flag.String("targets", "direct,session,transaction", "comma-separated targets: direct, session, transaction")
-	timeout := flag.Duration("timeout", 10*time.Minute, "go test -timeout per target")
-	keep := flag.Bool("keep", false, "leave the go test output files in the driver copy and print its path")
+	gskip := flag.String("gosqldriver-skip", "^TestConnectorReturnsTimeout$", "go test -skip pattern for the driver suite")
+	gtimeout := flag.Duration("gosqldriver-timeout", 10*time.Minute, "go test -timeout per target")
+	mtrTests := flag.String("mtr-tests", "", "mtr test names, space-separated (\"\" = the list in tools/compat/mtr-tests.txt)")
+	mtrTimeout := flag.Duration("mtr-timeout", 25*time.Minute, "time limit of one mtr run")
 	flag.Parse()
+
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	code, err := runCompat(log, *dir, *version, *bin, *run, *skip, strings.Split(*targets, ","), *timeout, *keep)
+	e := &env{log: log, keep: *keep, gosql: gosqlOptions{version: *version, skip: *gskip, timeout: *gtimeout},
+		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, cliDirect: map[string]string{}}
+	if *run != "" {
+		re, err := regexp.Compile(*run)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "compat: -run: %v\n", err)
+			os.Exit(2)
+		}
+		e.run = re
+		if rest, ok := strings.CutPrefix(*run, "gosqldriver/"); ok {
+			e.gosql.run = rest
+		}
+	}
+	code, err := runCompat(e, *dir, *bin, *suitesFlag, *targets, *cache, *known)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compat:", err)
 		os.Exit(2)
@@ -68,16 +154,52 @@ func main() {
 	os.Exit(code)
 }
 
-// result is one target's outcome: test name → "pass", "fail" or "skip"
-// (subtests named Parent/Sub).
-type result struct {
-	target string
-	status map[string]string
-	output map[string][]string
+func parseSuites(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if set, ok := suiteSets[name]; ok {
+			out = append(out, set...)
+			continue
+		}
+		if _, ok := suites[name]; !ok {
+			return nil, fmt.Errorf("-suites: %q is not a suite (gosqldriver, node, python, cli, sysbench, mtr, clienttest, or the sets ci, all)", name)
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }
 
-func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []string, timeout time.Duration, keep bool) (int, error) {
+func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath string) (int, error) {
 	ctx := context.Background()
+	names, err := parseSuites(suitesFlag)
+	if err != nil {
+		return 0, err
+	}
+	if e.repo, err = os.Getwd(); err != nil {
+		return 0, err
+	}
+	known, err := loadKnown(knownPath)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		if s := suites[n]; s.check != nil {
+			if err := s.check(e); err != nil {
+				return 0, fmt.Errorf("suite %s: %w", n, err)
+			}
+		}
+	}
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return 0, fmt.Errorf("-cache: %w", err)
+		}
+		cache = filepath.Join(base, "switchyard-compat")
+	}
+	if e.cache, err = filepath.Abs(cache); err != nil {
+		return 0, err
+	}
 	absBin, err := filepath.Abs(bin)
 	if err != nil {
 		return 0, err
@@ -85,27 +207,28 @@ func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []
 	if _, err := os.Stat(absBin); err != nil {
 		return 0, fmt.Errorf("switchyard binary %s: %w (run make build)", bin, err)
 	}
-	log.Info("starting sandbox", "dir", dir)
-	c, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, Nodes: 1, Log: log, StopWithParent: true})
+	e.log.Info("starting sandbox", "dir", dir)
+	c, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, Nodes: 1, Log: e.log, StopWithParent: true})
 	if err != nil {
 		return 0, err
 	}
+	e.c = c
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := sandbox.Down(dctx, c.Dir, true); err != nil {
-			log.Error("sandbox down", "err", err)
+			e.log.Error("sandbox down", "err", err)
 		}
 	}()
-
-	db, err := sql.Open("mysql", c.DSN(0, c.AppUser, c.AppPassword, ""))
-	if err != nil {
+	if e.work, err = os.MkdirTemp("", "switchyard-compat-"); err != nil {
 		return 0, err
 	}
-	_, err = db.Exec("CREATE DATABASE IF NOT EXISTS gotest")
-	db.Close()
-	if err != nil {
-		return 0, fmt.Errorf("create database gotest: %w", err)
+	if !e.keep {
+		defer os.RemoveAll(e.work)
+	}
+	e.superPass, e.otherPass = randomPassword(), randomPassword()
+	if err := createAccounts(ctx, e); err != nil {
+		return 0, err
 	}
 
 	cfg := c.Config()
@@ -114,6 +237,9 @@ func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []
 		{Name: "rw-session", Address: sessAddr, Cluster: sandbox.ClusterName, Role: config.RolePrimary, Pooling: config.PoolingSession},
 		{Name: "rw-transaction", Address: txAddr, Cluster: sandbox.ClusterName, Role: config.RolePrimary, Pooling: config.PoolingTransaction},
 	}
+	cfg.Users = append(cfg.Users,
+		config.User{Name: superUser, Password: e.superPass},
+		config.User{Name: otherUser, Password: e.otherPass})
 	data, err := cfg.Marshal()
 	if err != nil {
 		return 0, err
@@ -133,7 +259,7 @@ func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []
 	if err := up.Start(); err != nil {
 		return 0, err
 	}
-	log.Info("switchyard up started", "pid", up.Process.Pid, "log", logf.Name())
+	e.log.Info("switchyard up started", "pid", up.Process.Pid, "log", logf.Name())
 	defer func() {
 		_ = up.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -145,48 +271,97 @@ func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []
 			<-done
 		}
 	}()
-	addrs := map[string]string{"direct": c.Nodes[0].Address, "session": sessAddr, "transaction": txAddr}
-	for _, t := range []string{"session", "transaction"} {
-		if err := waitQuery(ctx, c, addrs[t], 60*time.Second); err != nil {
-			return 0, fmt.Errorf("listener %s (%s) not ready: %w; see %s", t, addrs[t], err, logf.Name())
-		}
-	}
-
-	src, err := moduleDir(version)
-	if err != nil {
-		return 0, err
-	}
-	work, err := os.MkdirTemp("", "compat-gosqldriver-")
-	if err != nil {
-		return 0, err
-	}
-	if !keep {
-		defer os.RemoveAll(work)
-	}
-	if err := copyTree(src, work); err != nil {
-		return 0, err
-	}
-
-	var results []result
-	for _, t := range targets {
-		addr, ok := addrs[t]
+	all := map[string]string{"direct": c.Nodes[0].Address, "session": sessAddr, "transaction": txAddr}
+	var ts []target
+	for _, t := range strings.Split(targetsFlag, ",") {
+		addr, ok := all[t]
 		if !ok {
 			return 0, fmt.Errorf("-targets: %q is not a target (direct, session, transaction)", t)
 		}
-		log.Info("running driver suite", "target", t, "addr", addr)
-		start := time.Now()
-		r, err := goTest(work, t, addr, c.AppUser, c.AppPassword, run, skip, timeout, keep)
-		if err != nil {
-			return 0, err
+		ts = append(ts, target{name: t, addr: addr})
+	}
+	for _, t := range ts {
+		if t.name == "direct" {
+			continue
 		}
-		log.Info("driver suite done", "target", t, "seconds", time.Since(start).Round(time.Second).Seconds())
-		redact(r, c.AppPassword)
-		results = append(results, r)
+		if err := waitQuery(ctx, c, t.addr, 60*time.Second); err != nil {
+			return 0, fmt.Errorf("listener %s (%s) not ready: %w; see %s", t.name, t.addr, err, logf.Name())
+		}
 	}
-	if keep {
-		fmt.Println("driver copy and outputs kept in", work)
+
+	var reports []suiteResults
+	for _, n := range names {
+		s := suites[n]
+		if s.prepare != nil {
+			if err := s.prepare(ctx, e); err != nil {
+				return 0, fmt.Errorf("suite %s: %w", n, err)
+			}
+		}
+		sr := suiteResults{suite: n}
+		for _, t := range ts {
+			e.log.Info("running suite", "suite", n, "target", t.name, "addr", t.addr)
+			start := time.Now()
+			r, err := s.run(ctx, e, t)
+			if err != nil {
+				return 0, fmt.Errorf("suite %s, target %s: %w", n, t.name, err)
+			}
+			r.target = t.name
+			r.filter(n, e.run)
+			r.redact(c.AppPassword, c.RootPassword, e.superPass, e.otherPass)
+			e.log.Info("suite done", "suite", n, "target", t.name, "tests", len(r.status),
+				"seconds", time.Since(start).Round(time.Second).Seconds())
+			sr.results = append(sr.results, r)
+		}
+		reports = append(reports, sr)
 	}
-	return report(os.Stdout, results), nil
+	if e.keep {
+		fmt.Println("outputs kept in", e.work)
+	}
+	return report(os.Stdout, reports, known), nil
+}
+
+func createAccounts(ctx context.Context, e *env) error {
+	db, err := sql.Open("mysql", e.c.RootDSN(0))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, q := range []string{
+		"SET sql_log_bin=0",
+		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY '%s'", superUser, e.superPass),
+		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", superUser),
+		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY '%s'", otherUser, e.otherPass),
+		fmt.Sprintf("GRANT ALL PRIVILEGES ON %s.* TO %s@'%%'", checksDB, otherUser),
+		fmt.Sprintf("GRANT ALL PRIVILEGES ON %s.* TO %s@'%%'", sandbox.OtherDatabase, otherUser),
+		"CREATE DATABASE IF NOT EXISTS gotest",
+		"CREATE DATABASE IF NOT EXISTS " + checksDB,
+		// mtr's extern mode needs the test database.
+		"CREATE DATABASE IF NOT EXISTS test",
+	} {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = conn.ExecContext(ctx, q)
+		conn.Close()
+		if err != nil {
+			return fmt.Errorf("create accounts: %s: %w", strings.SplitN(q, " IDENTIFIED", 2)[0], err)
+		}
+	}
+	return nil
+}
+
+func randomPassword() string {
+	b := make([]byte, 12)
+	f, err := os.Open("/dev/urandom")
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	if _, err := f.Read(b); err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf("Cp%x", b)
 }
 
 func freeAddr() string {
@@ -218,167 +393,17 @@ func waitQuery(ctx context.Context, c *sandbox.Cluster, addr string, d time.Dura
 	return last
 }
 
-func moduleDir(version string) (string, error) {
-	out, err := exec.Command("go", "mod", "download", "-json", driverModule+"@"+version).Output()
-	if err != nil {
-		return "", fmt.Errorf("go mod download %s@%s: %w", driverModule, version, err)
+// lookTool finds a client binary on PATH or in dirs; the error names the
+// Debian package that installs it.
+func lookTool(name, pkg string, dirs ...string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
 	}
-	var m struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &m); err != nil {
-		return "", err
-	}
-	if m.Dir == "" {
-		return "", fmt.Errorf("go mod download %s@%s: %s", driverModule, version, m.Error)
-	}
-	return m.Dir, nil
-}
-
-// copyTree copies the module (read-only in the cache) into dst, writable.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		to := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o755)
-		}
-		in, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
-}
-
-// goTest runs the driver's suite in dir against addr and returns every
-// test's final action from go test -json.
-func goTest(dir, target, addr, user, pass, run, skip string, timeout time.Duration, keep bool) (result, error) {
-	args := []string{"test", "-json", "-count=1", "-timeout", timeout.String()}
-	if run != "" {
-		args = append(args, "-run", run)
-	}
-	if skip != "" {
-		args = append(args, "-skip", skip)
-	}
-	args = append(args, ".")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"MYSQL_TEST_USER="+user, "MYSQL_TEST_PASS="+pass, "MYSQL_TEST_PROT=tcp",
-		"MYSQL_TEST_ADDR="+addr, "MYSQL_TEST_DBNAME=gotest", "MYSQL_TEST_CONCURRENT=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return result{}, err
-	}
-	var raw io.Writer = io.Discard
-	if keep {
-		f, err := os.Create(filepath.Join(dir, "gotest-"+target+".json"))
-		if err != nil {
-			return result{}, err
-		}
-		defer f.Close()
-		raw = f
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	r := result{target: target, status: map[string]string{}, output: map[string][]string{}}
-	sc := bufio.NewScanner(io.TeeReader(stdout, raw))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev struct{ Action, Test, Output string }
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Test == "" {
-			continue
-		}
-		switch ev.Action {
-		case "pass", "fail", "skip":
-			r.status[ev.Test] = ev.Action
-		case "output":
-			if len(r.output[ev.Test]) < 40 {
-				r.output[ev.Test] = append(r.output[ev.Test], strings.TrimRight(ev.Output, "\n"))
-			}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
 		}
 	}
-	if err := cmd.Wait(); err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) { // a failing suite exits 1; that is a result
-			return r, err
-		}
-	}
-	return r, nil
-}
-
-// redact removes the sandbox's password from the kept output lines (the
-// driver's tests print their DSN when a connect fails).
-func redact(r result, pass string) {
-	for name, lines := range r.output {
-		for i, l := range lines {
-			lines[i] = strings.ReplaceAll(l, pass, "***")
-		}
-		r.output[name] = lines
-	}
-}
-
-// report prints the counts per target and the tests that pass direct but not
-// through a listener; it returns 1 when there are such tests.
-func report(w io.Writer, results []result) int {
-	fmt.Fprintf(w, "\n%-12s %6s %6s %6s\n", "target", "pass", "fail", "skip")
-	var direct *result
-	for i, r := range results {
-		n := map[string]int{}
-		for _, s := range r.status {
-			n[s]++
-		}
-		fmt.Fprintf(w, "%-12s %6d %6d %6d\n", r.target, n["pass"], n["fail"], n["skip"])
-		if r.target == "direct" {
-			direct = &results[i]
-		}
-	}
-	if direct == nil {
-		return 0
-	}
-	code := 0
-	for _, r := range results {
-		if r.target == "direct" {
-			continue
-		}
-		var diff []string
-		for name, s := range direct.status {
-			if s == "pass" && r.status[name] != "pass" {
-				diff = append(diff, name)
-			}
-		}
-		sort.Strings(diff)
-		if len(diff) == 0 {
-			fmt.Fprintf(w, "\n%s: every test that passes direct passes\n", r.target)
-			continue
-		}
-		code = 1
-		fmt.Fprintf(w, "\n%s: %d tests pass direct but not here:\n", r.target, len(diff))
-		for _, name := range diff {
-			st := r.status[name]
-			if st == "" {
-				st = "not run"
-			}
-			fmt.Fprintf(w, "  %s (%s)\n", name, st)
-			for _, line := range r.output[name] {
-				if strings.Contains(line, "_test.go:") || strings.Contains(line, "Error") {
-					fmt.Fprintf(w, "      %s\n", strings.TrimSpace(line))
-				}
-			}
-		}
-	}
-	return code
+	return "", fmt.Errorf("%s not found: install the Debian package %s (./scripts/deps.sh)", name, pkg)
 }

@@ -1,0 +1,4 @@
+package main
+
+var mtrSuite = suite{name: "mtr"}
+var clientTestSuite = suite{name: "clienttest"}
