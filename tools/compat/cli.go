@@ -38,6 +38,13 @@ func runCLI(ctx context.Context, e *env, t target) (result, error) {
 		return result{}, fmt.Errorf("no tools/compat/cli/*.sql (%v)", err)
 	}
 	sort.Strings(files)
+	var csv strings.Builder
+	for i := 0; i < 1000; i++ {
+		fmt.Fprintf(&csv, "%d,line %d\n", i, i)
+	}
+	if err := os.WriteFile(filepath.Join(e.work, "cli-load.csv"), []byte(csv.String()), 0o644); err != nil {
+		return result{}, err
+	}
 	r := newResult()
 	type test struct {
 		name  string
@@ -87,7 +94,7 @@ func mariadbCLI(ctx context.Context, e *env, t target, input []byte, args ...str
 	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
 	base := []string{"--no-defaults", "--host=" + t.host(), "--port=" + t.port(), "--protocol=tcp",
-		"--user=" + e.c.AppUser, "--password=" + e.c.AppPassword}
+		"--user=" + e.c.AppUser, "--password=" + e.c.AppPassword, "--max-allowed-packet=64M", "--default-character-set=utf8mb4"}
 	cmd := exec.CommandContext(ctx, "mariadb", append(base, args...)...)
 	cmd.Dir = e.work
 	cmd.Stdin = bytes.NewReader(input)

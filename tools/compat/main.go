@@ -207,6 +207,12 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 	if _, err := os.Stat(absBin); err != nil {
 		return 0, fmt.Errorf("switchyard binary %s: %w (run make build)", bin, err)
 	}
+	if e.work, err = os.MkdirTemp("", "switchyard-compat-"); err != nil {
+		return 0, err
+	}
+	if !e.keep {
+		defer os.RemoveAll(e.work)
+	}
 	e.log.Info("starting sandbox", "dir", dir)
 	c, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, Nodes: 1, Log: e.log, StopWithParent: true})
 	if err != nil {
@@ -220,12 +226,6 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 			e.log.Error("sandbox down", "err", err)
 		}
 	}()
-	if e.work, err = os.MkdirTemp("", "switchyard-compat-"); err != nil {
-		return 0, err
-	}
-	if !e.keep {
-		defer os.RemoveAll(e.work)
-	}
 	e.superPass, e.otherPass = randomPassword(), randomPassword()
 	if err := createAccounts(ctx, e); err != nil {
 		return 0, err
@@ -248,7 +248,7 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
 		return 0, err
 	}
-	logf, err := os.Create(filepath.Join(c.Dir, "switchyard.log"))
+	logf, err := os.Create(filepath.Join(e.work, "switchyard.log"))
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,27 @@
+-- Session state: variables, USE, temporary tables, transactions, time zones, charsets.
+SET @v = 'kept', SESSION group_concat_max_len = 12345;
+CREATE TEMPORARY TABLE cli_tmp (a INT);
+INSERT INTO cli_tmp VALUES (1), (2);
+SELECT @v, @@group_concat_max_len, (SELECT COUNT(*) FROM cli_tmp);
+USE otherdb;
+SELECT DATABASE();
+USE compat;
+SELECT DATABASE();
+CREATE OR REPLACE TABLE cli_tx (id INT PRIMARY KEY) ENGINE=InnoDB;
+START TRANSACTION;
+INSERT INTO cli_tx VALUES (1);
+ROLLBACK;
+BEGIN;
+INSERT INTO cli_tx VALUES (2);
+COMMIT;
+SELECT * FROM cli_tx;
+SET time_zone = '+05:30';
+CREATE OR REPLACE TABLE cli_tz (t TIMESTAMP NULL);
+INSERT INTO cli_tz VALUES ('2020-01-01 12:00:00');
+SET time_zone = '+00:00';
+SELECT t, @@time_zone FROM cli_tz;
+SET NAMES latin1;
+SELECT @@character_set_client, @@character_set_results, HEX('é');
+SET NAMES utf8mb4;
+SELECT @@character_set_client, HEX('é'), 'é';
+SELECT GET_LOCK('cli_lock', 1), IS_USED_LOCK('cli_lock') IS NOT NULL, RELEASE_LOCK('cli_lock');
