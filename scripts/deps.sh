@@ -2,7 +2,11 @@
 # Installs what Switchyard's demo, tests and benchmarks need, only when missing:
 # MariaDB server and client, sysbench, HAProxy (benchmarks), iproute2 (partition
 # scenarios), etcd server and client (store-outage scenarios, a real
-# 3-member cluster). Debian/Ubuntu only; run as root (or with sudo available).
+# 3-member cluster), and the clients tools/compat runs direct and through the
+# proxy: PyMySQL and mysqlclient for Debian's /usr/bin/python3, Node.js and
+# npm (mysql2 and mariadb come from the npm registry at run time, npm ci of
+# tools/compat/checks/node's lock file), mariadb-test (mariadb-test-run,
+# mariadb-client-test). Debian/Ubuntu only; run as root (or with sudo available).
 set -euo pipefail
 
 need=()
@@ -13,6 +17,11 @@ command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+/usr/bin/python3 -c 'import pymysql' >/dev/null 2>&1 || need+=(python3-pymysql)
+/usr/bin/python3 -c 'import MySQLdb' >/dev/null 2>&1 || need+=(python3-mysqldb)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v mariadb-client-test >/dev/null 2>&1 || [ -x /usr/share/mysql/mysql-test/mariadb-test-run ] || need+=(mariadb-test)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
