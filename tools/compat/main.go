@@ -15,7 +15,8 @@
 //	clienttest   mariadb-client-test, one process per test
 //
 // "ci" is gosqldriver,node,python,cli,sysbench (make test-compat-ci, part of
-// .ci/run); "all" adds mtr and clienttest (make compat).
+// .ci/run); "all" adds clienttest and mtr (make compat), mtr last: its tests
+// create and drop accounts and set globals.
 //
 // It starts a sandbox in -dir (removed at the end), creates the accounts the
 // suites log in as, writes a config with the listeners "rw-session" and
@@ -37,6 +38,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -62,7 +64,7 @@ const (
 
 var suiteSets = map[string][]string{
 	"ci":  {"gosqldriver", "node", "python", "cli", "sysbench"},
-	"all": {"gosqldriver", "node", "python", "cli", "sysbench", "mtr", "clienttest"},
+	"all": {"gosqldriver", "node", "python", "cli", "sysbench", "clienttest", "mtr"},
 }
 
 // target is one place a suite runs against: "direct" (the node) or a listener.
@@ -88,6 +90,7 @@ type env struct {
 	gosql      gosqlOptions
 	mtrTests   string
 	mtrTimeout time.Duration
+	mtrTargets []string
 	// cliDirect holds direct's normalised mariadb outputs, by test, for the listeners' to be compared with.
 	cliDirect map[string]string
 }
@@ -115,7 +118,7 @@ var suites = map[string]suite{
 func main() {
 	dir := flag.String("dir", ".compat", "sandbox directory (created, then removed)")
 	bin := flag.String("switchyard", "bin/switchyard", "switchyard binary")
-	suitesFlag := flag.String("suites", defaultSet, "comma-separated suites, or a set: ci (gosqldriver,node,python,cli,sysbench), all (ci + mtr,clienttest)")
+	suitesFlag := flag.String("suites", defaultSet, "comma-separated suites, or a set: ci (gosqldriver,node,python,cli,sysbench), all (ci + clienttest,mtr)")
 	targets := flag.String("targets", "direct,session,transaction", "comma-separated targets: direct, session, transaction")
 	run := flag.String("run", "", "only tests whose suite/name matches this regexp (\"\" = all); a pattern starting gosqldriver/ is also passed, without that prefix, as the driver suite's go test -run")
 	cache := flag.String("cache", "", "cache directory for npm packages (\"\" = $XDG_CACHE_HOME or ~/.cache, /switchyard-compat)")
@@ -130,11 +133,12 @@ func main() {
 	gtimeout := flag.Duration("gosqldriver-timeout", 10*time.Minute, "go test -timeout per target")
 	mtrTests := flag.String("mtr-tests", "", "mtr test names, space-separated (\"\" = the list in tools/compat/mtr-tests.txt)")
 	mtrTimeout := flag.Duration("mtr-timeout", 25*time.Minute, "time limit of one mtr run")
+	mtrTargets := flag.String("mtr-targets", "direct,session", "targets mtr runs on (each takes about 15 minutes on 2 cores)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e := &env{log: log, keep: *keep, gosql: gosqlOptions{version: *version, skip: *gskip, timeout: *gtimeout},
-		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, cliDirect: map[string]string{}}
+		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, mtrTargets: strings.Split(*mtrTargets, ","), cliDirect: map[string]string{}}
 	if *run != "" {
 		re, err := regexp.Compile(*run)
 		if err != nil {
@@ -171,7 +175,10 @@ func parseSuites(s string) ([]string, error) {
 }
 
 func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath string) (int, error) {
-	ctx := context.Background()
+	// SIGINT or SIGTERM stops the running client (its process group) and
+	// the deferred clean-up stops switchyard up and the sandbox.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	names, err := parseSuites(suitesFlag)
 	if err != nil {
 		return 0, err
@@ -302,6 +309,9 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 			e.log.Info("running suite", "suite", n, "target", t.name, "addr", t.addr)
 			start := time.Now()
 			r, err := s.run(ctx, e, t)
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			if err != nil {
 				return 0, fmt.Errorf("suite %s, target %s: %w", n, t.name, err)
 			}
@@ -330,6 +340,10 @@ func createAccounts(ctx context.Context, e *env) error {
 		"SET sql_log_bin=0",
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY '%s'", superUser, e.superPass),
 		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", superUser),
+		// An account at 127.0.0.1 sorts before an anonymous ''@'127.0.0.1'
+		// that an mtr test may create and leave behind (main.kill-2 does).
+		fmt.Sprintf("CREATE USER %s@'127.0.0.1' IDENTIFIED BY '%s'", superUser, e.superPass),
+		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s@'127.0.0.1' WITH GRANT OPTION", superUser),
 		fmt.Sprintf("CREATE USER %s@'%%' IDENTIFIED BY '%s'", otherUser, e.otherPass),
 		fmt.Sprintf("GRANT ALL PRIVILEGES ON %s.* TO %s@'%%'", checksDB, otherUser),
 		fmt.Sprintf("GRANT ALL PRIVILEGES ON %s.* TO %s@'%%'", sandbox.OtherDatabase, otherUser),

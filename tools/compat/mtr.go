@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -125,12 +126,29 @@ func mtrTestList(e *env) ([]string, error) {
 var mtrLine = regexp.MustCompile(`^(?:\[\s*\d+%\]\s+)?(?:w\d+\s+)?(\S+\.\S+)\s+(?:'[^']*'\s+)?\[ (pass|fail|skipped|disabled) \]`)
 
 func runMTR(ctx context.Context, e *env, t target) (result, error) {
+	if !slices.Contains(e.mtrTargets, t.name) {
+		e.log.Info("mtr not run on this target (-mtr-targets)", "target", t.name)
+		return newResult(), nil
+	}
 	tests, err := mtrTestList(e)
 	if err != nil {
 		return result{}, err
 	}
+	root, err := sql.Open("mysql", e.c.RootDSN(0))
+	if err != nil {
+		return result{}, err
+	}
+	defer root.Close()
 	r := newResult()
 	for _, mode := range []struct{ prefix, flag string }{{"", ""}, {"cursor/", "--cursor-protocol"}} {
+		// A failed test can leave anonymous accounts behind, which would
+		// take the next logins from 127.0.0.1.
+		if _, err := root.ExecContext(ctx, "DELETE FROM mysql.global_priv WHERE user = ''"); err != nil {
+			return result{}, err
+		}
+		if _, err := root.ExecContext(ctx, "FLUSH PRIVILEGES"); err != nil {
+			return result{}, err
+		}
 		vardir := filepath.Join(e.work, "mtr-"+t.name+strings.TrimSuffix(mode.prefix, "/"))
 		args := []string{"--extern", "host=" + t.host(), "--extern", "port=" + t.port(),
 			"--extern", "user=" + superUser, "--extern", "password=" + e.superPass,
@@ -151,9 +169,15 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 		cmd := exec.Command("perl", append([]string{"./mariadb-test-run"}, args...)...)
 		cmd.Dir = mtrDir
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		outPath := filepath.Join(e.work, "mtr-"+t.name+"-"+strings.TrimSuffix(mode.prefix, "/")+".out")
+		outf, err := os.Create(outPath)
+		if err != nil {
+			cancel()
+			return result{}, err
+		}
+		cmd.Stdout, cmd.Stderr = outf, outf
 		if err := cmd.Start(); err != nil {
+			outf.Close()
 			cancel()
 			return result{}, err
 		}
@@ -161,9 +185,13 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 		werr := cmd.Wait()
 		stop()
 		cancel()
-		_ = os.WriteFile(filepath.Join(e.work, "mtr-"+t.name+"-"+strings.TrimSuffix(mode.prefix, "/")+".out"), out.Bytes(), 0o644)
+		outf.Close()
+		raw, err := os.ReadFile(outPath)
+		if err != nil {
+			return result{}, err
+		}
 		n := 0
-		sc := bufio.NewScanner(&out)
+		sc := bufio.NewScanner(bytes.NewReader(raw))
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		last := ""
 		for sc.Scan() {
@@ -188,7 +216,7 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 		}
 		e.log.Info("mtr done", "target", t.name, "mode", mode.flag, "tests", n, "exit", fmt.Sprint(werr))
 		if n == 0 {
-			return r, fmt.Errorf("mariadb-test-run reported no test (%v): %s", werr, lastLines(out.String(), 15))
+			return r, fmt.Errorf("mariadb-test-run reported no test (%v): %s", werr, lastLines(string(raw), 15))
 		}
 	}
 	return r, nil

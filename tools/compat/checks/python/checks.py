@@ -481,6 +481,18 @@ def check_change_user(d):
     c.close()
 
 
+def check_change_user_refused(d):
+    """A refused COM_CHANGE_USER (1045), then one that succeeds, on the same connection."""
+    if not hasattr(d.mod.connections.Connection, "change_user"):
+        raise Skip("no change_user in this driver")
+    c = d.connect()
+    expect_error(d, lambda: c.change_user(USER2, "wrong-" + PASSWORD2, DB), (1045,))
+    c.change_user(USER2, PASSWORD2, DB)
+    row = one(c, "SELECT CURRENT_USER(), DATABASE()")
+    expect(row[0].split("@")[0] == USER2 and row[1] == DB, repr(row))
+    c.close()
+
+
 def check_time_zone(d):
     c = d.connect()
     cur = c.cursor()
