@@ -81,6 +81,17 @@ const drivers = {
   },
 };
 
+// waitRunning waits until another session runs sql (the processlist shows it).
+async function waitRunning(d, conn, sql, limitMs = 10000) {
+  const deadline = Date.now() + limitMs;
+  while (Date.now() < deadline) {
+    const rows = await d.query(conn, 'SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = ?', [sql]);
+    if (norm(rows[0][0]) !== '0') return;
+    await sleep(50);
+  }
+  throw new Error(`${sql} not running after ${limitMs} ms`);
+}
+
 async function withConn(d, o, fn) {
   const c = await d.connect(o);
   try { return await fn(c); } finally { try { await c.end(); } catch (e) { c.destroy && c.destroy(); } }
@@ -399,10 +410,10 @@ END`);
     await withConn(d, {}, async (c) => withConn(d, {}, async (k) => {
       const start = Date.now();
       const p = d.query(c, 'SELECT SLEEP(20)').then((r) => ({ rows: r }), (e) => ({ err: e }));
-      await sleep(500);
+      await waitRunning(d, k, 'SELECT SLEEP(20)');
       await d.raw(k, 'KILL QUERY ' + d.threadId(c));
       const out = await p;
-      expect(Date.now() - start < 10000, 'took ' + (Date.now() - start) + ' ms');
+      expect(Date.now() - start < 15000, 'took ' + (Date.now() - start) + ' ms');
       expect((out.rows && norm(out.rows[0][0]) === '1') || (out.err && out.err.errno === 1317), 'got ' + (out.err ? out.err.message : JSON.stringify(out.rows)));
       const rows = await d.query(c, 'SELECT 13');
       expect(norm(rows[0][0]) === '13', 'after KILL QUERY');

@@ -420,6 +420,17 @@ def check_ping(d):
     c.close()
 
 
+def wait_running(conn, sql, limit=10):
+    """Waits until another session runs sql (the processlist shows it)."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        n = one(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = %s", (sql,))[0]
+        if n:
+            return
+        time.sleep(0.05)
+    raise AssertionError("%r not running after %ds" % (sql, limit))
+
+
 def kill_query(d, use_connection_id):
     c, k = d.connect(), d.connect()
     cid = one(c, "SELECT CONNECTION_ID()")[0] if use_connection_id else c.thread_id()
@@ -433,11 +444,11 @@ def kill_query(d, use_connection_id):
     th = threading.Thread(target=sleeper)
     start = time.time()
     th.start()
-    time.sleep(0.5)
+    wait_running(k, "SELECT SLEEP(20)")
     k.cursor().execute("KILL QUERY %d" % cid)
     th.join(15)
     expect(not th.is_alive(), "SLEEP not interrupted")
-    expect(time.time() - start < 10, "took %.1fs" % (time.time() - start))
+    expect(time.time() - start < 15, "took %.1fs" % (time.time() - start))
     expect(out.get("row") == (1,) or d.errno(out.get("err")) == 1317, "got %r" % out)
     expect(one(c, "SELECT 12")[0] == 12, "connection usable after KILL QUERY")
     c.close()
