@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/switchyard-db/switchyard/internal/sandbox"
 )
 
 // MariaDB's own tests, from the Debian package mariadb-test:
@@ -128,7 +130,9 @@ var mtrLine = regexp.MustCompile(`^(?:\[\s*\d+%\]\s+)?(?:w\d+\s+)?(\S+\.\S+)\s+(
 func runMTR(ctx context.Context, e *env, t target) (result, error) {
 	if !slices.Contains(e.mtrTargets, t.name) {
 		e.log.Info("mtr not run on this target (-mtr-targets)", "target", t.name)
-		return newResult(), nil
+		r := newResult()
+		r.excluded = true
+		return r, nil
 	}
 	tests, err := mtrTestList(e)
 	if err != nil {
@@ -142,12 +146,13 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 	r := newResult()
 	for _, mode := range []struct{ prefix, flag string }{{"", ""}, {"cursor/", "--cursor-protocol"}} {
 		// A failed test can leave anonymous accounts behind, which would
-		// take the next logins from 127.0.0.1.
-		if _, err := root.ExecContext(ctx, "DELETE FROM mysql.global_priv WHERE user = ''"); err != nil {
-			return result{}, err
-		}
-		if _, err := root.ExecContext(ctx, "FLUSH PRIVILEGES"); err != nil {
-			return result{}, err
+		// take the next logins from 127.0.0.1, and its tables in test,
+		// which the next run's tests would trip over (1050).
+		for _, q := range []string{"DELETE FROM mysql.global_priv WHERE user = ''", "FLUSH PRIVILEGES",
+			"DROP DATABASE IF EXISTS test", "CREATE DATABASE test"} {
+			if _, err := root.ExecContext(ctx, q); err != nil {
+				return result{}, fmt.Errorf("reset before mtr: %s: %w", q, err)
+			}
 		}
 		vardir := filepath.Join(e.work, "mtr-"+t.name+strings.TrimSuffix(mode.prefix, "/"))
 		args := []string{"--extern", "host=" + t.host(), "--extern", "port=" + t.port(),
@@ -215,6 +220,15 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 			last, n = name, n+1
 		}
 		e.log.Info("mtr done", "target", t.name, "mode", mode.flag, "tests", n, "exit", fmt.Sprint(werr))
+		// A test that shuts the server down takes every later test with
+		// it; start the node again (sandbox.Up starts the nodes that are
+		// down) so the next run starts on a live server.
+		if err := root.PingContext(ctx); err != nil {
+			e.log.Warn("the node is down after mtr; starting it again", "err", err)
+			if _, err := sandbox.Up(ctx, sandbox.Options{Dir: e.c.Dir, Log: e.log, StopWithParent: true}); err != nil {
+				return r, fmt.Errorf("restart the node after mtr: %w", err)
+			}
+		}
 		if n == 0 {
 			return r, fmt.Errorf("mariadb-test-run reported no test (%v): %s", werr, lastLines(string(raw), 15))
 		}

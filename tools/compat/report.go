@@ -24,6 +24,9 @@ type result struct {
 	target string
 	status map[string]string
 	detail map[string]string
+	// excluded: the suite does not run on this target (mtr's -mtr-targets);
+	// it is neither counted nor compared.
+	excluded bool
 }
 
 func newResult() result {
@@ -140,6 +143,10 @@ func report(w io.Writer, reports []suiteResults, known []knownDiff) int {
 			}
 		}
 		for _, r := range sr.results {
+			if r.excluded {
+				fmt.Fprintf(w, "%-12s %-12s %6s\n", sr.suite, r.target, "not run on this target")
+				continue
+			}
 			n := map[string]int{}
 			for _, s := range r.status {
 				n[s]++
@@ -184,7 +191,7 @@ func report(w io.Writer, reports []suiteResults, known []knownDiff) int {
 			rw := row{test: name}
 			differs, allKnown := false, true
 			for _, r := range sr.results {
-				if r.target == "direct" {
+				if r.target == "direct" || r.excluded {
 					continue
 				}
 				st := r.status[name]
