@@ -331,7 +331,28 @@ type FailoverConfig struct {
 	// for transaction replay; a transaction with more is not replayable.
 	// Type: integer (1..100000). Default: 256.
 	ReplayMaxStatements int `yaml:"replay_max_statements"`
+	// CommitOutcome says how a COMMIT in flight when the primary was lost
+	// is answered, with transaction_replay on. "marker": the proxy writes
+	// one row of switchyard.commit_marker (keyed by proxy and session,
+	// value a per-session sequence) inside every transaction that wrote,
+	// pipelined with its COMMIT, and after the failover reads it on the
+	// new primary: present, the client gets the COMMIT's OK; absent, the
+	// transaction is replayed and committed there (Oracle's Transaction
+	// Guard resolves a commit the same way, by a logical transaction id).
+	// The application account needs SELECT, INSERT and DELETE on
+	// switchyard.commit_marker; where the marker cannot be written, the
+	// COMMIT gets the outcome-unknown error. "unknown": no marker, a
+	// COMMIT in flight always gets error 1105 saying its outcome is
+	// unknown. Ignored while transaction_replay is off.
+	// Type: string (marker|unknown). Default: "marker".
+	CommitOutcome string `yaml:"commit_outcome"`
 }
+
+// Commit outcome modes (failover.commit_outcome).
+const (
+	CommitOutcomeMarker  = "marker"
+	CommitOutcomeUnknown = "unknown"
+)
 
 // HoldOn reports failover.hold (true when unset).
 func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
@@ -787,6 +808,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if f.ReplayMaxStatements == 0 {
 			f.ReplayMaxStatements = 256
+		}
+		if f.CommitOutcome == "" {
+			f.CommitOutcome = CommitOutcomeMarker
 		}
 	}
 	if c.Probe.Interval == 0 {

@@ -108,6 +108,11 @@ func (p *Prober) heartbeat(ctx context.Context, row Heartbeat) topo.Heartbeat {
 		case err == nil && n == 0:
 			return topo.Heartbeat{Kind: HeartbeatReadOnly, Error: "not written: the node has read_only=ON"}
 		case err == nil:
+			// The commit marker table's upkeep rides on the heartbeat;
+			// its failure does not make the heartbeat fail (a proxy
+			// whose marker cannot be written answers COMMITs in flight
+			// with the outcome-unknown error).
+			_ = p.commitMarkerUpkeep(ctx, conn)
 			return topo.Heartbeat{OK: true}
 		case (no == erNoSuchTable || no == erBadDB) && attempt == 0:
 			if cerr := p.createHeartbeatTable(ctx, conn); cerr != nil {
@@ -150,7 +155,7 @@ func (p *Prober) createHeartbeatTable(ctx context.Context, conn *sql.Conn) error
 	if ro != 0 {
 		return errors.New("the node has read_only=ON; the table is created on a writable primary")
 	}
-	for _, q := range []string{"CREATE DATABASE IF NOT EXISTS " + HeartbeatSchema, heartbeatCreate} {
+	for _, q := range []string{"CREATE DATABASE IF NOT EXISTS " + HeartbeatSchema, heartbeatCreate, CommitMarkerCreate} {
 		if _, err := conn.ExecContext(ctx, "SET STATEMENT lock_wait_timeout = 1 FOR "+q); err != nil {
 			return err
 		}

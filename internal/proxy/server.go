@@ -59,6 +59,9 @@ type Options struct {
 type Server struct {
 	log     *slog.Logger
 	id      string
+	// markerOwner is this process's owner value in commit markers
+	// (outcome.go newMarkerOwner).
+	markerOwner string
 	now     func() time.Time
 	metrics *metrics
 
@@ -145,6 +148,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{
 		log:          log,
 		id:           id,
+		markerOwner:  newMarkerOwner(id),
 		now:          now,
 		metrics:      m,
 		clusters:     make(map[string]*clusterRoute),
