@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -104,6 +106,7 @@ type commitMark struct {
 	warned bool   // a failed marker was logged
 	node   string    // where the marker in flight went
 	at     time.Time // when
+	port   int       // from which local port (0: unknown)
 	thread uint32 // and the backend thread that ran it
 	pkt    []byte // the marker packet (header and payload), reused
 }
@@ -186,7 +189,10 @@ func (s *session) sendMarker(h mysqlproto.Header, whole bool) (combined bool, er
 	mk := &s.rlog.mk
 	mk.seq++
 	mk.sent, mk.answer = true, markUnread
-	mk.node, mk.thread, mk.at = s.be.t.node, s.be.threadID, time.Now()
+	mk.node, mk.thread, mk.at, mk.port = s.be.t.node, s.be.threadID, time.Now(), 0
+	if a, ok := s.be.conn.LocalAddr().(*net.TCPAddr); ok {
+		mk.port = a.Port
+	}
 	b := s.buildMarker(mk.seq)
 	n := mysqlproto.HeaderSize + h.Len
 	if whole {
@@ -290,7 +296,7 @@ func (s *session) resolveCommit(lost string) (committed, absent bool, reason, wh
 	_ = be.conn.SetDeadline(time.Now().Add(restoreTimeout))
 	defer func() { _ = be.conn.SetDeadline(time.Time{}) }()
 	if be.t.node == mk.node {
-		if gone, err := s.threadGone(br, be, mk.thread, time.Since(mk.at)); err != nil || !gone {
+		if gone, err := s.threadGone(br, be, mk); err != nil || !gone {
 			return false, false, "", fmt.Sprintf("the backend thread %d of the COMMIT on %s could not be ended (%v)", mk.thread, be.t.node, err)
 		}
 	}
@@ -333,30 +339,44 @@ func (s *session) resolveCommit(lost string) (committed, absent bool, reason, wh
 	return false, true, "", ""
 }
 
-// threadGone makes sure backend thread id, which sent its COMMIT ago, has
-// ended on be's server: when the server restarted since (its Uptime is
-// shorter), every thread of its previous life is gone and thread ids
-// start again, so nothing is killed; otherwise the thread is killed (the
-// session's own user may) and the wait, at most threadGoneWait, lasts
-// until it has left the processlist. An Uptime within a second of ago
-// decides nothing (false).
-func (s *session) threadGone(br *bufio.Reader, be *backend, id uint32, ago time.Duration) (bool, error) {
-	v, _, code, _, err := s.queryOne(br, be, []byte("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"))
+// threadGone makes sure the backend thread that sent the COMMIT (mk: its
+// id, the local port of its connection, when it was sent) has ended on
+// be's server. Not in the processlist: gone (ids are not reused within a
+// server's life). Listed with a client address on that port: it is that
+// thread; it is killed (the session's own user may) and the wait, at most
+// threadGoneWait, lasts until it has left the processlist. Listed with
+// another address (an address translation between proxy and server, or a
+// restarted server that gave the id again): the server's Uptime decides —
+// shorter than the time since the COMMIT was sent, it restarted and the
+// thread is gone; longer, it is killed as above; within a second of it,
+// nothing is decided (false).
+func (s *session) threadGone(br *bufio.Reader, be *backend, mk *commitMark) (bool, error) {
+	id := uint64(mk.thread)
+	host, found, code, _, err := s.queryOne(br, be, strconv.AppendUint([]byte("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = "), id, 10))
 	if err != nil || code != 0 {
-		return false, fmt.Errorf("reading Uptime: %v (error %d)", err, code)
+		return false, fmt.Errorf("reading the processlist: %v (error %d)", err, code)
 	}
-	up, perr := strconv.ParseInt(v, 10, 64)
-	if perr != nil {
-		return false, fmt.Errorf("reading Uptime: %q", v)
+	if !found {
+		return true, nil
 	}
-	switch uptime := time.Duration(up) * time.Second; {
-	case uptime+time.Second < ago:
-		return true, nil // restarted since
-	case uptime < ago+time.Second:
-		return false, nil
+	if mk.port == 0 || !strings.HasSuffix(host, ":"+strconv.Itoa(mk.port)) {
+		v, _, code, _, err := s.queryOne(br, be, []byte("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"))
+		if err != nil || code != 0 {
+			return false, fmt.Errorf("reading Uptime: %v (error %d)", err, code)
+		}
+		up, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil {
+			return false, fmt.Errorf("reading Uptime: %q", v)
+		}
+		ago := time.Since(mk.at)
+		switch uptime := time.Duration(up) * time.Second; {
+		case uptime+time.Second < ago:
+			return true, nil // restarted since: the id is another thread's
+		case uptime < ago+time.Second:
+			return false, nil
+		}
 	}
-	q := strconv.AppendUint([]byte("KILL CONNECTION "), uint64(id), 10)
-	_, _, code, _, err = s.queryOne(br, be, q)
+	_, _, code, _, err = s.queryOne(br, be, strconv.AppendUint([]byte("KILL CONNECTION "), id, 10))
 	if err != nil {
 		return false, err
 	}
@@ -366,7 +386,7 @@ func (s *session) threadGone(br *bufio.Reader, be *backend, id uint32, ago time.
 	if code != 0 {
 		return false, fmt.Errorf("KILL: error %d", code)
 	}
-	q = strconv.AppendUint([]byte("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "), uint64(id), 10)
+	q := strconv.AppendUint([]byte("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "), id, 10)
 	deadline := time.Now().Add(threadGoneWait)
 	for {
 		v, _, code, _, err := s.queryOne(br, be, q)

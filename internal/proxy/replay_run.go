@@ -87,7 +87,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		case notCommitted:
 			absent = true
 		default:
-			s.log.Info("COMMIT in flight when the primary was lost: not resolved", "lost", lost, "why", why)
+			s.log.Warn("COMMIT in flight when the primary was lost: not resolved", "lost", lost, "why", why)
 		}
 	}
 	if inflight && !absent {
