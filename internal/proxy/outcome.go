@@ -98,17 +98,17 @@ const threadGoneWait = 2 * time.Second
 
 // commitMark is a session's commit-marker state.
 type commitMark struct {
-	on     bool   // failover.commit_outcome marker
-	seq    uint64 // the last sequence number written (0: none yet)
-	sent   bool   // a marker with seq went with the COMMIT in flight
-	answer int8   // its answer: markUnread, markWritten, markFailed
-	works  bool   // a marker of this session was written before
-	warned bool   // a failed marker was logged
+	on     bool      // failover.commit_outcome marker
+	seq    uint64    // the last sequence number written (0: none yet)
+	sent   bool      // a marker with seq went with the COMMIT in flight
+	answer int8      // its answer: markUnread, markWritten, markFailed
+	works  bool      // a marker of this session was written before
+	warned bool      // a failed marker was logged
 	node   string    // where the marker in flight went
 	at     time.Time // when
 	port   int       // from which local port (0: unknown)
-	thread uint32 // and the backend thread that ran it
-	pkt    []byte // the marker packet (header and payload), reused
+	thread uint32    // and the backend thread that ran it
+	pkt    []byte    // the marker packet (header and payload), reused
 }
 
 // newMarkerOwner returns this proxy process's owner value for commit

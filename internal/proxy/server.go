@@ -57,13 +57,13 @@ type Options struct {
 // Server is the MySQL-protocol proxy: one accept loop per listener, one
 // goroutine per client session.
 type Server struct {
-	log     *slog.Logger
-	id      string
+	log *slog.Logger
+	id  string
 	// markerOwner is this process's owner value in commit markers
 	// (outcome.go newMarkerOwner).
 	markerOwner string
-	now     func() time.Time
-	metrics *metrics
+	now         func() time.Time
+	metrics     *metrics
 
 	rc  atomic.Pointer[runtimeConfig]
 	cfg atomic.Pointer[config.Config]
