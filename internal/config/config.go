@@ -316,8 +316,10 @@ type FailoverConfig struct {
 	// result set, the affected rows and last insert id of an OK, the code of
 	// an ERR), as MaxScale's readwritesplit transaction_replay does. A
 	// transaction that cannot be replayed gets one error saying it was rolled
-	// back; a COMMIT (or any statement ending a transaction, or an
-	// autocommit write) in flight when the primary was lost is never
+	// back. A COMMIT in flight when the primary was lost is resolved by its
+	// commit marker (commit_outcome): an OK when it committed, a replay when
+	// it did not; one that cannot be resolved (and any other statement
+	// ending a transaction, or an autocommit write, in flight) is never
 	// replayed: its client gets error 1105 saying its outcome is unknown.
 	// Applies to sessions opened after the change.
 	// Type: bool. Default: false.
@@ -344,7 +346,7 @@ type FailoverConfig struct {
 	// COMMIT gets the outcome-unknown error. "unknown": no marker, a
 	// COMMIT in flight always gets error 1105 saying its outcome is
 	// unknown. Ignored while transaction_replay is off.
-	// Type: string (marker|unknown). Default: "marker".
+	// Type: string ("marker" or "unknown"). Default: "marker".
 	CommitOutcome string `yaml:"commit_outcome"`
 }
 
