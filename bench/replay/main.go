@@ -29,7 +29,10 @@
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
 // [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors none|1105]
-// [-commit-outcome marker|unknown]
+// [-commit-outcome marker|unknown] [-max-hold D]
+//
+// -kill-at 0 kills nothing: the transactions per trial then compare the
+// cost of the commit marker (-commit-outcome marker against unknown).
 package main
 
 import (
@@ -60,7 +63,7 @@ import (
 
 type options struct {
 	trials, threads, seconds, tables, tableSize int
-	killAt, interval                            time.Duration
+	killAt, interval, maxHold                   time.Duration
 	ignoreErrors, commitOutcome                 string
 }
 
@@ -83,10 +86,11 @@ func main() {
 	flag.IntVar(&o.trials, "trials", 5, "number of trials (a fresh sandbox each)")
 	flag.IntVar(&o.threads, "threads", 16, "sysbench threads")
 	flag.IntVar(&o.seconds, "seconds", 30, "sysbench run length")
-	flag.DurationVar(&o.killAt, "kill-at", 10*time.Second, "when the primary is killed, from the start of the run")
+	flag.DurationVar(&o.killAt, "kill-at", 10*time.Second, "when the primary is killed, from the start of the run (0: never, to compare throughput)")
 	flag.IntVar(&o.tables, "tables", 4, "sysbench tables")
 	flag.IntVar(&o.tableSize, "table-size", 10000, "rows per sysbench table")
 	flag.DurationVar(&o.interval, "interval", time.Second, "probe.interval")
+	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
 	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
 	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
 	flag.Parse()
@@ -390,24 +394,27 @@ func runTrial(o options) (tr trial, err error) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- sbc.Wait() }()
-	select {
-	case err := <-done:
-		return tr, fmt.Errorf("sysbench ended before the kill: %v\n%s", err, out.String())
-	case <-time.After(o.killAt):
+	var serr error
+	if o.killAt > 0 {
+		select {
+		case err := <-done:
+			return tr, fmt.Errorf("sysbench ended before the kill: %v\n%s", err, out.String())
+		case <-time.After(o.killAt):
+		}
+		if err := s.sb.KillNode(0); err != nil {
+			return tr, err
+		}
+		killed := time.Now()
+		var st topo.ClusterState
+		if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
+			_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
+			return gerr == nil && st.Primary != "" && st.Primary != "node1"
+		}); err != nil {
+			return tr, fmt.Errorf("no failover: %w", err)
+		}
+		tr.failover, tr.newPrimary = time.Since(killed), st.Primary
 	}
-	if err := s.sb.KillNode(0); err != nil {
-		return tr, err
-	}
-	killed := time.Now()
-	var st topo.ClusterState
-	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
-		_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
-		return gerr == nil && st.Primary != "" && st.Primary != "node1"
-	}); err != nil {
-		return tr, fmt.Errorf("no failover: %w", err)
-	}
-	tr.failover, tr.newPrimary = time.Since(killed), st.Primary
-	serr := <-done
+	serr = <-done
 	if f := regexp.MustCompile(`FATAL: .*`).FindString(out.String()); f != "" {
 		tr.fatal = f
 	} else if serr != nil {
@@ -532,6 +539,9 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	cfg.Clusters[0].Failover.TransactionReplay = true
 	cfg.Clusters[0].Failover.CommitOutcome = o.commitOutcome
+	if o.maxHold > 0 {
+		cfg.Clusters[0].Failover.MaxHold = config.Duration(o.maxHold)
+	}
 	cfg.Clusters[0].Durability = config.DurabilitySemiSync
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]

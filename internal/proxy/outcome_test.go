@@ -97,10 +97,18 @@ func (r *holdRelay) cut() {
 // prepared COMMITs; a ledger of ids proves none is lost and none written
 // twice. The client sees the COMMIT's own answer: LAST_INSERT_ID(),
 // ROW_COUNT() and @@warning_count after it are what MariaDB gives without
-// the proxy.
-func TestCommitOutcomeResolved(t *testing.T) {
+// the proxy. TestCommitOutcomeResolvedTxPool: the same on a
+// transaction-pooled listener.
+func TestCommitOutcomeResolved(t *testing.T) { commitOutcomeResolved(t, config.PoolingSession) }
+
+func TestCommitOutcomeResolvedTxPool(t *testing.T) { commitOutcomeResolved(t, config.PoolingTransaction) }
+
+func commitOutcomeResolved(t *testing.T, pooling string) {
 	var relay *holdRelay
 	h := newHarness(t, func(c *config.Config) {
+		for i := range c.Listeners {
+			c.Listeners[i].Pooling = pooling
+		}
 		c.Clusters[0].Failover.Mode = config.FailoverAuto
 		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
 		c.Clusters[0].Failover.TransactionReplay = true
@@ -305,5 +313,31 @@ func TestCommitOutcomeResolved(t *testing.T) {
 		if !seen[id] {
 			t.Errorf("ledger: acknowledged id %d missing", id)
 		}
+	}
+}
+
+// TestPlainCommit: only COMMIT [WORK] gets a commit marker; what does more
+// than commit (AND CHAIN, RELEASE) or hides text in a comment does not.
+func TestPlainCommit(t *testing.T) {
+	for q, want := range map[string]bool{
+		"COMMIT": true, "commit": true, " COMMIT ;": true, "COMMIT WORK": true, "commit work;": true,
+		"COMMIT AND CHAIN": false, "COMMIT RELEASE": false, "COMMIT WORK AND NO CHAIN": false,
+		"COMMIT /* x */": false, "COMMITTED": false, "ROLLBACK": false, "XA COMMIT 'x'": false, "": false,
+	} {
+		if got := plainCommit([]byte(q)); got != want {
+			t.Errorf("plainCommit(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+// TestMarkerOwner: the owner is the proxy id, restricted to characters
+// that need no quoting and bounded, plus a suffix that differs per process.
+func TestMarkerOwner(t *testing.T) {
+	a, b := newMarkerOwner("proxy-1.example"), newMarkerOwner("proxy-1.example")
+	if !strings.HasPrefix(a, "proxy-1.example/") || len(a) != len("proxy-1.example/")+16 || a == b {
+		t.Fatalf("owners %q, %q: want proxy-1.example/<16 hex>, different each time", a, b)
+	}
+	if o := newMarkerOwner("it's a 'proxy'\\" + strings.Repeat("x", 100)); strings.ContainsAny(o, "'\\ ") || len(o) > 96 {
+		t.Fatalf("owner %q: want no quote, backslash or space, at most 96 bytes", o)
 	}
 }
