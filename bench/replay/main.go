@@ -78,7 +78,7 @@ type trial struct {
 	// COMMITs in flight at the kill, by resolution (the proxy's log and
 	// switchyard_proxy_commit_outcome_resolved_total).
 	inFlight, committed, absent, absentReplayed, unresolved int
-	fatal                                                  string // sysbench's FATAL line, "" if none
+	fatal                                                   string // sysbench's FATAL line, "" if none
 }
 
 func main() {
@@ -120,8 +120,12 @@ func main() {
 			os.Exit(1)
 		}
 		all = append(all, tr)
-		fmt.Printf("trial %d: failover to %s %s after the kill; %d sysbench transactions; open transactions at the kill: %v replayed, %v rolled back %v\n",
-			i, tr.newPrimary, tr.failover.Round(time.Millisecond), tr.transactions, tr.replayed, tr.fail, tr.failed)
+		txs := strconv.Itoa(tr.transactions)
+		if tr.fatal != "" {
+			txs = "? (no summary after FATAL)"
+		}
+		fmt.Printf("trial %d: failover to %s %s after the kill; sysbench transactions %s; open transactions at the kill: %v replayed, %v rolled back %v\n",
+			i, tr.newPrimary, tr.failover.Round(time.Millisecond), txs, tr.replayed, tr.fail, tr.failed)
 		fmt.Printf("trial %d: COMMITs in flight %d: resolved committed %d, resolved not committed %d (replayed and committed %d, replay rolled back %d), unresolved %d (outcome unknown)\n",
 			i, tr.inFlight, tr.committed, tr.absent, tr.absentReplayed, tr.absent-tr.absentReplayed, tr.unresolved)
 		fatal := "no"

@@ -101,7 +101,9 @@ func (r *holdRelay) cut() {
 // transaction-pooled listener.
 func TestCommitOutcomeResolved(t *testing.T) { commitOutcomeResolved(t, config.PoolingSession) }
 
-func TestCommitOutcomeResolvedTxPool(t *testing.T) { commitOutcomeResolved(t, config.PoolingTransaction) }
+func TestCommitOutcomeResolvedTxPool(t *testing.T) {
+	commitOutcomeResolved(t, config.PoolingTransaction)
+}
 
 func commitOutcomeResolved(t *testing.T, pooling string) {
 	var relay *holdRelay
