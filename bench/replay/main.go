@@ -368,9 +368,9 @@ func runTrial(o options) (tr trial, err error) {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	s, err := startStack(ctx, o, reg)
-	for attempt := 1; err != nil && strings.Contains(err.Error(), "is used twice") && attempt < 3; attempt++ {
-		// A port picked for a listener was taken by the sandbox
-		// meanwhile: pick again.
+	for attempt := 1; err != nil && (strings.Contains(err.Error(), "is used twice") || strings.Contains(err.Error(), "already in use")) && attempt < 3; attempt++ {
+		// A port picked for a listener or etcd was taken (by the sandbox
+		// or another process) meanwhile: pick again.
 		reg = prometheus.NewRegistry()
 		s, err = startStack(ctx, o, reg)
 	}
