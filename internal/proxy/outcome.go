@@ -92,6 +92,26 @@ const (
 	outcomeReplayed  = "replayed"
 )
 
+// replayCommitWait bounds how long a replayed COMMIT waits for the other
+// replays of its cluster (awaitReplays).
+const replayCommitWait = 500 * time.Millisecond
+
+// awaitReplays waits, at most replayCommitWait, until no other session of
+// the cluster is replaying a transaction, before a replayed transaction
+// whose COMMIT was in flight commits. In the history the old primary ran,
+// that COMMIT had not completed when the other open transactions read: a
+// replay of theirs that runs after it commits reads its rows changed and
+// is rolled back as a mismatch, one that runs before reads what they read
+// then (its rows locked by the waiting transaction block a replayed write,
+// as they blocked the original, until the bound). Only the order changes;
+// every replay is still checked against what its client saw.
+func (s *session) awaitReplays() {
+	deadline := time.Now().Add(replayCommitWait)
+	for s.l.route.replaying.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // threadGoneWait bounds the wait for a killed backend thread to leave
 // the processlist before a marker is read on the node it ran on.
 const threadGoneWait = 2 * time.Second

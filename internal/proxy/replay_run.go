@@ -122,7 +122,9 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	// recorded, then prepare it again on the new backend.
 	prepInFlight := inflight && fl.cmd == mysql.COM_STMT_PREPARE && len(s.prepPacket) > 0 &&
 		(len(r.entries) == 0 || r.entries[len(r.entries)-1].done)
+	s.l.route.replaying.Add(1)
 	result, why := s.replayTx(lost, inflight && !prepInFlight, absent)
+	s.l.route.replaying.Add(-1)
 	reran := false
 	switch {
 	case result == replayOK && prepInFlight:
@@ -474,6 +476,7 @@ func (s *session) rerunInFlight() (string, string) {
 	}
 	mark := r.markCommit()
 	if mark {
+		s.awaitReplays()
 		// The COMMIT runs again with a new marker, in the same round trip.
 		if _, err := s.sendMarker(mysqlproto.Header{}, false); err != nil {
 			s.endRelay()
