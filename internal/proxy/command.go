@@ -250,6 +250,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if s.rlog != nil {
 		long = s.recordBegin(cmd, payload, stmtID, stmt)
 		mark = s.rlog.markCommit() // a commit marker goes with it (outcome.go)
+		if s.rlog.replayed && s.rlog.fl.commit && s.rlog.wrote {
+			s.awaitReplays()
+		}
 	}
 	s.seq, s.in, s.out, s.lastOK, s.warned = 0, 0, 0, false, false
 	var err error

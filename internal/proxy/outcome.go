@@ -98,8 +98,9 @@ const replayCommitWait = 500 * time.Millisecond
 
 // awaitReplays waits, at most replayCommitWait, until no other session of
 // the cluster is replaying a transaction, before a replayed transaction
-// whose COMMIT was in flight commits. In the history the old primary ran,
-// that COMMIT had not completed when the other open transactions read: a
+// that wrote commits (one whose COMMIT was in flight, or the client's
+// COMMIT after a replay). In the history the old primary ran, that
+// transaction had not committed when the other open transactions read: a
 // replay of theirs that runs after it commits reads its rows changed and
 // is rolled back as a mismatch, one that runs before reads what they read
 // then (its rows locked by the waiting transaction block a replayed write,

@@ -70,6 +70,10 @@ type replayLog struct {
 	// marker (outcome.go), mk.
 	wrote bool
 	mk    commitMark
+	// replayed: the open transaction was replayed after the loss of its
+	// primary; its COMMIT waits for the cluster's other replays
+	// (awaitReplays).
+	replayed bool
 }
 
 // replayEntry is one recorded statement.
@@ -114,7 +118,7 @@ func newReplayLog(maxBytes, maxStmts int) *replayLog {
 // reset forgets the recorded transaction.
 func (r *replayLog) reset() {
 	r.fl.active = false
-	r.wrote, r.mk.sent, r.mk.answer = false, false, markUnread
+	r.wrote, r.mk.sent, r.mk.answer, r.replayed = false, false, markUnread, false
 	r.entries = r.entries[:0]
 	r.broken, r.limit = "", false
 	if cap(r.buf) > 64<<10 {

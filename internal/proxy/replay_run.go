@@ -138,6 +138,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		s.srv.metrics.outcomeResolved.WithLabelValues(s.l.name, outcomeReplayed).Inc()
 	}
 	if result == replayOK {
+		r.replayed = true
 		s.log.Info("transaction replayed on the primary", "lost", lost, "node", nodeName(s.be),
 			"statements", len(r.entries), "in_flight", inflight, "took", time.Since(start))
 		if inflight {
