@@ -39,8 +39,9 @@ const commitMarkerSweep = time.Minute
 // information_schema, so nothing reaches the binlog when it exists) and,
 // once a minute, deletes markers older than CommitMarkerMaxAge (at most
 // 10,000 a round, READ COMMITTED so that only the deleted rows are locked,
-// never a live session's). Errors are returned for the caller to report;
-// nothing is retried within the round.
+// never a live session's), unless the previous deletion is still in the
+// server. Errors are returned for the caller to report; nothing is
+// retried within the round.
 func (p *Prober) commitMarkerUpkeep(ctx context.Context, conn *sql.Conn) error {
 	if !p.markerReady.Load() {
 		var n int
@@ -60,6 +61,17 @@ func (p *Prober) commitMarkerUpkeep(ctx context.Context, conn *sql.Conn) error {
 		return nil
 	}
 	p.markerSwept.Store(now.UnixNano())
+	// A sweep still in the server (a commit waiting for a semi-sync
+	// acknowledgement outlives max_statement_time) is never joined by
+	// another.
+	var pending int
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() "+
+		"AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) AND INFO LIKE '%DELETE FROM "+CommitMarkerTable+" %'").Scan(&pending); err != nil {
+		return err
+	}
+	if pending > 0 {
+		return fmt.Errorf("the previous deletion of old rows of %s is still in the server", CommitMarkerTable)
+	}
 	if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
 		return err
 	}
