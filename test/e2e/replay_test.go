@@ -147,7 +147,10 @@ func TestTransactionReplayCrashFailover(t *testing.T) {
 	if c.attempts == 0 || c.replayed == 0 {
 		t.Fatalf("no transaction was replayed (%v attempts): the kill hit no open transaction?", c.attempts)
 	}
-	if c.unknown != 0 {
+	if c.unknown != 0 && c.failed["no_primary"] == 0 {
+		// Only a failover slower than failover.max_hold (a very loaded
+		// machine: the replays then fail with no_primary too) leaves a
+		// COMMIT unresolved.
 		t.Fatalf("%v COMMITs in flight got the outcome-unknown error: the commit marker must resolve every one (resolved: %v)", c.unknown, c.resolved)
 	}
 	if float64(ignored) != c.unknown+c.failedTotal() {
