@@ -20,7 +20,9 @@ import (
 // finds it missing (CREATE DATABASE IF NOT EXISTS is binlogged even when the
 // schema exists on MariaDB 10.11, so it is not run every round). One row
 // per cluster: the controller's per-round heartbeat and VerifyWritable's
-// post-promotion write share it.
+// post-promotion write share it. The schema also holds CommitMarkerTable,
+// whose old rows the controller deletes (DELETE on it too; without it they
+// stay, and nothing else fails).
 const HeartbeatSchema = "switchyard"
 
 // blockerTimeout is the least time given to reading write blockers after
