@@ -259,8 +259,10 @@ func (s *session) markAnswer() (answered bool, err error) {
 	if code != erLockDeadlock && code != erLockTableFull {
 		if !mk.warned {
 			mk.warned = true
-			s.log.Warn("commit marker not written: a COMMIT in flight when the primary is lost gets the outcome-unknown error",
-				"table", "switchyard.commit_marker", "code", code, "error", string(errText(p)))
+			if ok, suppressed := s.srv.markerLog.allow(time.Now()); ok {
+				s.log.Warn("commit marker not written: a COMMIT in flight when the primary is lost gets the outcome-unknown error",
+					"table", "switchyard.commit_marker", "code", code, "error", string(errText(p)), "suppressed", suppressed)
+			}
 		}
 		return false, nil
 	}

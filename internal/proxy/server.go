@@ -60,8 +60,10 @@ type Server struct {
 	log *slog.Logger
 	id  string
 	// markerOwner is this process's owner value in commit markers
-	// (outcome.go newMarkerOwner).
+	// (outcome.go newMarkerOwner); markerLog limits the warning about
+	// markers that cannot be written (each session would repeat it).
 	markerOwner string
+	markerLog   rateLog
 	now         func() time.Time
 	metrics     *metrics
 
