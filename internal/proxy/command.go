@@ -175,6 +175,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
 	s.cls = classOther
+	s.cursorReq = false
 	switch cmd {
 	case mysql.COM_INIT_DB:
 		if p := s.peekPayload(h); p != nil {
@@ -242,6 +243,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		}
 		if cmd == mysql.COM_STMT_EXECUTE {
 			s.keepExecForLoss(payload, stmtID, stmt)
+			// Command byte, id (4), flags (1): the low three bits of the
+			// flags ask for a cursor (https://mariadb.com/kb/en/com_stmt_execute/).
+			if fb, err := s.cr.Peek(mysqlproto.HeaderSize + 6); err == nil {
+				s.cursorReq = fb[mysqlproto.HeaderSize+5]&0x07 != 0
+			}
 		}
 	}
 	// Transaction replay (replay.go): record the statement before it is
@@ -316,7 +322,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if stmt.userLock {
 				s.st.userLock = true
 			}
-			if s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+			if s.cursorReq && s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
 				stmt.cursor = true
 			}
 		case cmd == mysql.COM_STMT_FETCH && stmt != nil:

@@ -148,6 +148,9 @@ type session struct {
 	seq     byte          // last sequence id written to the client
 	in, out int           // bytes relayed this command
 	lastOK  bool          // the response ended with OK/EOF (not ERR)
+	// cursorReq: the command is a COM_STMT_EXECUTE whose flags byte asked
+	// for a cursor (CURSOR_TYPE_READ_ONLY, _FOR_UPDATE, _SCROLLABLE).
+	cursorReq bool
 	scratch []byte
 }
 
