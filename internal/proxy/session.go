@@ -151,7 +151,7 @@ type session struct {
 	// cursorReq: the command is a COM_STMT_EXECUTE whose flags byte asked
 	// for a cursor (CURSOR_TYPE_READ_ONLY, _FOR_UPDATE, _SCROLLABLE).
 	cursorReq bool
-	scratch []byte
+	scratch   []byte
 }
 
 // failure is an error that ends a session, with the close reason.
