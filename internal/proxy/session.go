@@ -119,6 +119,13 @@ type session struct {
 	rerunning  bool
 	commitSent bool
 	peekByte   [1]byte
+	// hupBe is the backend connection found closed by its server while
+	// the session was idle and left for the next command to handle
+	// (idleclose.go); parkFd is the duplicate of the backend socket in the
+	// parker's epoll set while the session is parked (-1 when none,
+	// guarded by the parker's mu).
+	hupBe  *backend
+	parkFd int
 	// txEnded is the error of a transaction the proxy ended while the
 	// pending command had no response to carry it (COM_STMT_CLOSE,
 	// COM_STMT_SEND_LONG_DATA): the next command that has a response
@@ -166,7 +173,7 @@ func (f *failure) Unwrap() error { return f.err }
 func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
 
 func newSession(s *Server, l *listener, c net.Conn) *session {
-	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, txPool: l.pooling == config.PoolingTransaction}
+	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, parkFd: -1, txPool: l.pooling == config.PoolingTransaction}
 	sess.log.s = sess
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil && raw.Control(func(fd uintptr) { sess.fd = int(fd) }) == nil {
@@ -215,6 +222,8 @@ func (s *session) run(login bool) {
 			return
 		}
 		s.rlog = s.newReplayLog()
+	} else if reason = s.afterIdle(); reason != "" {
+		return
 	}
 	reason = s.loop()
 }
