@@ -174,6 +174,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var stmtID uint32
 	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
+	trackSet := false  // a SET that may change the client's tracking settings (trackvars.go)
 	s.cls = classOther
 	s.cursorReq = false
 	switch cmd {
@@ -195,6 +196,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
 				}
+			}
+			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
+				s.rewritten = s.trk.rewriteTrackRefs(p[1:])
+				trackSet = s.cls == classSet
 			}
 			s.keepForLoss(p)
 			switch s.cls {
@@ -286,7 +291,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return ""
 	}
 	s.acquire()
-	err = s.relay(cmd, kind)
+	if trackSet {
+		err = s.relayTrackSet()
+	} else {
+		err = s.relay(cmd, kind)
+	}
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
@@ -401,6 +410,7 @@ func (s *session) afterReset() string {
 		s.log.Warn("re-enabling session tracking after COM_RESET_CONNECTION failed; the session will not be moved on a switchover", "err", err)
 		s.st.markOpaque("could not re-enable session tracking after COM_RESET_CONNECTION")
 	}
+	s.initTracking()
 	return ""
 }
 

@@ -62,7 +62,7 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 	if set {
 		q := trackingSQL
 		if o.restore {
-			q = s.st.replaySQL()
+			q = s.st.replaySQL() + s.trk.restoreSQL()
 		}
 		out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_QUERY}, q...))
 	}
@@ -458,6 +458,7 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		s.status = be.status
 		s.tracked = be.tracked
 		s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+		s.updateTrackFilter()
 		if !be.sameState {
 			s.applyRestored(be.restored)
 		}

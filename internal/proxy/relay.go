@@ -157,10 +157,14 @@ func (s *session) copyOK() (mysqlproto.Packet, error) {
 		return s.copyPacket()
 	}
 	s.trackOK(payload, s.cls, s.setText)
-	if !s.strip {
+	switch {
+	case s.strip:
+		s.okBuf = stripState(s.okBuf, payload)
+	case s.trkFilter:
+		s.okBuf = s.trk.filterState(s.okBuf, payload)
+	default:
 		return s.copyPacket()
 	}
-	s.okBuf = stripState(s.okBuf, payload)
 	var hdr [mysqlproto.HeaderSize]byte
 	mysqlproto.PutHeader(hdr[:], len(s.okBuf), h.Seq)
 	if _, err := s.cw.Write(hdr[:]); err != nil {

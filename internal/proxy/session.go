@@ -137,10 +137,12 @@ type session struct {
 	// Session state to rebuild on another backend (sessionstate.go,
 	// stmts.go).
 	st         sessState
-	tracked    bool     // the backend reports session state (CLIENT_SESSION_TRACK)
-	strip      bool     // remove session-state blocks from OKs for this client
-	cls        sqlClass // class of the command being relayed
-	setText    []byte   // text of the SET statement being relayed
+	tracked    bool           // the backend reports session state (CLIENT_SESSION_TRACK)
+	strip      bool           // remove session-state blocks from OKs for this client
+	trk        *trackSettings // the client's own tracking settings (trackvars.go); nil if unknown
+	trkFilter  bool           // filter session-state entries of OKs by trk
+	cls        sqlClass       // class of the command being relayed
+	setText    []byte         // text of the SET statement being relayed
 	stmts      map[uint32]*stmtInfo
 	xlate      bool       // some client statement id differs from its backend id
 	nextStmtID uint32     // last client id handed out while xlate
@@ -421,6 +423,7 @@ func (s *session) login() string {
 		s.snap = snap
 	}
 	s.setTracking(be, okPayload)
+	s.initTracking()
 	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
@@ -532,6 +535,7 @@ func errUnknown(msg string) *mysql.MyError {
 func (s *session) setTracking(be *backend, okPayload []byte) {
 	s.tracked = be.tracked
 	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+	s.updateTrackFilter()
 	s.status = be.status
 	if !be.tracked {
 		if st, ok := mysqlproto.OKStatus(okPayload); ok {
