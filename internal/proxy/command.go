@@ -190,11 +190,19 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
 				s.rewritten = nil
-				if s.diagLost && s.rlog == nil && mentions(p[1:], "row_count") {
-					s.rewritten = rewriteRowCount(p[1:], s.rowCount)
+				if s.diagLost && s.rlog == nil && readsDiagnostics(p[1:]) {
+					s.rewritten = rewriteDiagnostics(p[1:], s.rowCount, s.foundRows)
 				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
+				}
+			} else {
+				calc = s.cls == classSelect && calcFoundRows(p[1:])
+				if s.diagLost {
+					// The first statement after a move (movediag.go).
+					if merr := s.afterMove(p[1:], true); merr != nil {
+						return s.refuseCommand(merr)
+					}
 				}
 			}
 			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
@@ -241,6 +249,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				if merr := s.beforeStatement(stmt.text); merr != nil {
 					return s.refuseCommand(merr)
 				}
+			} else if cmd == mysql.COM_STMT_EXECUTE {
+				calc = stmt.class == classSelect && calcFoundRows(stmt.text)
+				if s.diagLost {
+					if merr := s.afterMove(stmt.text, false); merr != nil {
+						return s.refuseCommand(merr)
+					}
+				}
 			}
 		}
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
@@ -261,7 +276,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if s.rlog != nil {
 		long = s.recordBegin(cmd, payload, stmtID, stmt)
 	}
-	s.seq, s.in, s.out, s.lastOK, s.warned = 0, 0, 0, false, false
+	s.seq, s.in, s.out, s.lastOK, s.warned, s.results = 0, 0, 0, false, false, 0
 	var err error
 	plain := false
 	switch {
@@ -311,10 +326,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if s.rlog != nil {
 		s.recordEnd()
 	}
-	if s.txPool {
-		s.noteDiagnostics(calc)
-		s.ran = true
+	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE {
+		s.noteFoundRows(calc)
 	}
+	s.noteDiagnostics(calc)
+	s.ran = true
 	if s.lastOK {
 		switch {
 		case trackSchema:

@@ -62,7 +62,7 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 	if set {
 		q := trackingSQL
 		if o.restore {
-			q = s.st.replaySQL() + s.trk.restoreSQL()
+			q = s.st.replaySQL() + s.trk.restoreSQL() + s.insertIDSQL()
 		}
 		out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_QUERY}, q...))
 	}
@@ -459,6 +459,10 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		s.tracked = be.tracked
 		s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
 		s.updateTrackFilter()
+		if !s.txPool {
+			// The diagnostics stayed on the old connection (movediag.go).
+			s.diagLost = s.ran
+		}
 		if !be.sameState {
 			s.applyRestored(be.restored)
 		}

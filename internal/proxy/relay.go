@@ -94,18 +94,14 @@ func (s *session) endPacket(p mysqlproto.Packet) error {
 			return backendProtocol("malformed OK packet")
 		}
 		s.onOK(p.Payload, st)
-		if s.txPool {
-			s.noteOK(p.Payload)
-		}
+		s.noteOK(p.Payload)
 	case mysql.EOF_HEADER:
 		st, ok := s.terminatorStatus(p)
 		if !ok {
 			return backendProtocol("malformed EOF packet")
 		}
 		s.status, s.lastOK = st, true
-		if s.txPool {
-			s.noteTerminator(p.Payload)
-		}
+		s.noteTerminator(p.Payload)
 	case mysql.ERR_HEADER:
 		s.lastOK = false
 	default:
@@ -262,6 +258,7 @@ func (s *session) relayResults(infile bool) error {
 // SERVER_STATUS_CURSOR_EXISTS in the same EOF and then sends its rows
 // (MariaDB sql/protocol.cc Protocol::send_eof writes the session's status).
 func (s *session) relayResultSet(ncols uint64) (bool, error) {
+	s.rows = 0
 	for range ncols {
 		p, err := s.copyLogical()
 		if err != nil {
@@ -291,6 +288,7 @@ func (s *session) relayResultSet(ncols uint64) (bool, error) {
 			if s.rlog != nil {
 				s.rlog.breakTx("it opened a cursor")
 			}
+			s.rows, s.results = -1, s.results+1 // FOUND_ROWS(): unknown
 			s.lastOK = true
 			return false, nil
 		}
@@ -328,16 +326,16 @@ func (s *session) relayRows() (bool, error) {
 			s.lastOK = false
 			return false, nil
 		case mysql.EOF_HEADER:
+			s.results++
 			st, ok := s.terminatorStatus(p)
 			if !ok {
 				return false, backendProtocol("malformed result set terminator")
 			}
 			s.status, s.lastOK = st, true
-			if s.txPool {
-				s.noteTerminator(p.Payload)
-			}
+			s.noteTerminator(p.Payload)
 			return st&mysql.SERVER_MORE_RESULTS_EXISTS != 0, nil
 		}
+		s.rows++
 	}
 }
 

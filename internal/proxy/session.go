@@ -96,6 +96,15 @@ type session struct {
 	// on another connection (txpool.go); nil otherwise.
 	rowCount  int64
 	rewritten []byte
+	// foundRows is FOUND_ROWS() after the session's last statement that
+	// returned a result set (-1 when unknown: SQL_CALC_FOUND_ROWS, a
+	// cursor), rows the rows relayed of the result set being relayed,
+	// results the result sets the command ended (movediag.go); lastDiag:
+	// the last statement left warnings or an error.
+	foundRows int64
+	rows      int64
+	results   int
+	lastDiag  bool
 	shut      bool // shutdown closed the client: the session must not park
 	// killed is set (from the killer's goroutine, kill.go) before the
 	// proxy kills the session's backend thread.
