@@ -66,8 +66,8 @@ func fdPeerClosed(fd int, buf *[1]byte) bool {
 // packet on and returns closeBackendIdle; otherwise "" (the session goes
 // on, and its next command finds the connection closed).
 func (s *session) afterIdle() string {
+	// A KILL through the proxy (kill.go) ends the session its own way.
 	if !s.watchBackend() || s.killed.Load() || !s.peerGone(s.be) {
-		// A KILL through the proxy (kill.go) ends the session its own way.
 		return ""
 	}
 	be := s.be
