@@ -207,7 +207,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			}
 			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
 				s.rewritten = s.trk.rewriteTrackRefs(p[1:])
-				trackSet = s.cls == classSet
+				// Transaction replay hashes results as relayed: its
+				// SETs of tracking variables keep the old way (the
+				// session is then not movable).
+				trackSet = s.cls == classSet && s.rlog == nil
 			}
 			s.keepForLoss(p)
 			switch s.cls {

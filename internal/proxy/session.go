@@ -150,6 +150,7 @@ type session struct {
 	strip      bool           // remove session-state blocks from OKs for this client
 	trk        *trackSettings // the client's own tracking settings (trackvars.go); nil if unknown
 	trkFilter  bool           // filter session-state entries of OKs by trk
+	inTrackSet bool           // relayTrackSet is recording its SET's OK
 	cls        sqlClass       // class of the command being relayed
 	setText    []byte         // text of the SET statement being relayed
 	stmts      map[uint32]*stmtInfo

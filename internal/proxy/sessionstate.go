@@ -134,9 +134,9 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 			case cls == classSetStmt:
 				// SET STATEMENT ... FOR reports the per-statement values.
 			case trackingVar(name):
-				if cls != classSet && !s.trackingValue(name, value) {
-					// A client's SET is followed by relayTrackSet
-					// (trackvars.go); anything else cannot be.
+				if !s.inTrackSet && !s.trackingValue(name, value) {
+					// A client's SET relayed by relayTrackSet
+					// (trackvars.go) is undone; anything else is not.
 					s.st.markOpaque("changed the session tracking variable " + name)
 				}
 			case cls == classSetTx && (strings.HasPrefix(name, "tx_") || strings.HasPrefix(name, "transaction_")):

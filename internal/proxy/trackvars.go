@@ -246,7 +246,9 @@ func (s *session) relayTrackSet() error {
 		return backendProtocol("malformed OK packet")
 	}
 	if st&mysql.SERVER_SESSION_STATE_CHANGED != 0 && s.tracked {
+		s.inTrackSet = true
 		s.trackOK(payload, s.cls, s.setText)
+		s.inTrackSet = false
 	}
 	prev := s.trk
 	if st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 && s.tracked {
@@ -282,9 +284,14 @@ func (s *session) relayTrackSet() error {
 	s.out += mysqlproto.HeaderSize + len(out)
 	s.onOK(out, st)
 	if st&mysql.SERVER_MORE_RESULTS_EXISTS != 0 {
-		// A multi-statement: the rest as usual (its settings are read
-		// back at the next such SET).
-		return s.relayResults(true)
+		// A multi-statement: the rest as usual, then the settings are
+		// read back (its first OK was filtered by the old ones).
+		if err := s.relayResults(true); err != nil {
+			return err
+		}
+		if s.tracked {
+			s.retrack()
+		}
 	}
 	return nil
 }
