@@ -472,10 +472,16 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 	first, _ := firstWord(q[skipSpace(q):])
 	sel := eqFold(first, "select")
 	var out []byte
-	last := 0
+	last, depth := 0, 0
 	for i := 0; i < len(q); i++ {
 		c := q[i]
 		switch c {
+		case '(':
+			depth++
+			continue
+		case ')':
+			depth--
+			continue
 		case '\'', '"', '`':
 			j := i + 1
 			for j < len(q) && q[j] != c {
@@ -524,7 +530,7 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 		}
 		out = append(out, q[last:start]...)
 		out = append(out, ts.literal(tv)...)
-		if sel && itemEnds(q[j:]) {
+		if sel && depth == 0 && itemEnds(q[j:]) {
 			out = append(out, " AS `"...)
 			out = append(out, bytes.ReplaceAll(q[start:j], []byte("`"), []byte("``"))...)
 			out = append(out, '`')
@@ -578,6 +584,7 @@ func (ts *trackSettings) rewriteShow(q []byte) []byte {
 	rest = bytes.TrimRight(rest, " \t\r\n;")
 	rest = rest[skipSpace(rest):]
 	w, tail := firstWord(rest)
+	tail = tail[skipSpace(tail):]
 	var cond string
 	switch {
 	case eqFold(w, "like"):
