@@ -334,6 +334,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.noteDiagnostics(calc)
 	s.ran = true
+	if s.retracked {
+		s.diagLost, s.retracked = true, false
+	}
 	if s.lastOK {
 		switch {
 		case trackSchema:

@@ -79,7 +79,7 @@ func (s *session) afterMove(q []byte, text bool) *mysql.MyError {
 				return nil
 			}
 		}
-		return errUnknown(fmt.Sprintf("switchyard: the session moved to %s before this statement, and ROW_COUNT() and FOUND_ROWS() read the previous statement's result on the old connection; "+
+		return errUnknown(fmt.Sprintf("switchyard: ROW_COUNT() and FOUND_ROWS() read the previous statement's result, which is not on this session's backend connection (the session moved to %s, or the proxy ran a statement there to follow a change of session tracking); "+
 			"the proxy answers only SELECT ROW_COUNT() / FOUND_ROWS() [[AS] alias][, ...] itself, and FOUND_ROWS() not after SQL_CALC_FOUND_ROWS: run the statement again", nodeName(s.be)))
 	case s.lastDiag && readsWarnings(q):
 		return errUnknown(fmt.Sprintf("switchyard: the session moved to %s before this statement; the warnings and errors of the previous statement stayed on the old connection", nodeName(s.be)))

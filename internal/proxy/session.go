@@ -151,6 +151,7 @@ type session struct {
 	trk        *trackSettings // the client's own tracking settings (trackvars.go); nil if unknown
 	trkFilter  bool           // filter session-state entries of OKs by trk
 	inTrackSet bool           // relayTrackSet is recording its SET's OK
+	retracked  bool           // the proxy ran statements of its own after the command (retrack)
 	cls        sqlClass       // class of the command being relayed
 	setText    []byte         // text of the SET statement being relayed
 	stmts      map[uint32]*stmtInfo

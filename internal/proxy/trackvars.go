@@ -316,6 +316,9 @@ func (s *session) retrack() {
 	}
 	if err == nil {
 		_, err = s.backendRow(retrackSQL)
+		// The proxy's SELECT replaced the connection's FOUND_ROWS():
+		// the next statement reads the session's own (movediag.go).
+		s.retracked = true
 	}
 	if err != nil {
 		s.log.Warn("restoring session tracking after the client changed it failed; the session will not be moved on a switchover", "err", err)

@@ -102,7 +102,7 @@ func (s *session) noteDiagnostics(calc bool) {
 func (s *session) checkedOut(be *backend) {
 	s.returned = false
 	s.idRestore = s.idRestore || !be.sameState
-	s.diagLost = !be.sameState && s.ran
+	s.diagLost = s.diagLost || (!be.sameState && s.ran) // or the proxy ran a statement there (retrack)
 }
 
 // readsDiagnostics reports whether q reads the previous statement's
