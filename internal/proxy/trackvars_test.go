@@ -81,7 +81,7 @@ func (rc *rawConn) shape(q string) string {
 // CLIENT_SESSION_TRACK, mariadb-connector-nodejs keeps `USE otherdb`'s
 // schema only when the OK carries what its settings ask for).
 func TestClientSeesOwnTrackingSettings(t *testing.T) {
-	h := newHarness(t, nil)
+	h := txHarness(t, 0)
 	stmts := []string{
 		"SELECT @@session.session_track_system_variables, @@session.session_track_state_change",
 		"SELECT @@session_track_schema AS s, @@local.session_track_transaction_info, 1",
@@ -107,10 +107,17 @@ func TestClientSeesOwnTrackingSettings(t *testing.T) {
 		"USE sbtest",
 		"SHOW VARIABLES LIKE 'session_track_s%'",
 	}
-	for _, caps := range []uint32{0, mysql.CLIENT_SESSION_TRACK, mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF} {
-		t.Run(fmt.Sprintf("caps_%x", caps), func(t *testing.T) {
+	for _, c := range []struct {
+		listener string
+		caps     uint32
+	}{
+		{"rw", 0}, {"rw", mysql.CLIENT_SESSION_TRACK}, {"rw", mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF},
+		{"rwtx", mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF},
+	} {
+		caps := c.caps
+		t.Run(fmt.Sprintf("%s/caps_%x", c.listener, caps), func(t *testing.T) {
 			var got [2][]string
-			for i, addr := range []string{h.c.Nodes[0].Address, h.srv.ListenerAddr("rw")} {
+			for i, addr := range []string{h.c.Nodes[0].Address, h.srv.ListenerAddr(c.listener)} {
 				rc, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "sbtest", caps, "")
 				if err != nil {
 					t.Fatal(err)
