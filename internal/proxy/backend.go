@@ -49,8 +49,12 @@ type backend struct {
 	owner     uint32 // id of the session whose state the connection has (0: none)
 	epoch     int64  // cluster epoch when opened or last taken
 	sameState bool   // taken by the session that used it last: its state is there
-	inPool    bool
-	idleAt    time.Time
+	// setupWarned: the statements that set the connection up for its
+	// session (setupBackend) left warnings, which SHOW WARNINGS would show
+	// the session (movediag.go).
+	setupWarned bool
+	inPool      bool
+	idleAt      time.Time
 }
 
 // reader returns the io.Reader responses are read from: the connection,

@@ -82,6 +82,7 @@ func (s *session) changeUser() string {
 	s.dropStmts()
 	s.st.reset()
 	s.setTracking(be, okPayload)
+	s.initTracking()
 	s.srv.setOwner(s, s.user)
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone

@@ -17,7 +17,11 @@
 // parks: its socket goes into the server's epoll set and its goroutine ends;
 // the next readable event (a command, the client's close) or shutdown
 // resumes it in a new goroutine with its backend and state. An idle client
-// then costs its session struct and sockets, about 4 KB in all.
+// then costs its session struct and sockets, about 4 KB in all. With
+// session pooling the idle session's backend socket is watched too: when its
+// server closes it (wait_timeout, KILL) while the node stays healthy and
+// routed, the client's socket is closed as a direct client's would be
+// (idleclose.go).
 //
 // Routing. A listener of role "primary" sends sessions to the cluster's
 // current ClusterState.Primary; one of role "replica" round-robins new
@@ -27,7 +31,10 @@
 // session whose backend is no longer a valid route moves to the new route at
 // its next command if it is idle, keeping its session state (migrate.go:
 // default schema, charset, every system variable it set, literal user
-// variables and prepared statements, rebuilt from session tracking), or
+// variables, prepared statements and LAST_INSERT_ID(), rebuilt from session
+// tracking; ROW_COUNT(), FOUND_ROWS() and warnings are answered or refused
+// right after, movediag.go; the client's own session-tracking settings are
+// kept apart from the proxy's, trackvars.go), or
 // gets one ERR and is closed when its state cannot be rebuilt (temporary
 // tables, GET_LOCK, ...). A session in a transaction on a primary listener
 // gets one ERR saying its transaction was rolled back and continues. Idle

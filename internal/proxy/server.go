@@ -104,7 +104,10 @@ type Server struct {
 	parker    idleParker // idle sessions without a goroutine (idlepark.go)
 	clientIns sync.Pool  // *clientIn (clientReadBuf bytes)
 	readers   sync.Pool  // *bufio.Reader of backendReadBuf bytes
-	writers   sync.Pool  // *bufio.Writer of clientWriteBuf bytes
+	// trackDefaults are the nodes' global session-tracking settings (a
+	// client's defaults, trackvars.go), by cluster + "/" + node.
+	trackDefaults sync.Map
+	writers       sync.Pool // *bufio.Writer of clientWriteBuf bytes
 }
 
 // listener is one client-facing endpoint.
