@@ -1,0 +1,93 @@
+package mysqlproto
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha1"
+	"crypto/x509"
+	"encoding/pem"
+	"testing"
+)
+
+func TestEd25519SignVerify(t *testing.T) {
+	pub := Ed25519PublicKey("secret")
+	s := FormatEd25519Key(pub)
+	if len(s) != 43 {
+		t.Fatalf("key %q: %d characters, want 43", s, len(s))
+	}
+	back, err := ParseEd25519Key(s)
+	if err != nil || !bytes.Equal(back, pub) {
+		t.Fatalf("ParseEd25519Key(%q) = %x, %v", s, back, err)
+	}
+	nonce, err := NewEd25519Nonce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := Ed25519Sign("secret", nonce)
+	if !Ed25519Verify(pub, nonce, sig) {
+		t.Fatal("signature of the right password does not verify")
+	}
+	if Ed25519Verify(pub, nonce, Ed25519Sign("Secret", nonce)) {
+		t.Fatal("signature of a wrong password verifies")
+	}
+	other := append([]byte(nil), nonce...)
+	other[0] ^= 1
+	if Ed25519Verify(pub, other, sig) {
+		t.Fatal("signature verifies for another nonce")
+	}
+	if Ed25519Verify(pub, nonce, sig[:63]) {
+		t.Fatal("a short signature verifies")
+	}
+}
+
+func TestParseEd25519KeyRejects(t *testing.T) {
+	for _, s := range []string{"", "*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19", "abc", "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"} {
+		if _, err := ParseEd25519Key(s); err == nil {
+			t.Errorf("ParseEd25519Key(%q) accepted", s)
+		}
+	}
+}
+
+func TestSHA2FastPath(t *testing.T) {
+	scramble, _ := NewScramble(ScrambleLen)
+	v := SHA2Verifier("pw")
+	if !SHA2VerifyFast(scramble, SHA2Token(scramble, "pw"), v) {
+		t.Fatal("right password refused")
+	}
+	if SHA2VerifyFast(scramble, SHA2Token(scramble, "pW"), v) {
+		t.Fatal("wrong password accepted")
+	}
+	if SHA2VerifyFast(scramble, nil, v) {
+		t.Fatal("empty token accepted")
+	}
+}
+
+func TestRSAPasswordRoundTrip(t *testing.T) {
+	k, err := NewRSAKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(k.PEM)
+	pubAny, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scramble, _ := NewScramble(ScrambleLen)
+	// What a client sends (go-sql-driver encryptPassword, libmysqlclient).
+	plain := append([]byte("a long password, longer than the 20-byte scramble"), 0)
+	for i := range plain {
+		plain[i] ^= scramble[i%len(scramble)]
+	}
+	enc, err := rsa.EncryptOAEP(sha1.New(), rand.Reader, pubAny.(*rsa.PublicKey), plain, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := k.DecryptPassword(scramble, enc)
+	if err != nil || pw != "a long password, longer than the 20-byte scramble" {
+		t.Fatalf("DecryptPassword = %q, %v", pw, err)
+	}
+	if _, err := k.DecryptPassword(scramble, enc[1:]); err == nil {
+		t.Fatal("a damaged ciphertext decrypted")
+	}
+}
