@@ -179,8 +179,10 @@ type User struct {
 	// SHA256(SHA256(password)), known from a plaintext source or cached
 	// after the first full authentication, which sends the password in
 	// clear over TLS or RSA-encrypted with proxy.rsa_key_file's key). A
-	// client that answers the greeting with caching_sha2_password is served
-	// with it whatever this says. Backend logins use whatever plugin the
+	// client that answers the greeting with caching_sha2_password logs into
+	// a mysql_native_password user by its fast path when the proxy knows
+	// the verifier, and is switched to mysql_native_password otherwise.
+	// Backend logins use whatever plugin the
 	// backend asks for (mysql_native_password or client_ed25519).
 	// Type: string (mysql_native_password|ed25519|caching_sha2_password). Default: "mysql_native_password".
 	AuthPlugin string `yaml:"auth_plugin"`

@@ -47,7 +47,7 @@ var ErrBadEd25519Key = errors.New("mysqlproto: ed25519 public key must be 43 cha
 // MariaDB's ed25519_password() and CREATE USER ... IDENTIFIED VIA ed25519
 // USING PASSWORD('...') compute it.
 func Ed25519PublicKey(password string) ed25519.PublicKey {
-	az := sha512.Sum512([]byte(password))
+	az := Ed25519Secret(password)
 	a, err := edwards25519.NewScalar().SetBytesWithClamping(az[:32])
 	if err != nil { // cannot happen: the input is 32 bytes
 		panic(err)
@@ -81,15 +81,21 @@ func ParseEd25519Key(s string) (ed25519.PublicKey, error) {
 	return ed25519.PublicKey(b), nil
 }
 
-// Ed25519Sign answers a client_ed25519 challenge (the server's nonce) for
-// password: the 64-byte signature MariaDB's client plugin sends.
-func Ed25519Sign(password string, nonce []byte) []byte {
-	az := sha512.Sum512([]byte(password))
-	a, _ := edwards25519.NewScalar().SetBytesWithClamping(az[:32])
+// Ed25519Secret returns SHA-512(password), all that signing a
+// client_ed25519 challenge needs (it is as secret as the password).
+func Ed25519Secret(password string) [64]byte {
+	return sha512.Sum512([]byte(password))
+}
+
+// Ed25519Sign answers a client_ed25519 challenge (the server's nonce) with
+// the secret of Ed25519Secret: the 64-byte signature MariaDB's client plugin
+// sends.
+func Ed25519Sign(secret *[64]byte, nonce []byte) []byte {
+	a, _ := edwards25519.NewScalar().SetBytesWithClamping(secret[:32])
 	pub := new(edwards25519.Point).ScalarBaseMult(a).Bytes()
 
 	h := sha512.New()
-	h.Write(az[32:])
+	h.Write(secret[32:])
 	h.Write(nonce)
 	r, _ := edwards25519.NewScalar().SetUniformBytes(h.Sum(nil))
 	R := new(edwards25519.Point).ScalarBaseMult(r).Bytes()
@@ -124,4 +130,14 @@ func NewEd25519Nonce() ([]byte, error) {
 		b[len(b)-1] = 1
 	}
 	return b, nil
+}
+
+// AppendEd25519Switch appends the AuthSwitchRequest to client_ed25519 with
+// nonce: unlike mysql_native_password's, the data has no trailing NUL (the
+// client signs every byte after the plugin name's terminator).
+func AppendEd25519Switch(b []byte, nonce []byte) []byte {
+	b = append(b, 0xfe)
+	b = append(b, PluginEd25519...)
+	b = append(b, 0)
+	return append(b, nonce...)
 }

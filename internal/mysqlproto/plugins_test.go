@@ -24,11 +24,12 @@ func TestEd25519SignVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig := Ed25519Sign("secret", nonce)
+	sec, wrong := Ed25519Secret("secret"), Ed25519Secret("Secret")
+	sig := Ed25519Sign(&sec, nonce)
 	if !Ed25519Verify(pub, nonce, sig) {
 		t.Fatal("signature of the right password does not verify")
 	}
-	if Ed25519Verify(pub, nonce, Ed25519Sign("Secret", nonce)) {
+	if Ed25519Verify(pub, nonce, Ed25519Sign(&wrong, nonce)) {
 		t.Fatal("signature of a wrong password verifies")
 	}
 	other := append([]byte(nil), nonce...)
