@@ -584,8 +584,9 @@ type ProxyConfig struct {
 // mysql_native_password pass through (the proxy learns SHA1(password) from
 // each login, as with users[].password_hash); ed25519 accounts and other
 // plugins (unix_socket, gssapi, pam, caching_sha2_password) are refused
-// with error 1251 naming the plugin, locked accounts, roles and anonymous
-// accounts are ignored. Host patterns are matched against the client's
+// with error 1251 naming the plugin; roles and anonymous accounts are
+// ignored (a locked account gets the server's own error 4151 from the
+// backend login). Host patterns are matched against the client's
 // address (see README, Authentication).
 type BackendAccounts struct {
 	// Enabled turns pass-through on.

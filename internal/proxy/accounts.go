@@ -149,6 +149,13 @@ func (s *Server) passThrough(cluster, name, ip string) *userEntry {
 	return ca.find(name, ip)
 }
 
+// loaded returns when the accounts were last read (zero: never).
+func (ca *clusterAccounts) loaded() time.Time {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	return ca.loadedAt
+}
+
 // find returns the first account named name whose host pattern matches ip.
 func (ca *clusterAccounts) find(name, ip string) *userEntry {
 	ca.mu.Lock()
@@ -182,8 +189,10 @@ func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
 		ca.inflight, ca.started = ch, time.Now()
 		go func() {
 			tab, from, err := s.readAccounts(ca.cluster, rc)
+			var changed map[string]bool
 			ca.mu.Lock()
 			if err == nil {
+				changed = changedAccounts(ca.byName, tab)
 				ca.byName = mergeAccounts(tab, ca.byName)
 				ca.loadedAt = time.Now()
 			}
@@ -198,6 +207,12 @@ func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
 				s.accounts.loads.WithLabelValues(ca.cluster, "error").Inc()
 				s.log.Warn("backend accounts: read failed; keeping the accounts read before", "cluster", ca.cluster, "err", err)
 				return
+			}
+			if len(changed) > 0 {
+				// Idle pooled connections of dropped accounts, or of
+				// accounts whose password changed, would let their
+				// next login skip the server's check.
+				s.closeIdle(func(be *backend) bool { return be.t.cluster == ca.cluster && changed[be.key.user] })
 			}
 			s.accounts.loads.WithLabelValues(ca.cluster, "ok").Inc()
 			s.accounts.loaded.WithLabelValues(ca.cluster).Set(float64(n))
@@ -214,16 +229,16 @@ func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
 
 // Reading the accounts. On MariaDB ≥ 10.4 mysql.global_priv holds each
 // account's plugin and authentication_string in its JSON Priv column
-// (mysql.user is a view over it); roles, locked and anonymous accounts are
-// left out. MySQL keeps them in mysql.user (not tested here: there is no
+// (mysql.user is a view over it); roles and anonymous accounts are left
+// out. A locked account is kept: the proxy checks its password and the
+// server refuses the backend login with its own error 4151, as it answers
+// a direct login. MySQL keeps them in mysql.user (not tested here: there is no
 // MySQL server package on the development machines).
 const (
 	accountsQueryMariaDB = "SELECT User, Host, IFNULL(JSON_VALUE(Priv, '$.plugin'), ''), " +
 		"IFNULL(JSON_VALUE(Priv, '$.authentication_string'), '') FROM mysql.global_priv " +
-		"WHERE User <> '' AND IFNULL(JSON_VALUE(Priv, '$.is_role'), 'false') <> 'true' " +
-		"AND IFNULL(JSON_VALUE(Priv, '$.account_locked'), 'false') <> 'true'"
-	accountsQueryMySQL = "SELECT User, Host, plugin, authentication_string FROM mysql.user " +
-		"WHERE User <> '' AND account_locked <> 'Y'"
+		"WHERE User <> '' AND IFNULL(JSON_VALUE(Priv, '$.is_role'), '0') NOT IN ('1', 'true')"
+	accountsQueryMySQL = "SELECT User, Host, plugin, authentication_string FROM mysql.user WHERE User <> ''"
 )
 
 // readAccounts reads the cluster's accounts from its primary, else from
@@ -343,6 +358,25 @@ func mergeAccounts(tab, prev map[string][]*userEntry) map[string][]*userEntry {
 		}
 	}
 	return tab
+}
+
+// changedAccounts returns the names of prev whose accounts are gone from
+// tab or differ there (host, hash, plugin).
+func changedAccounts(prev, tab map[string][]*userEntry) map[string]bool {
+	out := map[string]bool{}
+	for name, old := range prev {
+		now := tab[name]
+		if len(now) != len(old) {
+			out[name] = true
+			continue
+		}
+		for i := range old {
+			if old[i].host != now[i].host || old[i].stage2 != now[i].stage2 || old[i].empty != now[i].empty || old[i].unsupported != now[i].unsupported {
+				out[name] = true
+			}
+		}
+	}
+	return out
 }
 
 // hostRank orders host patterns as MariaDB does (sql_acl.cc get_sort): an
