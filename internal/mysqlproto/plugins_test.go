@@ -92,3 +92,28 @@ func TestRSAPasswordRoundTrip(t *testing.T) {
 		t.Fatal("a damaged ciphertext decrypted")
 	}
 }
+
+// FuzzParseEd25519Key: any input either fails or round-trips to the same
+// 43-character form.
+func FuzzParseEd25519Key(f *testing.F) {
+	f.Add("ZIgUREUg5PVgQ6LskhXmO+eZLS0nC8be6HPjYWR4YJY")
+	f.Add("ZIgUREUg5PVgQ6LskhXmO+eZLS0nC8be6HPjYWR4YJY=")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseEd25519Key(s)
+		if err != nil {
+			return
+		}
+		if back, err := ParseEd25519Key(FormatEd25519Key(k)); err != nil || !bytes.Equal(back, k) {
+			t.Fatalf("%q: round trip %x, %v", s, back, err)
+		}
+	})
+}
+
+// The key MariaDB 10.11 stored for CREATE USER ... IDENTIFIED VIA ed25519
+// USING PASSWORD('secret') (mysql.global_priv authentication_string).
+func TestEd25519KeyAsMariaDBStoresIt(t *testing.T) {
+	if got := FormatEd25519Key(Ed25519PublicKey("secret")); got != "ZIgUREUg5PVgQ6LskhXmO+eZLS0nC8be6HPjYWR4YJY" {
+		t.Fatalf("public key of 'secret' = %s", got)
+	}
+}

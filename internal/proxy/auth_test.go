@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	gmysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -126,6 +128,28 @@ func TestAuthPluginsRealClients(t *testing.T) {
 	}
 	if out, err := cli(t, bin, ro, "edu", "wrong", "-e", "SELECT 1"); err == nil || !strings.Contains(out, "ERROR 1045 (28000): "+serverText) {
 		t.Fatalf("ed25519 mariadb client, wrong password: %q, %v", out, err)
+	}
+
+	// COM_CHANGE_USER to the ed25519 user: switched to client_ed25519
+	// with a fresh nonce, the signature checked, the backend logged in.
+	raw, err := dialRaw(t, rw, h.c.AppUser, h.c.AppPassword, "", gmysql.CLIENT_DEPRECATE_EOF, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	cu := mysqlproto.ChangeUser{User: "edu", AuthResponse: mysqlproto.NativeToken(raw.scramble, mysqlproto.NativeStage1(edPW)),
+		Charset: 45, AuthPlugin: gmysql.AUTH_NATIVE_PASSWORD}
+	raw.write(0, mysqlproto.AppendChangeUser(nil, &cu, raw.caps))
+	sw := raw.next()
+	prefix := append([]byte{0xfe}, mysqlproto.PluginEd25519+"\x00"...)
+	if !bytes.HasPrefix(sw, prefix) || len(sw) != len(prefix)+mysqlproto.Ed25519NonceLen {
+		t.Fatalf("COM_CHANGE_USER to an ed25519 user: %s, want a switch to client_ed25519 with a 32-byte nonce", describe(sw))
+	}
+	key := mysqlproto.Ed25519Secret(edPW)
+	raw.write(2, mysqlproto.Ed25519Sign(&key, sw[len(prefix):]))
+	raw.expectOK()
+	if rows := raw.query("SELECT CURRENT_USER()"); rows[0][0] != "edu@%" {
+		t.Fatalf("after COM_CHANGE_USER: %v", rows)
 	}
 
 	// caching_sha2_password, only the mysql_native_password hash known:
