@@ -117,3 +117,56 @@ func TestEd25519KeyAsMariaDBStoresIt(t *testing.T) {
 		t.Fatalf("public key of 'secret' = %s", got)
 	}
 }
+
+// BenchmarkAuthCheck: the CPU one login costs the proxy per plugin (the
+// check of a client's answer, and the answer to a backend's challenge).
+func BenchmarkAuthCheck(b *testing.B) {
+	scramble, _ := NewScramble(ScrambleLen)
+	nonce, _ := NewEd25519Nonce()
+	s1 := NativeStage1("pw")
+	s2 := NativeStage2(s1)
+	tok := NativeToken(scramble, s1)
+	pub := Ed25519PublicKey("pw")
+	sec := Ed25519Secret("pw")
+	sig := Ed25519Sign(&sec, nonce)
+	v := SHA2Verifier("pw")
+	sha := SHA2Token(scramble, "pw")
+	b.Run("native_verify", func(b *testing.B) {
+		for b.Loop() {
+			VerifyNative(scramble, tok, s2)
+		}
+	})
+	b.Run("ed25519_verify", func(b *testing.B) {
+		for b.Loop() {
+			Ed25519Verify(pub, nonce, sig)
+		}
+	})
+	b.Run("ed25519_sign_backend", func(b *testing.B) {
+		for b.Loop() {
+			Ed25519Sign(&sec, nonce)
+		}
+	})
+	b.Run("sha2_fast_verify", func(b *testing.B) {
+		for b.Loop() {
+			SHA2VerifyFast(scramble, sha, v)
+		}
+	})
+	key, err := NewRSAKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	blk, _ := pem.Decode(key.PEM)
+	pubAny, _ := x509.ParsePKIXPublicKey(blk.Bytes)
+	plain := []byte("pw\x00")
+	for i := range plain {
+		plain[i] ^= scramble[i%len(scramble)]
+	}
+	enc, _ := rsa.EncryptOAEP(sha1.New(), rand.Reader, pubAny.(*rsa.PublicKey), plain, nil)
+	b.Run("sha2_full_rsa_decrypt", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := key.DecryptPassword(scramble, enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
