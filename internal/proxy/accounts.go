@@ -187,8 +187,21 @@ func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
 		}
 		ch = make(chan struct{})
 		ca.inflight, ca.started = ch, time.Now()
+		// Callers run in a session (Close waits for them before s.bg) or
+		// in the refresh loop (in s.bg): the Add never races the Wait.
+		s.bg.Add(1)
 		go func() {
-			tab, from, err := s.readAccounts(ca.cluster, rc)
+			defer s.bg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				select {
+				case <-s.closing:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			tab, from, err := s.readAccounts(ctx, ca.cluster, rc)
 			var changed map[string]bool
 			ca.mu.Lock()
 			if err == nil {
@@ -205,6 +218,9 @@ func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
 			close(ch)
 			if err != nil {
 				s.accounts.loads.WithLabelValues(ca.cluster, "error").Inc()
+				if ctx.Err() != nil {
+					return // the proxy is closing
+				}
 				s.log.Warn("backend accounts: read failed; keeping the accounts read before", "cluster", ca.cluster, "err", err)
 				return
 			}
@@ -243,7 +259,7 @@ const (
 
 // readAccounts reads the cluster's accounts from its primary, else from
 // the first node that answers. It returns them by name and the node read.
-func (s *Server) readAccounts(cluster string, rc *runtimeConfig) (map[string][]*userEntry, string, error) {
+func (s *Server) readAccounts(ctx context.Context, cluster string, rc *runtimeConfig) (map[string][]*userEntry, string, error) {
 	cfg := s.cfg.Load()
 	cl := cfg.Cluster(cluster)
 	if cl == nil {
@@ -271,11 +287,14 @@ func (s *Server) readAccounts(cluster string, rc *runtimeConfig) (map[string][]*
 	var errs []error
 	tried := map[string]bool{}
 	for _, t := range order {
+		if ctx.Err() != nil {
+			break
+		}
 		if t == nil || t.addr == "" || tried[t.addr] {
 			continue
 		}
 		tried[t.addr] = true
-		tab, err := queryAccounts(t.addr, cred.User, pw, query, rc.connectTimeout)
+		tab, err := queryAccounts(ctx, t.addr, cred.User, pw, query, rc.connectTimeout)
 		if err == nil {
 			return tab, t.node, nil
 		}
@@ -287,7 +306,7 @@ func (s *Server) readAccounts(cluster string, rc *runtimeConfig) (map[string][]*
 	return nil, "", errors.Join(errs...)
 }
 
-func queryAccounts(addr, user, pw, query string, timeout time.Duration) (map[string][]*userEntry, error) {
+func queryAccounts(ctx context.Context, addr, user, pw, query string, timeout time.Duration) (map[string][]*userEntry, error) {
 	mc := mysql.NewConfig()
 	mc.User, mc.Passwd, mc.Net, mc.Addr = user, pw, "tcp", addr
 	mc.Timeout, mc.ReadTimeout, mc.WriteTimeout = timeout, 5*time.Second, 5*time.Second
@@ -297,7 +316,7 @@ func queryAccounts(addr, user, pw, query string, timeout time.Duration) (map[str
 	}
 	db := sql.OpenDB(conn)
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 	defer cancel()
 	rows, err := db.QueryContext(ctx, query)
 	if err != nil {
