@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -58,8 +59,13 @@ func (a *authState) rsaKey() (*mysqlproto.RSAKey, error) {
 }
 
 // onTLS reports whether the client connection is encrypted: caching_sha2
-// full authentication takes the password in clear only then.
-func (s *session) onTLS() bool { return false }
+// full authentication takes the password in clear only then. The proxy
+// does not offer TLS yet, so this is false until the client connection is
+// a *tls.Conn.
+func (s *session) onTLS() bool {
+	_, ok := s.client.(*tls.Conn)
+	return ok
+}
 
 // clientAuth is what a successful authentication gives the session.
 type clientAuth struct {
