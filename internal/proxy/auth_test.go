@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -178,6 +180,7 @@ func TestAuthPluginsRealClients(t *testing.T) {
 	if out, err := cli(t, bin, rw, "shau", shaPW, "-e", "SELECT CURRENT_USER()"); err != nil || out != "shau@%" {
 		t.Fatalf("caching_sha2_password mariadb client, full authentication (RSA): %q, %v", out, err)
 	}
+	sha2ClearWithoutTLS(t, rw, "shau", shaPW)
 	if out, err := cli(t, bin, rw, "shap", "wrong", "-e", "SELECT 1"); err == nil || !strings.Contains(out, "ERROR 1045 (28000)") {
 		t.Fatalf("caching_sha2_password mariadb client, wrong password: %q, %v", out, err)
 	}
@@ -319,4 +322,45 @@ func netipMust(t *testing.T, s string) netip.Addr {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// sha2ClearWithoutTLS answers caching_sha2_password's full authentication
+// with the password in clear on a connection without TLS, and expects the
+// proxy to refuse it (1045), as a MySQL server does.
+func sha2ClearWithoutTLS(t *testing.T, addr, user, pw string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(c)
+	p, _, err := mysqlproto.ReadPacket(r, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := mysqlproto.ParseHandshake(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := uint32(rawCaps) & g.Capabilities
+	send := func(seq byte, payload []byte) {
+		b, _ := mysqlproto.AppendPacket(nil, seq, payload)
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrongToken := mysqlproto.SHA2Token(g.Scramble, pw+"-not") // forces full authentication
+	send(1, mysqlproto.AppendHandshakeResponse(nil, &mysqlproto.HandshakeResponse{Capabilities: caps, MaxPacketSize: 1 << 24,
+		Charset: 45, User: user, AuthResponse: wrongToken, AuthPlugin: mysqlproto.PluginCachingSHA2}))
+	p, seq, err := mysqlproto.ReadPacket(r, nil, 0)
+	if err != nil || !bytes.Equal(p, []byte{0x01, mysqlproto.SHA2FullAuth}) {
+		t.Fatalf("caching_sha2_password: %x, %v; want a full-authentication request (01 04)", p, err)
+	}
+	send(seq+1, append([]byte(pw), 0))
+	p, _, err = mysqlproto.ReadPacket(r, nil, 0)
+	if err != nil || p[0] != gmysql.ERR_HEADER || mysqlproto.ParseERR(p).Code != gmysql.ER_ACCESS_DENIED_ERROR {
+		t.Fatalf("password in clear without TLS: %x, %v; want error 1045", p, err)
+	}
 }
