@@ -189,11 +189,14 @@ func TestAuthPluginsRealClients(t *testing.T) {
 // Pass-through accounts: an account created on the primary (not in users)
 // logs in once the proxy read the accounts again — a login of an account
 // it does not know reads them first; host patterns choose the account; a
-// dropped account is refused (by the server until the next read, then by
-// the proxy), an account in neither place gets the server's 1045 text, and
-// accounts whose plugin cannot pass through get 1251 naming it.
-func TestBackendAccountsPassThrough(t *testing.T) {
+// dropped account is refused after the next read, an account in neither place gets the server's 1045 text, and
+// accounts whose plugin cannot pass through get 1251 naming it. Both kinds
+// of listener pooling.
+func TestBackendAccountsPassThrough(t *testing.T) { poolings(t, testBackendAccountsPassThrough) }
+
+func testBackendAccountsPassThrough(t *testing.T, pooling func(*config.Config)) {
 	h := newHarness(t, func(c *config.Config) {
+		pooling(c)
 		c.Proxy.BackendAccounts = config.BackendAccounts{Enabled: true, Refresh: config.Duration(time.Hour)}
 	})
 	h.installEd25519()
