@@ -261,6 +261,9 @@ func (s *session) sha2Auth(u *userEntry, user string, scramble, token []byte, se
 // id seq) and returns the client's answer and the next sequence id.
 func (s *session) switchPlugin(seq byte, plugin string, data []byte) ([]byte, byte, error) {
 	if s.caps != 0 && s.caps&mysql.CLIENT_PLUGIN_AUTH == 0 {
+		// The server's answer to such a client (ER_NOT_SUPPORTED_AUTH_MODE).
+		s.writeError(seq, mysqlproto.NewError(mysql.ER_NOT_SUPPORTED_AUTH_MODE,
+			"Client does not support authentication protocol requested by server; consider upgrading MariaDB client"))
 		return nil, seq, fail(closeAuthFailed, errors.New("client cannot switch auth plugins"))
 	}
 	var pkt []byte
