@@ -87,9 +87,13 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 	}
 	if u != nil && u.unsupported != "" {
 		s.srv.metrics.authFailures.WithLabelValues(s.l.name).Inc()
+		hint := "only mysql_native_password accounts pass through"
+		if u.unsupported == "ed25519" {
+			hint = "the proxy cannot sign the servers' challenges with a public key: list the user in users with auth_plugin ed25519 and its password"
+		}
 		s.writeError(seq, mysqlproto.NewError(mysql.ER_NOT_SUPPORTED_AUTH_MODE, fmt.Sprintf(
-			"switchyard: account '%s'@'%s' uses authentication plugin %s, which the proxy cannot authenticate (it passes through mysql_native_password accounts; list the user in users with its password to use ed25519)",
-			user, u.host, u.unsupported)))
+			"switchyard: account '%s'@'%s' uses authentication plugin %s, which the proxy cannot authenticate (%s)",
+			user, u.host, u.unsupported, hint)))
 		s.log.Info("client login refused: unsupported authentication plugin", "user", user, "plugin", u.unsupported)
 		return clientAuth{}, seq, closeAuthFailed
 	}
