@@ -369,7 +369,7 @@ func mergeAccounts(tab, prev map[string][]*userEntry) map[string][]*userEntry {
 	for name, us := range tab {
 		for _, u := range us {
 			for _, o := range prev[name] {
-				if o.host == u.host && o.stage2 == u.stage2 && o.empty == u.empty && o.unsupported == u.unsupported {
+				if sameAccount(o, u) {
 					u.stage1.Store(o.stage1.Load())
 					u.sha2.Store(o.sha2.Load())
 				}
@@ -390,12 +390,18 @@ func changedAccounts(prev, tab map[string][]*userEntry) map[string]bool {
 			continue
 		}
 		for i := range old {
-			if old[i].host != now[i].host || old[i].stage2 != now[i].stage2 || old[i].empty != now[i].empty || old[i].unsupported != now[i].unsupported {
+			if !sameAccount(old[i], now[i]) {
 				out[name] = true
 			}
 		}
 	}
 	return out
+}
+
+// sameAccount reports whether a and b are the same account with the same
+// credentials (what a login learned about a stays true of b).
+func sameAccount(a, b *userEntry) bool {
+	return a.host == b.host && a.stage2 == b.stage2 && a.empty == b.empty && a.unsupported == b.unsupported
 }
 
 // hostRank orders host patterns as MariaDB does (sql_acl.cc get_sort): an

@@ -106,28 +106,28 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 		// the verifier is known, else a switch to mysql_native_password
 		// (full authentication would need TLS or the RSA exchange, which
 		// not every client does unasked).
-		if v, s1 := u.sha2.Load(), u.stage1.Load(); v != nil && s1 != nil && !u.empty && mysqlproto.SHA2VerifyFast(scramble, token, *v) {
-			if err := s.writeDirect(seq, []byte{0x01, mysqlproto.SHA2FastAuthOK}); err != nil {
-				return clientAuth{}, seq, closeClientGone
-			}
-			return clientAuth{u: u, stage1: *s1, edKey: u.edKey}, seq + 1, ""
+		if a, next, reason, ok := s.sha2Fast(u, scramble, token, seq); ok {
+			return a, next, reason
 		}
 	}
-	switchTo := func(name string, data []byte) ([]byte, error) {
+	// switchTo asks the client to answer data with plugin name instead;
+	// it returns the close reason when that fails.
+	switchTo := func(name string, data []byte) string {
 		var err error
-		token, seq, err = s.switchPlugin(seq, name, data)
-		return token, err
-	}
-	newScramble := func() ([]byte, bool) {
-		if !fresh {
-			return scramble, true
+		if token, seq, err = s.switchPlugin(seq, name, data); err != nil {
+			s.logClientError("auth switch", err)
+			return clientReason(err)
 		}
+		return ""
+	}
+	if fresh && (want == config.AuthSHA2 && plugin != mysqlproto.PluginCachingSHA2 ||
+		want == config.AuthNative && plugin != "" && plugin != mysql.AUTH_NATIVE_PASSWORD) {
 		sc, err := mysqlproto.NewScramble(mysqlproto.ScrambleLen)
 		if err != nil {
 			s.writeError(seq, errUnknown("switchyard: cannot generate a handshake challenge"))
-			return nil, false
+			return clientAuth{}, seq, closeServer
 		}
-		return sc, true
+		scramble = sc
 	}
 	switch want {
 	case config.AuthEd25519:
@@ -136,9 +136,8 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 			s.writeError(seq, errUnknown("switchyard: cannot generate a handshake challenge"))
 			return clientAuth{}, seq, closeServer
 		}
-		if _, err := switchTo(mysqlproto.PluginEd25519, nonce); err != nil {
-			s.logClientError("auth switch", err)
-			return clientAuth{}, seq, clientReason(err)
+		if reason := switchTo(mysqlproto.PluginEd25519, nonce); reason != "" {
+			return clientAuth{}, seq, reason
 		}
 		if !mysqlproto.Ed25519Verify(u.edPub, nonce, token) {
 			s.denyAccess(seq, user, true)
@@ -151,27 +150,15 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 		return clientAuth{u: u, stage1: s1, edKey: u.edKey}, seq, ""
 	case config.AuthSHA2:
 		if plugin != mysqlproto.PluginCachingSHA2 {
-			sc, ok := newScramble()
-			if !ok {
-				return clientAuth{}, seq, closeServer
-			}
-			scramble = sc
-			if _, err := switchTo(mysqlproto.PluginCachingSHA2, scramble); err != nil {
-				s.logClientError("auth switch", err)
-				return clientAuth{}, seq, clientReason(err)
+			if reason := switchTo(mysqlproto.PluginCachingSHA2, scramble); reason != "" {
+				return clientAuth{}, seq, reason
 			}
 		}
 		return s.sha2Auth(u, user, scramble, token, seq)
 	}
 	if plugin != "" && plugin != mysql.AUTH_NATIVE_PASSWORD {
-		sc, ok := newScramble()
-		if !ok {
-			return clientAuth{}, seq, closeServer
-		}
-		scramble = sc
-		if _, err := switchTo(mysql.AUTH_NATIVE_PASSWORD, scramble); err != nil {
-			s.logClientError("auth switch", err)
-			return clientAuth{}, seq, clientReason(err)
+		if reason := switchTo(mysql.AUTH_NATIVE_PASSWORD, scramble); reason != "" {
+			return clientAuth{}, seq, reason
 		}
 	}
 	u, stage1, ok := rc.verifyNative(u, scramble, token)
@@ -200,11 +187,8 @@ func (s *session) sha2Auth(u *userEntry, user string, scramble, token []byte, se
 		s.denyAccess(seq, user, false)
 		return clientAuth{}, seq, closeAuthFailed
 	}
-	if v, s1 := u.sha2.Load(), u.stage1.Load(); v != nil && s1 != nil && mysqlproto.SHA2VerifyFast(scramble, token, *v) {
-		if err := s.writeDirect(seq, []byte{0x01, mysqlproto.SHA2FastAuthOK}); err != nil {
-			return clientAuth{}, seq, closeClientGone
-		}
-		return clientAuth{u: u, stage1: *s1, edKey: u.edKey}, seq + 1, ""
+	if a, next, reason, ok := s.sha2Fast(u, scramble, token, seq); ok {
+		return a, next, reason
 	}
 	// Full authentication.
 	p, next, err := s.exchange(seq, []byte{0x01, mysqlproto.SHA2FullAuth})
@@ -259,6 +243,21 @@ func (s *session) sha2Auth(u *userEntry, user string, scramble, token []byte, se
 		u.stage1.Store(&s1)
 	}
 	return clientAuth{u: u, stage1: s1, edKey: u.edKey}, seq, ""
+}
+
+// sha2Fast tries caching_sha2_password's fast path for u (a password
+// that is not empty): ok is false when the verifier is unknown or the token
+// does not match it; else the fast-path success (AuthMoreData 0x03) was
+// sent, or reason says why the session ends.
+func (s *session) sha2Fast(u *userEntry, scramble, token []byte, seq byte) (a clientAuth, next byte, reason string, ok bool) {
+	v, s1 := u.sha2.Load(), u.stage1.Load()
+	if u.empty || v == nil || s1 == nil || !mysqlproto.SHA2VerifyFast(scramble, token, *v) {
+		return clientAuth{}, seq, "", false
+	}
+	if err := s.writeDirect(seq, []byte{0x01, mysqlproto.SHA2FastAuthOK}); err != nil {
+		return clientAuth{}, seq, closeClientGone, true
+	}
+	return clientAuth{u: u, stage1: *s1, edKey: u.edKey}, seq + 1, "", true
 }
 
 // switchPlugin sends an AuthSwitchRequest to plugin with data (sequence

@@ -158,11 +158,3 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 	}
 	return rc, nil
 }
-
-// authenticate checks a client's mysql_native_password token for the
-// configured user name against scramble (verifyNative). Unknown users and
-// wrong passwords are indistinguishable to the caller and take the same
-// work.
-func (rc *runtimeConfig) authenticate(name string, scramble, token []byte) (*userEntry, [mysqlproto.HashLen]byte, bool) {
-	return rc.verifyNative(rc.users[name], scramble, token)
-}
