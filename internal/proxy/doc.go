@@ -122,14 +122,20 @@
 // COMMIT whose marker could not be written, is never replayed: its outcome
 // is unknown and the client is told so.
 //
-// Authentication. Clients log in with mysql_native_password (clients that
-// start with another plugin — caching_sha2_password, client_ed25519, ... —
-// are switched with an AuthSwitchRequest). Users come from config: with a
-// plaintext secret, or with only the mysql_native_password hash, in which
-// case SHA1(password) is recovered from the first successful login and kept
-// in memory only, so that backend connections for that user can be opened
-// (before such a login, none can). Each session logs into its backend as the
-// client's user with mysql_native_password.
+// Authentication (auth.go). The greeting announces mysql_native_password;
+// once the handshake response names the user, the proxy serves the
+// account's plugin (users[].auth_plugin), switching the client to it with
+// an AuthSwitchRequest: mysql_native_password, ed25519 (MariaDB's
+// client_ed25519: nonce and signature) or caching_sha2_password (fast path
+// against a cached verifier, else full authentication by RSA, or in clear
+// once sessions run on TLS). Users come from config: with a plaintext
+// secret, or with only the mysql_native_password hash, in which case
+// SHA1(password) is recovered from the first successful login and kept in
+// memory only, so that backend connections for that user can be opened
+// (before such a login, none can). With proxy.backend_accounts, accounts
+// not in users are looked up in the cluster's own accounts, read from its
+// primary (accounts.go). Each session logs into its backend as the
+// client's user, answering mysql_native_password or client_ed25519.
 //
 // Connection ids and KILL (kill.go). The handshake carries the proxy's own
 // connection id; SELECT CONNECTION_ID() and SHOW PROCESSLIST show the
@@ -146,7 +152,8 @@
 // Not supported yet: TLS (CLIENT_SSL is not offered; a client that insists
 // gets an error), protocol compression (CLIENT_COMPRESS is not offered),
 // MariaDB extended capabilities (progress reports, bulk execution, metadata
-// caching are not offered), other authentication plugins towards backends,
+// caching are not offered), authentication plugins towards backends other
+// than mysql_native_password and client_ed25519,
 // KILL QUERY ID and KILL USER (relayed to the session's backend unchanged),
 // and KILL of threads not opened through this proxy.
 // Listener changes need a restart (SetConfig applies users and limits only).

@@ -59,6 +59,7 @@ type session struct {
 	scramble  []byte
 	user      string
 	stage1    [mysqlproto.HashLen]byte
+	edKey     *[64]byte // SHA-512(pw) of an ed25519 user (auth.go); nil otherwise
 	// schema is the default database as far as the proxy knows (login,
 	// COM_INIT_DB, USE, session tracking); restored when the session moves.
 	schema string
@@ -396,19 +397,10 @@ func (s *session) login() string {
 		return closeClientProtocol
 	}
 	s.user = resp.User
-	seq++
-	token := resp.AuthResponse
-	if resp.AuthPlugin != "" && resp.AuthPlugin != mysql.AUTH_NATIVE_PASSWORD {
-		token, seq, err = s.switchAuth(seq, scramble)
-		if err != nil {
-			s.logClientError("auth switch", err)
-			return clientReason(err)
-		}
-	}
-	u, stage1, ok := rc.authenticate(resp.User, scramble, token)
-	if !ok {
-		s.denyAccess(seq, resp.User, len(token) > 0)
-		return closeAuthFailed
+	s.caps = resp.Capabilities & hs.Capabilities
+	auth, seq, reason := s.authClient(rc, resp.User, resp.AuthPlugin, resp.AuthResponse, scramble, seq+1, false)
+	if reason != "" {
+		return reason
 	}
 	if deferred != nil {
 		s.writeError(seq, deferred)
@@ -418,8 +410,8 @@ func (s *session) login() string {
 	s.charset = resp.Charset
 	s.maxPacket = resp.MaxPacketSize
 	s.attrs = resp.Attrs
-	s.user = u.name
-	s.stage1 = stage1
+	s.user = auth.u.name
+	s.stage1, s.edKey = auth.stage1, auth.edKey
 	s.schema = resp.Database
 
 	t, snap, be, okPayload, merr := s.loginConnect(t, snap, rc, lost, wait)
@@ -473,23 +465,6 @@ func (s *session) loginConnect(t *target, snap *routeSnapshot, rc *runtimeConfig
 		}
 		return ct, snap, be, okp, merr
 	}
-}
-
-// switchAuth asks the client to answer scramble with mysql_native_password
-// (AuthSwitchRequest with sequence id seq) and returns its token and the
-// sequence id for the next server packet.
-func (s *session) switchAuth(seq byte, scramble []byte) ([]byte, byte, error) {
-	if s.caps != 0 && s.caps&mysql.CLIENT_PLUGIN_AUTH == 0 {
-		return nil, seq, fail(closeAuthFailed, errors.New("client cannot switch auth plugins"))
-	}
-	if err := s.writeDirect(seq, mysqlproto.AppendAuthSwitchRequest(nil, mysql.AUTH_NATIVE_PASSWORD, scramble)); err != nil {
-		return nil, seq, fail(closeClientGone, err)
-	}
-	p, rseq, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
-	if err != nil {
-		return nil, seq, err
-	}
-	return append([]byte(nil), p...), rseq + 1, nil
 }
 
 // denyAccess answers a failed login with MySQL's ER_ACCESS_DENIED_ERROR,
