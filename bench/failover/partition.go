@@ -190,23 +190,34 @@ func partitionTrial(o options) (r partitionResult, err error) {
 		return r, errors.New("no write succeeded within 30s of the failover")
 	}
 	r.firstWrite = firstAt.Sub(isolatedAt)
-	if evs, err := controller.ListEvents(ctx, s.store, s.keys, "main", 0); err == nil {
+	// The failover's own event (with its steps) is written once its last
+	// step after the publication is done.
+	var evs []topo.Event
+	_ = benchkit.WaitFor(ctx, 10*time.Second, func() bool {
+		var lerr error
+		evs, lerr = controller.ListEvents(ctx, s.store, s.keys, "main", 0)
 		for _, ev := range evs {
-			if ev.Kind == topo.EventDecision && strings.HasPrefix(ev.Message, "failing over") && ev.At.After(isolatedAt) {
-				r.decision = ev.At.Sub(isolatedAt)
-				break
+			if lerr == nil && ev.Kind == topo.EventRecovery && strings.Contains(ev.Message, "auto failover done") && ev.At.After(isolatedAt) {
+				return true
 			}
 		}
-		for _, ev := range evs {
-			if ev.Kind == topo.EventRecovery && strings.Contains(ev.Message, "auto failover done") && ev.At.After(isolatedAt) {
-				r.slowSteps = slowSteps(ev.Message, 100*time.Millisecond)
-			}
+		return false
+	})
+	for _, ev := range evs {
+		if ev.Kind == topo.EventDecision && strings.HasPrefix(ev.Message, "failing over") && ev.At.After(isolatedAt) {
+			r.decision = ev.At.Sub(isolatedAt)
+			break
 		}
-		if o.verbose {
-			for _, ev := range evs {
-				if ev.At.After(isolatedAt.Add(-time.Second)) {
-					fmt.Printf("  event +%6.0fms %-9s %s\n", ms(ev.At.Sub(isolatedAt)), ev.Kind, ev.Message)
-				}
+	}
+	for _, ev := range evs {
+		if ev.Kind == topo.EventRecovery && strings.Contains(ev.Message, "auto failover done") && ev.At.After(isolatedAt) {
+			r.slowSteps = slowSteps(ev.Message, 100*time.Millisecond)
+		}
+	}
+	if o.verbose {
+		for _, ev := range evs {
+			if ev.At.After(isolatedAt.Add(-time.Second)) {
+				fmt.Printf("  event +%6.0fms %-9s %s\n", ms(ev.At.Sub(isolatedAt)), ev.Kind, ev.Message)
 			}
 		}
 	}
