@@ -228,7 +228,7 @@ func (f *failoverRun) resetAfterCut(ctx context.Context) (string, error) {
 		return "", err
 	}
 	f.resetPending = false
-	return fmt.Sprintf("IO thread exited %s after the publication, replication reset", waited), nil
+	return fmt.Sprintf("replication reset once its cut IO thread had exited (waited %s in this step)", waited), nil
 }
 
 // semiSyncAhead makes the candidate a semi-sync primary before its
