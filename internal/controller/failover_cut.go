@@ -76,7 +76,8 @@ func cutsIO(flavor string, p topo.Probe) bool {
 }
 
 // cutIO cuts the IO thread of replica name (probed as p) and starts waiting
-// for its exit in the background (bounded by the run's context). It
+// for its exit in the background, bounded by the exit's own bound and not
+// by ctx (a rollback after the recovery deadline still waits for it). It
 // reports false when there was nothing to cut or cutting is not supported
 // there (the caller stops the thread instead).
 func (f *failoverRun) cutIO(ctx context.Context, name string, pr *nodeProber, p topo.Probe) (bool, error) {
@@ -96,7 +97,7 @@ func (f *failoverRun) cutIO(ctx context.Context, name string, pr *nodeProber, p 
 	c := &ioCut{node: name, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.final, c.err = pr.WaitReplicaIOGone(ctx, 3*kill+cutExitSlack)
+		c.final, c.err = pr.WaitReplicaIOGone(context.WithoutCancel(ctx), 3*kill+cutExitSlack)
 	}()
 	f.cutMu.Lock()
 	if f.cuts == nil {
