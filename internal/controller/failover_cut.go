@@ -24,8 +24,9 @@ const alarmReceivedAfterCut = "received_after_cut"
 
 // cutExitSlack is added to three times a replica's
 // rpl_semi_sync_slave_kill_conn_timeout (its dump-thread kill may connect,
-// then read and write, each bounded by it) to bound the wait for a cut IO
-// thread to exit.
+// then read and write, each bounded by it) and its slave_net_timeout (a
+// thread cut while connecting first finishes that connect, bounded by it)
+// to bound the wait for a cut IO thread to exit.
 const cutExitSlack = 2 * time.Second
 
 // ioCut is a replica whose replication IO thread an emergency failover cut
@@ -94,10 +95,17 @@ func (f *failoverRun) cutIO(ctx context.Context, name string, pr *nodeProber, p 
 	if p.SemiSync.SlaveKillConnTimeout == 0 {
 		kill = 5 * time.Second // MariaDB's default
 	}
+	// A thread that was (or since the probe went) reconnecting finishes
+	// its connect first.
+	netTimeout := time.Duration(p.NetTimeoutSeconds) * time.Second
+	if netTimeout <= 0 {
+		netTimeout = 60 * time.Second // MariaDB's default
+	}
+	bound := 3*kill + netTimeout + cutExitSlack
 	c := &ioCut{node: name, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.final, c.err = pr.WaitReplicaIOGone(context.WithoutCancel(ctx), 3*kill+cutExitSlack)
+		c.final, c.err = pr.WaitReplicaIOGone(context.WithoutCancel(ctx), bound)
 	}()
 	f.cutMu.Lock()
 	if f.cuts == nil {
