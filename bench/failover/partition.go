@@ -26,6 +26,7 @@ type partitionResult struct {
 	newPrimary string
 	acked      int
 	lost       int
+	lostBefore int // lost writes acknowledged before the isolation (never shipped)
 	errors     int64
 	aligned    string // how the controller aligned the replicas' settings at start
 	slowSteps  string // the failover's steps that took 100ms or more
@@ -85,8 +86,8 @@ func runPartition(o options) error {
 		if i == 1 && r.aligned != "" {
 			fmt.Printf("  replica settings at start: %s\n", r.aligned)
 		}
-		fmt.Printf("trial %2d: isolation → decision %5.0f ms  → new primary published %5.0f ms  → first write %5.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d\n",
-			i, ms(r.decision), ms(r.published), ms(r.firstWrite), r.failoverMS, r.newPrimary, r.acked, r.lost, r.errors)
+		fmt.Printf("trial %2d: isolation → decision %5.0f ms  → new primary published %5.0f ms  → first write %5.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d (acknowledged before the isolation %d)  client errors %d\n",
+			i, ms(r.decision), ms(r.published), ms(r.firstWrite), r.failoverMS, r.newPrimary, r.acked, r.lost, r.lostBefore, r.errors)
 		if r.slowSteps != "" {
 			fmt.Printf("          failover steps of 100 ms or more: %s\n", r.slowSteps)
 		}
@@ -229,5 +230,11 @@ func partitionTrial(o options) (r partitionResult, err error) {
 		return r, err
 	}
 	r.acked, r.lost, r.errors = len(w.acked()), len(missing), w.errors()
+	ackAt := w.ackTimes()
+	for _, id := range missing {
+		if ackAt[id].Before(isolatedAt) {
+			r.lostBefore++
+		}
+	}
 	return r, nil
 }
