@@ -279,7 +279,7 @@ type FailoverConfig struct {
 	// Gtid_IO_Pos and Slave_received_heartbeats of SHOW ALL SLAVES STATUS
 	// unchanged between two of the controller's reads of it: its probe
 	// rounds and, between them, SHOW ALL SLAVES STATUS alone every
-	// SilenceBound/6) before it counts as having lost the primary, the
+	// SilenceBound/12) before it counts as having lost the primary, the
 	// sign of a partitioned or frozen primary whose TCP connections stay
 	// open. The controller sets
 	// MASTER_HEARTBEAT_PERIOD = SilenceBound/12 and slave_net_timeout =
@@ -289,8 +289,9 @@ type FailoverConfig struct {
 	// frozen for less than SilenceBound − SilenceBound/12 + the
 	// confirmation spacing (150ms), 1.25s with the defaults, is never
 	// failed over; for one isolated from everything the failover is
-	// decided about SilenceBound + SilenceBound/6 + 0.15s after (1.55s with
-	// the defaults), whatever probe.interval is.
+	// decided about SilenceBound + SilenceBound/12 + 0.15s +
+	// probe.connect_timeout after (1.55s with the defaults), whatever
+	// probe.interval is.
 	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
 	// Type: duration. Default: 1.2s.
 	SilenceBound Duration `yaml:"silence_bound"`
