@@ -58,7 +58,10 @@ type session struct {
 	attrs     []byte
 	scramble  []byte
 	user      string
-	stage1    [mysqlproto.HashLen]byte
+	// tls: the client switched to TLS at login (tls.go); client is then
+	// the *tls.Conn.
+	tls    bool
+	stage1 [mysqlproto.HashLen]byte
 	// schema is the default database as far as the proxy knows (login,
 	// COM_INIT_DB, USE, session tracking); restored when the session moves.
 	schema string
@@ -351,6 +354,9 @@ func (s *session) login() string {
 		Status:        mysql.SERVER_STATUS_AUTOCOMMIT,
 		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
 	}
+	if s.l.tls != nil {
+		hs.Capabilities |= mysql.CLIENT_SSL
+	}
 	if err := s.writeDirect(0, mysqlproto.AppendHandshake(nil, &hs)); err != nil {
 		return closeClientGone
 	}
@@ -366,9 +372,27 @@ func (s *session) login() string {
 		return closeClientProtocol
 	}
 	if resp.SSLRequest {
-		s.writeError(seq+1, errUnknown("switchyard: TLS is not supported yet; connect without SSL (for example --ssl=0 or --ssl-mode=DISABLED)"))
-		s.log.Info("closing client: it asked for TLS, which is not supported")
-		return closeClientProtocol
+		if s.l.tls == nil {
+			s.writeError(seq+1, errUnknown("switchyard: listener "+s.l.name+" has no TLS (listeners[].tls); connect without SSL (for example --ssl=0 or --ssl-mode=DISABLED)"))
+			s.log.Info("closing client: it asked for TLS, which the listener does not offer")
+			return closeClientProtocol
+		}
+		if reason := s.startTLS(); reason != "" {
+			return reason
+		}
+		if payload, seq, err = mysqlproto.ReadPacket(s.cr, nil, handshakeMax); err != nil {
+			s.logClientError("reading handshake response after TLS", err)
+			return clientReason(err)
+		}
+		if resp, err = mysqlproto.ParseHandshakeResponse(payload); err != nil || resp.SSLRequest {
+			s.writeError(seq+1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
+			s.log.Info("closing client: bad handshake response after TLS", "err", err)
+			return closeClientProtocol
+		}
+	}
+	if merr := s.tlsRefusal(resp); merr != nil {
+		s.writeError(seq+1, merr)
+		return closeAuthFailed
 	}
 	s.user = resp.User
 	seq++
