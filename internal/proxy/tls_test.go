@@ -97,8 +97,12 @@ func TestTLSGoDriverVerifiesProxy(t *testing.T) {
 	if _, err := h.tlsDB("rw", tlsClientConfig(t, otherFile, nil)); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("client trusting another CA: err = %v, want a certificate verification error", err)
 	}
-	if got := counterValue(t, h, "switchyard_proxy_tls_handshake_failures_total"); got < 1 {
-		t.Fatalf("switchyard_proxy_tls_handshake_failures_total = %v, want >= 1", got)
+	// The proxy sees the client's alert after the client returned.
+	for end := time.Now().Add(5 * time.Second); counterValue(t, h, "switchyard_proxy_tls_handshake_failures_total") < 1; {
+		if time.Now().After(end) {
+			t.Fatal("switchyard_proxy_tls_handshake_failures_total stayed 0 after a refused handshake")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// The session that failed its handshake left the proxy serving.
 	if err := db.Ping(); err != nil {
@@ -144,3 +148,210 @@ func TestTLSMariaDBClientVerifyServerCert(t *testing.T) {
 	}
 }
 
+
+// writeCert issues a server certificate for 127.0.0.1 from ca, valid in
+// [nb, na] (zero: the defaults), to cert.pem/key.pem in dir.
+func writeCert(t testing.TB, ca *sandbox.CA, dir string, nb, na time.Time) (string, string) {
+	t.Helper()
+	c, k, err := ca.Issue(sandbox.CertSpec{CommonName: "127.0.0.1", Hosts: []string{"127.0.0.1"}, NotBefore: nb, NotAfter: na})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	// Key first, then the certificate, each renamed into place: a reload
+	// between the two sees a mismatched pair and keeps the old one.
+	for _, w := range []struct {
+		path string
+		data []byte
+	}{{kf, k}, {cf, c}} {
+		if err := os.WriteFile(w.path+".tmp", w.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(w.path+".tmp", w.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cf, kf
+}
+
+// writeCAFile writes ca's certificate to dir/ca.pem.
+func writeCAFile(t testing.TB, ca *sandbox.CA, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(p, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// certSerialVia returns the serial number of the certificate the proxy
+// presents on listener (recorded by VerifyConnection of a go-sql-driver
+// connection) and that connection's pool (one connection).
+func certSerialVia(t testing.TB, h *harness, listener string, caFile string) (string, *sql.DB) {
+	t.Helper()
+	var serial string
+	tc := tlsClientConfig(t, caFile, nil)
+	tc.VerifyConnection = func(cs tls.ConnectionState) error {
+		serial = cs.PeerCertificates[0].SerialNumber.String()
+		return nil
+	}
+	db, err := h.tlsDB(listener, tc)
+	if err != nil {
+		t.Fatalf("TLS connect through %s: %v", listener, err)
+	}
+	db.SetMaxOpenConns(1)
+	return serial, db
+}
+
+// A listener requiring client certificates accepts a client with one
+// signed by its ca_file and refuses one without (1045, as MariaDB refuses
+// an account with REQUIRE X509); a listener with tls.require refuses a
+// plaintext client with 1045 (MariaDB's answer under
+// require_secure_transport=ON) and accepts a TLS one.
+func TestTLSClientCertAndRequire(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners[0].TLS.ClientCert = config.ClientCertRequired
+		c.Listeners[1].TLS.Require = true
+	})
+	tf := h.c.TLS()
+	cert, err := tls.LoadX509KeyPair(tf.ClientCert, tf.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.tlsDB("rw", tlsClientConfig(t, tf.CA, &cert)); err != nil {
+		t.Fatalf("client with a certificate: %v", err)
+	}
+	_, err = h.tlsDB("rw", tlsClientConfig(t, tf.CA, nil))
+	if code := mysqlCode(err); code != 1045 || !strings.Contains(err.Error(), "Access denied for user '"+h.c.AppUser+"'") {
+		t.Fatalf("client without a certificate: err = %v, want 1045 access denied", err)
+	}
+	// A certificate from another CA fails the handshake.
+	other, err := sandbox.NewCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, ok, err := other.Issue(sandbox.CertSpec{CommonName: "intruder", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := tls.X509KeyPair(oc, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.tlsDB("rw", tlsClientConfig(t, tf.CA, &bad)); err == nil {
+		t.Fatal("client with a certificate from another CA connected")
+	}
+
+	_, err = h.tlsDB("ro", nil)
+	if code := mysqlCode(err); code != 1045 {
+		t.Fatalf("plaintext client on a listener with tls.require: err = %v, want 1045", err)
+	}
+	if _, err := h.tlsDB("ro", tlsClientConfig(t, tf.CA, nil)); err != nil {
+		t.Fatalf("TLS client on a listener with tls.require: %v", err)
+	}
+}
+
+// The listener's certificate is replaced on disk while a TLS session is
+// open: new connections get the new certificate (files looked at once a
+// second), the open session keeps working; a broken pair (key of another
+// certificate) and an expired certificate are refused at reload, the
+// previous certificate stays and the failure is counted. Server.ReloadTLS
+// (SIGHUP) reloads at once.
+func TestTLSCertificateReload(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := sandbox.NewCA("reload CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := writeCAFile(t, ca, dir)
+	cf, kf := writeCert(t, ca, dir, time.Time{}, time.Time{})
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners[0].TLS = config.ListenerTLS{CertFile: cf, KeyFile: kf, ClientCert: config.ClientCertNone, MinVersion: "1.2"}
+	})
+	first, db := certSerialVia(t, h, "rw", caFile)
+	var id int
+	if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+
+	writeCert(t, ca, dir, time.Time{}, time.Time{})
+	var second string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(300 * time.Millisecond)
+		if second, _ = certSerialVia(t, h, "rw", caFile); second != first || time.Now().After(deadline) {
+			break
+		}
+	}
+	if second == first {
+		t.Fatalf("certificate not reloaded after its files changed (serial %s)", first)
+	}
+	var id2 int
+	if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id2); err != nil || id2 != id {
+		t.Fatalf("session open across the reload: %v (connection id %d, then %d)", err, id, id2)
+	}
+	if got := counterValue(t, h, "switchyard_proxy_tls_reloads_total"); got < 1 {
+		t.Fatalf("switchyard_proxy_tls_reloads_total = %v", got)
+	}
+
+	// An expired certificate on disk: refused, the second one stays.
+	writeCert(t, ca, dir, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	h.srv.ReloadTLS()
+	if got := counterValue(t, h, "switchyard_proxy_tls_reload_failures_total"); got != 1 {
+		t.Fatalf("switchyard_proxy_tls_reload_failures_total = %v after an expired certificate, want 1", got)
+	}
+	if now, _ := certSerialVia(t, h, "rw", caFile); now != second {
+		t.Fatalf("serving %s after a refused reload, want the previous %s", now, second)
+	}
+	// A certificate whose key is another one's.
+	c3, _, err := ca.Issue(sandbox.CertSpec{CommonName: "127.0.0.1", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeCert(t, ca, dir, time.Time{}, time.Time{})
+	if err := os.WriteFile(cf, c3, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.ReloadTLS()
+	if got := counterValue(t, h, "switchyard_proxy_tls_reload_failures_total"); got != 2 {
+		t.Fatalf("switchyard_proxy_tls_reload_failures_total = %v after a mismatched key, want 2", got)
+	}
+	// SIGHUP with a good pair again.
+	writeCert(t, ca, dir, time.Time{}, time.Time{})
+	h.srv.ReloadTLS()
+	if now, _ := certSerialVia(t, h, "rw", caFile); now == second {
+		t.Fatal("ReloadTLS did not install the new certificate")
+	}
+	if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id2); err != nil || id2 != id {
+		t.Fatalf("session open across the reloads: %v", err)
+	}
+}
+
+// A certificate that expires while the proxy serves it is refused by
+// clients that verify it.
+func TestTLSExpiredCertificateRefusedByClient(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := sandbox.NewCA("expiry CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := writeCAFile(t, ca, dir)
+	expiry := time.Now().Add(3 * time.Second)
+	cf, kf := writeCert(t, ca, dir, time.Now().Add(-time.Hour), expiry)
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners[0].TLS = config.ListenerTLS{CertFile: cf, KeyFile: kf, ClientCert: config.ClientCertNone, MinVersion: "1.2"}
+	})
+	if _, err := h.tlsDB("rw", tlsClientConfig(t, caFile, nil)); err != nil {
+		t.Fatalf("before expiry: %v", err)
+	}
+	time.Sleep(time.Until(expiry) + 500*time.Millisecond)
+	_, err = h.tlsDB("rw", tlsClientConfig(t, caFile, nil))
+	if err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("after expiry: err = %v, want the client's certificate-expired error", err)
+	}
+	// A config naming the expired certificate is refused by validation.
+	err = h.cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "listeners[0].tls.cert_file") || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("Validate with an expired certificate: %v", err)
+	}
+}
