@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // tlsClientConfig trusts the sandbox CA (ca) and verifies the proxy's
@@ -354,4 +355,137 @@ func TestTLSExpiredCertificateRefusedByClient(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "listeners[0].tls.cert_file") || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("Validate with an expired certificate: %v", err)
 	}
+}
+
+// requireSecureTransport sets require_secure_transport on every node
+// (plaintext TCP logins then fail with 1045; the unix socket stays open)
+// and turns it off at cleanup.
+func requireSecureTransport(t *testing.T, h *harness) {
+	t.Helper()
+	for i := range h.c.Nodes {
+		mustExec(t, h.direct(i), "SET GLOBAL require_secure_transport = ON")
+	}
+	t.Cleanup(func() {
+		for i := range h.c.Nodes {
+			if d, err := sql.Open("mysql", h.c.RootDSN(i)); err == nil {
+				_, _ = d.Exec("SET GLOBAL require_secure_transport = OFF")
+				_ = d.Close()
+			}
+		}
+	})
+}
+
+func sslCipher(t testing.TB, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) string {
+	t.Helper()
+	var name, cipher string
+	if err := q.QueryRowContext(context.Background(), "SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil {
+		t.Fatalf("SHOW SESSION STATUS LIKE 'Ssl_cipher': %v", err)
+	}
+	return cipher
+}
+
+// Nodes with require_secure_transport=ON refuse the proxy's plaintext
+// backend logins (the client gets the server's 1045); with clusters[].tls
+// (the sandbox CA, verify full) TLS clients are served over TLS backend
+// connections, and after a reparent an idle session with a prepared
+// statement moves to the new primary over TLS while TLS clients keep
+// querying through a switchover (hold, drain, reparent, release): 0
+// errors.
+func TestTLSBackendRequireSecureTransportAndMove(t *testing.T) {
+	h := newHarness(t, nil)
+	requireSecureTransport(t, h)
+	tf := h.c.TLS()
+	if _, err := h.tlsDB("rw", tlsClientConfig(t, tf.CA, nil)); mysqlCode(err) != 1045 {
+		t.Fatalf("plaintext backend to a node with require_secure_transport: err = %v, want 1045", err)
+	}
+
+	cfg := *h.cfg
+	cfg.Clusters = append([]config.Cluster(nil), h.cfg.Clusters...)
+	cfg.Clusters[0].TLS = config.ClusterTLS{Enabled: true, CAFile: tf.CA, Verify: config.VerifyFull}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.SetConfig(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	db, err := h.tlsDB("rw", tlsClientConfig(t, tf.CA, nil))
+	if err != nil {
+		t.Fatalf("TLS backend: %v", err)
+	}
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if c := sslCipher(t, conn); c == "" {
+		t.Fatal("backend session is not on TLS (Ssl_cipher empty)")
+	}
+	mustExec(t, conn, "SET @tag = 'moved'")
+	st, err := conn.PrepareContext(ctx, "SELECT CONCAT(@tag, ?), @@server_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	// TLS clients querying through the move.
+	load, err := h.tlsDB("rw", tlsClientConfig(t, tf.CA, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	errs := make(chan error, 64)
+	var queries [4]int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for w := range queries {
+			go func() {
+				for {
+					select {
+					case <-stop:
+						errs <- nil
+						return
+					default:
+					}
+					var one int
+					if err := load.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+						errs <- err
+						return
+					}
+					queries[w]++
+				}
+			}()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	// The switchover as the controller runs it: hold, drain, reparent,
+	// publish the new primary.
+	startHold(h, "sw-tls", topo.SwitchStepHold)
+	waitAck(t, h, "holding, drained", func(a topo.SwitchoverAck) bool { return a.ID == "sw-tls" && a.Holding && a.Busy == 0 })
+	reparent(t, h)
+	h.srv.SetClusterState(sandboxState(h.c, 2, 1))
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	<-done
+	for range queries {
+		if err := <-errs; err != nil {
+			t.Fatalf("TLS client query during the move: %v", err)
+		}
+	}
+	var tag string
+	var sid int
+	if err := st.QueryRowContext(ctx, "!").Scan(&tag, &sid); err != nil || tag != "moved!" || sid != 2 {
+		t.Fatalf("prepared statement after the move: %q server_id %d, %v", tag, sid, err)
+	}
+	if c := sslCipher(t, conn); c == "" {
+		t.Fatal("moved session's backend is not on TLS")
+	}
+	if got := counterValue(t, h, "switchyard_proxy_session_migrations_total"); got < 1 {
+		t.Fatalf("migrations counted: %v", got)
+	}
+	t.Logf("queries by the TLS clients during the move: %v", queries)
 }
