@@ -508,7 +508,7 @@ type ListenerTLS struct {
 	// first). Setting it turns TLS on for the listener.
 	// Type: string (path). Optional.
 	CertFile string `yaml:"cert_file"`
-	// KeyFile is the PEM private key of cert_file. Required with cert_file.
+	// KeyFile is the PEM private key of cert_file (set both).
 	// Type: string (path). Optional.
 	KeyFile string `yaml:"key_file"`
 	// CAFile is a PEM file of the certificate authorities that sign client
