@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -488,4 +490,70 @@ func TestTLSBackendRequireSecureTransportAndMove(t *testing.T) {
 		t.Fatalf("migrations counted: %v", got)
 	}
 	t.Logf("queries by the TLS clients during the move: %v", queries)
+}
+
+// sysbench --mysql-ssl=on through an rw listener that requires TLS, with
+// TLS backends too: a short read/write run with 0 errors.
+func TestTLSSysbench(t *testing.T) {
+	bin := lookTool(t, "sysbench")
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners[0].TLS.Require = true
+	})
+	tf := h.c.TLS()
+	cfg := *h.cfg
+	cfg.Clusters = append([]config.Cluster(nil), h.cfg.Clusters...)
+	cfg.Clusters[0].TLS = config.ClusterTLS{Enabled: true, CAFile: tf.CA, Verify: config.VerifyFull}
+	if err := h.srv.SetConfig(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	common := func(addr string) []string {
+		host, port := hostPort(t, addr)
+		return []string{"oltp_read_write", "--db-driver=mysql", "--mysql-host=" + host, "--mysql-port=" + port,
+			"--mysql-user=" + h.c.AppUser, "--mysql-password=" + h.c.AppPassword, "--mysql-db=sbtest",
+			"--tables=1", "--table-size=2000"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, append(common(h.c.Nodes[0].Address), "prepare")...).CombinedOutput(); err != nil {
+		t.Fatalf("sysbench prepare on the primary: %v\n%s", err, out)
+	}
+	// Without --mysql-ssl the listener refuses sysbench.
+	if out, err := exec.CommandContext(ctx, bin, append(common(h.srv.ListenerAddr("rw")), "--time=1", "run")...).CombinedOutput(); err == nil {
+		t.Fatalf("plaintext sysbench on a listener with tls.require ran:\n%s", out)
+	}
+	// sysbench 1.0 with --mysql-ssl=on loads client-key.pem,
+	// client-cert.pem and cacert.pem from its working directory.
+	wd := t.TempDir()
+	for src, dst := range map[string]string{tf.ClientKey: "client-key.pem", tf.ClientCert: "client-cert.pem", tf.CA: "cacert.pem"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(wd, dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := exec.CommandContext(ctx, bin, append(common(h.srv.ListenerAddr("rw")), "--mysql-ssl=on", "--threads=4", "--time=3",
+		"--rand-type=uniform", "--mysql-ignore-errors=none", "--report-interval=0", "run")...)
+	run.Dir = wd
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sysbench --mysql-ssl=on through the proxy: %v\n%s", err, out)
+	}
+	num := func(re *regexp.Regexp) int {
+		m := re.FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("sysbench output lacks %s:\n%s", re, out)
+		}
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	tx, errs, rec := num(reTransactions), num(reErrors), num(reReconnects)
+	t.Logf("sysbench oltp_read_write --mysql-ssl=on, TLS backends, 4 threads, 3 s: %d transactions, %d errors, %d reconnects", tx, errs, rec)
+	if errs != 0 || rec != 0 || tx < 10 {
+		t.Fatalf("sysbench over TLS: %d transactions, %d errors, %d reconnects:\n%s", tx, errs, rec, out)
+	}
+	if got := counterValue(t, h, "switchyard_proxy_tls_sessions_total"); got < 4 {
+		t.Fatalf("switchyard_proxy_tls_sessions_total = %v, want >= 4 (one per sysbench thread)", got)
+	}
 }
