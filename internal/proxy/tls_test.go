@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"database/sql"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 	"github.com/switchyard-db/switchyard/internal/sandbox"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -330,8 +335,8 @@ func TestTLSCertificateReload(t *testing.T) {
 	}
 }
 
-// A certificate that expires while the proxy serves it is refused by
-// clients that verify it.
+// A certificate that expires while the proxy serves it (installed by a
+// reload 3 s before its end) is refused by clients that verify it.
 func TestTLSExpiredCertificateRefusedByClient(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := sandbox.NewCA("expiry CA")
@@ -339,15 +344,20 @@ func TestTLSExpiredCertificateRefusedByClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	caFile := writeCAFile(t, ca, dir)
-	expiry := time.Now().Add(3 * time.Second)
-	cf, kf := writeCert(t, ca, dir, time.Now().Add(-time.Hour), expiry)
+	cf, kf := writeCert(t, ca, dir, time.Time{}, time.Time{})
 	h := newHarness(t, func(c *config.Config) {
 		c.Listeners[0].TLS = config.ListenerTLS{CertFile: cf, KeyFile: kf, ClientCert: config.ClientCertNone, MinVersion: "1.2"}
 	})
-	if _, err := h.tlsDB("rw", tlsClientConfig(t, caFile, nil)); err != nil {
-		t.Fatalf("before expiry: %v", err)
+	expiry := time.Now().Add(3 * time.Second)
+	writeCert(t, ca, dir, time.Now().Add(-time.Hour), expiry)
+	h.srv.ReloadTLS()
+	if got := counterValue(t, h, "switchyard_proxy_tls_reload_failures_total"); got != 0 {
+		t.Fatalf("reload of a certificate valid for 3 s more refused (%v failures)", got)
 	}
 	time.Sleep(time.Until(expiry) + 500*time.Millisecond)
+	if counterValue(t, h, "switchyard_proxy_tls_reloads_total") < 1 {
+		t.Fatal("the short-lived certificate was not installed")
+	}
 	_, err = h.tlsDB("rw", tlsClientConfig(t, caFile, nil))
 	if err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("after expiry: err = %v, want the client's certificate-expired error", err)
@@ -555,5 +565,51 @@ func TestTLSSysbench(t *testing.T) {
 	}
 	if got := counterValue(t, h, "switchyard_proxy_tls_sessions_total"); got < 4 {
 		t.Fatalf("switchyard_proxy_tls_sessions_total = %v, want >= 4 (one per sysbench thread)", got)
+	}
+}
+
+// A listener without tls.cert_file does not offer CLIENT_SSL, and a
+// client that sends an SSLRequest anyway gets an error saying so.
+func TestTLSPlainListenerRefusesSSLRequest(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Listeners[0].TLS = config.ListenerTLS{} })
+	for _, l := range []struct {
+		name string
+		tls  bool
+	}{{"ro", true}, {"rw", false}} {
+		c, err := net.DialTimeout("tcp", h.srv.ListenerAddr(l.name), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		p, _, err := mysqlproto.ReadPacket(br, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := mysqlproto.ParseHandshake(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Capabilities&gomysql.CLIENT_SSL != 0; got != l.tls {
+			t.Fatalf("listener %s offers CLIENT_SSL: %v, want %v", l.name, got, l.tls)
+		}
+		if l.tls {
+			continue
+		}
+		req := mysqlproto.HandshakeResponse{Capabilities: gomysql.CLIENT_PROTOCOL_41 | gomysql.CLIENT_SSL | gomysql.CLIENT_SECURE_CONNECTION,
+			MaxPacketSize: 1 << 24, Charset: 45, SSLRequest: true}
+		if _, err := mysqlproto.WritePacket(c, 1, mysqlproto.AppendHandshakeResponse(nil, &req)); err != nil {
+			t.Fatal(err)
+		}
+		p, _, err = mysqlproto.ReadPacket(br, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perr := mysqlproto.ParseERR(p)
+		var me *gomysql.MyError
+		if !errors.As(perr, &me) || me.Code != gomysql.ER_UNKNOWN_ERROR || !strings.Contains(me.Message, "has no TLS") {
+			t.Fatalf("SSLRequest on a listener without TLS: %v", perr)
+		}
 	}
 }
