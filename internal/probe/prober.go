@@ -1,8 +1,8 @@
 package probe
 
 import (
-	"crypto/tls"
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"

@@ -156,7 +156,6 @@ func TestTLSMariaDBClientVerifyServerCert(t *testing.T) {
 	}
 }
 
-
 // writeCert issues a server certificate for 127.0.0.1 from ca, valid in
 // [nb, na] (zero: the defaults), to cert.pem/key.pem in dir.
 func writeCert(t testing.TB, ca *sandbox.CA, dir string, nb, na time.Time) (string, string) {
