@@ -256,10 +256,10 @@ func (s *session) startTLS() string {
 	s.mu.Lock() // shutdown closes s.client from another goroutine
 	s.client = tc
 	s.mu.Unlock()
-	s.tls = true
 	// The raw socket now carries TLS records: no idle parking, which
-	// reads it directly (clientread.go awaitCommand keeps one reader).
-	s.raw, s.readFn, s.fd = nil, nil, -1
+	// reads it directly (clientread.go awaitCommand keeps one reader for
+	// a TLS session). s.raw stays: the sweeper reads it without s.mu.
+	s.tls = true
 	in := s.cin
 	in.r.Reset(&in.src)
 	in.src = clientSrc{c: tc, pre: in.src.pre}
