@@ -325,7 +325,7 @@ func backendTLSBase(c *config.Config) (map[string]*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("proxy: clusters[%d] (%s).tls: %w", i, cl.Name, err)
 		}
-		tc.ClientSessionCache = tls.NewLRUClientSessionCache(64) // pool connects resume
+		tc.ClientSessionCache = tls.NewLRUClientSessionCache(64) // lets new pool connections resume a TLS session
 		if out == nil {
 			out = map[string]*tls.Config{}
 		}
