@@ -371,28 +371,11 @@ func (s *session) login() string {
 		s.log.Info("closing client: bad handshake response", "err", err)
 		return closeClientProtocol
 	}
-	if resp.SSLRequest {
-		if s.l.tls == nil {
-			s.writeError(seq+1, errUnknown("switchyard: listener "+s.l.name+" has no TLS (listeners[].tls); connect without SSL (for example --ssl=0 or --ssl-mode=DISABLED)"))
-			s.log.Info("closing client: it asked for TLS, which the listener does not offer")
-			return closeClientProtocol
-		}
-		if reason := s.startTLS(); reason != "" {
-			return reason
-		}
-		if payload, seq, err = mysqlproto.ReadPacket(s.cr, nil, handshakeMax); err != nil {
-			s.logClientError("reading handshake response after TLS", err)
-			return clientReason(err)
-		}
-		if resp, err = mysqlproto.ParseHandshakeResponse(payload); err != nil || resp.SSLRequest {
-			s.writeError(seq+1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
-			s.log.Info("closing client: bad handshake response after TLS", "err", err)
-			return closeClientProtocol
-		}
-	}
-	if merr := s.tlsRefusal(resp); merr != nil {
-		s.writeError(seq+1, merr)
-		return closeAuthFailed
+	// TLS (tls.go): an SSLRequest switches the client connection to TLS
+	// and resp becomes the handshake response read over it.
+	var reason string
+	if resp, seq, reason = s.clientTLS(resp, seq); reason != "" {
+		return reason
 	}
 	s.user = resp.User
 	seq++

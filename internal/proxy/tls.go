@@ -238,6 +238,41 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// clientTLS handles TLS in the connection phase after the client's first
+// handshake-response packet resp (sequence id seq): an SSLRequest on a
+// listener without TLS gets an error; on a TLS listener it starts TLS
+// (startTLS) and returns the full handshake response read over TLS. A
+// client the listener refuses (tlsRefusal) gets 1045. It returns the
+// response, its sequence id, and "" or the close reason.
+func (s *session) clientTLS(resp *mysqlproto.HandshakeResponse, seq byte) (*mysqlproto.HandshakeResponse, byte, string) {
+	if resp.SSLRequest {
+		if s.l.tls == nil {
+			s.writeError(seq+1, errUnknown("switchyard: listener "+s.l.name+" has no TLS (listeners[].tls); connect without SSL (for example --ssl=0 or --ssl-mode=DISABLED)"))
+			s.log.Info("closing client: it asked for TLS, which the listener does not offer")
+			return nil, seq, closeClientProtocol
+		}
+		if reason := s.startTLS(); reason != "" {
+			return nil, seq, reason
+		}
+		payload, next, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
+		if err != nil {
+			s.logClientError("reading handshake response after TLS", err)
+			return nil, seq, clientReason(err)
+		}
+		seq = next
+		if resp, err = mysqlproto.ParseHandshakeResponse(payload); err != nil || resp.SSLRequest {
+			s.writeError(seq+1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
+			s.log.Info("closing client: bad handshake response after TLS", "err", err)
+			return nil, seq, closeClientProtocol
+		}
+	}
+	if merr := s.tlsRefusal(resp); merr != nil {
+		s.writeError(seq+1, merr)
+		return nil, seq, closeAuthFailed
+	}
+	return resp, seq, ""
+}
+
 // startTLS answers a client's SSLRequest: the TLS handshake on the client
 // connection (within the login deadline), after which the session reads
 // and writes through the *tls.Conn. It returns "" or the close reason.
