@@ -50,6 +50,7 @@ type tlsMetrics struct {
 	reloadFailures    *prometheus.CounterVec
 	reloads           *prometheus.CounterVec
 	sessions          *prometheus.CounterVec
+	notAfter          *prometheus.GaugeVec
 }
 
 func newTLSMetrics(reg prometheus.Registerer) (*tlsMetrics, error) {
@@ -70,9 +71,13 @@ func newTLSMetrics(reg prometheus.Registerer) (*tlsMetrics, error) {
 			Name: "switchyard_proxy_tls_sessions_total",
 			Help: "Client sessions that switched to TLS, by listener.",
 		}, []string{"listener"}),
+		notAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_proxy_tls_certificate_not_after_seconds",
+			Help: "End of validity (Unix seconds) of the certificate a listener presents, by listener: alert before it passes.",
+		}, []string{"listener"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.handshakeFailures, m.reloadFailures, m.reloads, m.sessions} {
+		for _, c := range []prometheus.Collector{m.handshakeFailures, m.reloadFailures, m.reloads, m.sessions, m.notAfter} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("proxy: register TLS metrics: %w", err)
 			}
@@ -137,6 +142,7 @@ func newListenerTLS(name string, i int, lc config.ListenerTLS, log *slog.Logger,
 		return nil, fmt.Errorf("%s.cert_file: %w", f, err)
 	}
 	lt.cert.Store(&cert)
+	m.notAfter.WithLabelValues(name).Set(float64(cert.Leaf.NotAfter.Unix()))
 	lt.lastCheck.Store(time.Now().UnixNano())
 	lt.cfg = &tls.Config{MinVersion: minV, GetCertificate: lt.getCertificate}
 	if lc.CAFile != "" {
@@ -192,6 +198,7 @@ func (lt *listenerTLS) reload(force bool) {
 		return
 	}
 	lt.cert.Store(&cert)
+	lt.m.notAfter.WithLabelValues(lt.name).Set(float64(cert.Leaf.NotAfter.Unix()))
 	lt.certMod, lt.keyMod, lt.failedMod = cs, ks, [2]fileStamp{}
 	lt.m.reloads.WithLabelValues(lt.name).Inc()
 	lt.log.Info("TLS certificate reloaded", "listener", lt.name, "cert_file", lt.certFile,

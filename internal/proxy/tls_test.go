@@ -353,6 +353,9 @@ func TestTLSExpiredCertificateRefusedByClient(t *testing.T) {
 	if got := counterValue(t, h, "switchyard_proxy_tls_reload_failures_total"); got != 0 {
 		t.Fatalf("reload of a certificate valid for 3 s more refused (%v failures)", got)
 	}
+	if got := listenerGauge(t, h, "switchyard_proxy_tls_certificate_not_after_seconds", "rw"); got != float64(expiry.Unix()) {
+		t.Fatalf("switchyard_proxy_tls_certificate_not_after_seconds of rw = %v, want %d", got, expiry.Unix())
+	}
 	time.Sleep(time.Until(expiry) + 500*time.Millisecond)
 	if counterValue(t, h, "switchyard_proxy_tls_reloads_total") < 1 {
 		t.Fatal("the short-lived certificate was not installed")
@@ -611,4 +614,27 @@ func TestTLSPlainListenerRefusesSSLRequest(t *testing.T) {
 			t.Fatalf("SSLRequest on a listener without TLS: %v", perr)
 		}
 	}
+}
+
+// listenerGauge returns the value of gauge name for listener.
+func listenerGauge(t *testing.T, h *harness, name, listener string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "listener" && l.GetValue() == listener && m.Gauge != nil {
+					return m.Gauge.GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{listener=%q}", name, listener)
+	return 0
 }
