@@ -149,8 +149,13 @@
 // session ER_NO_SUCH_THREAD; the own id closes the session. A KILL never
 // reaches a backend with an id the backend would read differently.
 //
-// Not supported yet: TLS (CLIENT_SSL is not offered; a client that insists
-// gets an error), protocol compression (CLIENT_COMPRESS is not offered),
+// TLS (tls.go). A listener with listeners[].tls offers CLIENT_SSL and
+// switches a client that sends an SSLRequest to TLS before its
+// credentials; a TLS session reads and writes through its *tls.Conn and
+// does not park idle. Backend connections of a cluster with clusters[].tls
+// send the SSLRequest after the server's greeting and log in over TLS.
+//
+// Not supported yet: protocol compression (CLIENT_COMPRESS is not offered),
 // MariaDB extended capabilities (progress reports, bulk execution, metadata
 // caching are not offered), authentication plugins towards backends other
 // than mysql_native_password and client_ed25519,
