@@ -31,7 +31,7 @@ type Config struct {
 	// Users are the application accounts clients log in with through the
 	// proxy; names are unique.
 	// Type: list of user. Required (at least one).
-	Users []User `yaml:"users"`
+	Users []User `yaml:"users,omitempty"`
 	// Clusters are the replication clusters Switchyard manages; names are
 	// unique.
 	// Type: list of cluster. Required (at least one).
@@ -137,14 +137,16 @@ type Credential struct {
 
 // User is an application account accepted by the proxy.
 //
-// The proxy authenticates clients with mysql_native_password. It needs either
-// the plaintext password (Password/PasswordEnv/PasswordFile) or the
-// mysql_native_password hash ("*" + 40 hex digits, as in mysql.user, i.e.
-// SHA1(SHA1(password))). With only the hash, the proxy recovers SHA1(password)
-// from the client's own login scramble and uses it to authenticate to backends
-// as that user; until a client of that user has logged in once, the proxy cannot
-// open backend connections for it. A plaintext source and the hash are never
-// combined.
+// The proxy authenticates clients with AuthPlugin (mysql_native_password by
+// default). It needs either the plaintext password
+// (Password/PasswordEnv/PasswordFile) or the mysql_native_password hash ("*"
+// + 40 hex digits, as in mysql.user, i.e. SHA1(SHA1(password))). With only
+// the hash, the proxy recovers SHA1(password) from the client's own login
+// (the mysql_native_password scramble, or the password itself in a
+// caching_sha2_password full authentication) and uses it to authenticate to
+// backends as that user; until a client of that user has logged in once,
+// the proxy cannot open backend connections for it. A plaintext source and
+// the hash are never combined. An ed25519 user needs a plaintext source.
 type User struct {
 	// Name is the account name, the same on the proxy and every node. Unique.
 	// Type: string. Required.
@@ -168,7 +170,30 @@ type User struct {
 	// Type: string. Optional (exactly one of password, password_env,
 	// password_file, password_hash).
 	PasswordHash string `yaml:"password_hash,omitempty"`
+	// AuthPlugin is the plugin the proxy asks clients of this user to
+	// authenticate with: "mysql_native_password"; "ed25519" (MariaDB's
+	// auth_ed25519, client plugin client_ed25519: the proxy sends a 32-byte
+	// nonce and checks the client's signature; needs a plaintext source,
+	// which the proxy also signs backends' client_ed25519 challenges with);
+	// or "caching_sha2_password" (MySQL 8's default: the fast path against
+	// SHA256(SHA256(password)), known from a plaintext source or cached
+	// after the first full authentication, which sends the password in
+	// clear over TLS or RSA-encrypted with proxy.rsa_key_file's key). A
+	// client that answers the greeting with caching_sha2_password logs into
+	// a mysql_native_password user by its fast path when the proxy knows
+	// the verifier, and is switched to mysql_native_password otherwise.
+	// Backend logins use whatever plugin the
+	// backend asks for (mysql_native_password or client_ed25519).
+	// Type: string (mysql_native_password|ed25519|caching_sha2_password). Default: "mysql_native_password".
+	AuthPlugin string `yaml:"auth_plugin"`
 }
+
+// Authentication plugins of users[].auth_plugin.
+const (
+	AuthNative  = "mysql_native_password"
+	AuthEd25519 = "ed25519"
+	AuthSHA2    = "caching_sha2_password"
+)
 
 // Cluster is one replication cluster (one primary, N replicas).
 type Cluster struct {
@@ -206,7 +231,49 @@ type Cluster struct {
 	// round, and re-applied with an alarm when they drift.
 	// Type: string. Default: "async".
 	Durability string `yaml:"durability"`
+	// TLS is how the proxy and the controller connect to the cluster's
+	// nodes: plaintext unless tls.enabled.
+	// Type: mapping (clusters[].tls).
+	TLS ClusterTLS `yaml:"tls"`
 }
+
+// ClusterTLS is TLS towards a cluster's nodes: the proxy's backend
+// connections (the proxy sends the SSLRequest after the server's greeting,
+// runs the TLS handshake, then logs in, as a MySQL client does; MySQL
+// "Protocol::SSLRequest") and the controller's probes (go-sql-driver with
+// the same settings). A node with require_secure_transport=ON needs it.
+type ClusterTLS struct {
+	// Enabled turns TLS on for every connection to the cluster's nodes; a
+	// node that does not offer TLS (no CLIENT_SSL in its greeting) is then
+	// refused.
+	// Type: bool. Default: false.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM file of the certificate authorities that sign the
+	// nodes' certificates; empty uses the system roots.
+	// Type: string (path). Optional.
+	CAFile string `yaml:"ca_file"`
+	// CertFile is a PEM client certificate presented to the nodes (for
+	// accounts created with REQUIRE X509 / SUBJECT); set with key_file.
+	// Type: string (path). Optional.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of cert_file.
+	// Type: string (path). Optional.
+	KeyFile string `yaml:"key_file"`
+	// Verify is how a node's certificate is checked: "full" (signed by
+	// ca_file and issued for the host of the node's address: a DNS name
+	// or IP address in its subject alternative names, as
+	// --ssl-verify-server-cert does), "ca" (signed by ca_file, any name)
+	// or "none" (not checked: encryption without authentication).
+	// Type: string (full|ca|none). Default: "full".
+	Verify string `yaml:"verify"`
+}
+
+// TLS verification modes (clusters[].tls.verify).
+const (
+	VerifyFull = "full"
+	VerifyCA   = "ca"
+	VerifyNone = "none"
+)
 
 // Durability modes (clusters[].durability).
 const (
@@ -254,7 +321,7 @@ type FailoverConfig struct {
 	// Gtid_IO_Pos and Slave_received_heartbeats of SHOW ALL SLAVES STATUS
 	// unchanged between two of the controller's reads of it: its probe
 	// rounds and, between them, SHOW ALL SLAVES STATUS alone every
-	// SilenceBound/6) before it counts as having lost the primary, the
+	// SilenceBound/12) before it counts as having lost the primary, the
 	// sign of a partitioned or frozen primary whose TCP connections stay
 	// open. The controller sets
 	// MASTER_HEARTBEAT_PERIOD = SilenceBound/12 and slave_net_timeout =
@@ -264,8 +331,9 @@ type FailoverConfig struct {
 	// frozen for less than SilenceBound − SilenceBound/12 + the
 	// confirmation spacing (150ms), 1.25s with the defaults, is never
 	// failed over; for one isolated from everything the failover is
-	// decided about SilenceBound + SilenceBound/6 + 0.15s after (1.55s with
-	// the defaults), whatever probe.interval is.
+	// decided about SilenceBound + SilenceBound/12 + 0.15s +
+	// probe.connect_timeout after (1.55s with the defaults), whatever
+	// probe.interval is.
 	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
 	// Type: duration. Default: 1.2s.
 	SilenceBound Duration `yaml:"silence_bound"`
@@ -316,8 +384,10 @@ type FailoverConfig struct {
 	// result set, the affected rows and last insert id of an OK, the code of
 	// an ERR), as MaxScale's readwritesplit transaction_replay does. A
 	// transaction that cannot be replayed gets one error saying it was rolled
-	// back; a COMMIT (or any statement ending a transaction, or an
-	// autocommit write) in flight when the primary was lost is never
+	// back. A COMMIT in flight when the primary was lost is resolved by its
+	// commit marker (commit_outcome): an OK when it committed, a replay when
+	// it did not; one that cannot be resolved (and any other statement
+	// ending a transaction, or an autocommit write, in flight) is never
 	// replayed: its client gets error 1105 saying its outcome is unknown.
 	// Applies to sessions opened after the change.
 	// Type: bool. Default: false.
@@ -331,7 +401,28 @@ type FailoverConfig struct {
 	// for transaction replay; a transaction with more is not replayable.
 	// Type: integer (1..100000). Default: 256.
 	ReplayMaxStatements int `yaml:"replay_max_statements"`
+	// CommitOutcome says how a COMMIT in flight when the primary was lost
+	// is answered, with transaction_replay on. "marker": the proxy writes
+	// one row of switchyard.commit_marker (keyed by proxy and session,
+	// value a per-session sequence) inside every transaction that wrote,
+	// pipelined with its COMMIT, and after the failover reads it on the
+	// new primary: present, the client gets the COMMIT's OK; absent, the
+	// transaction is replayed and committed there (Oracle's Transaction
+	// Guard resolves a commit the same way, by a logical transaction id).
+	// The application account needs SELECT, INSERT and DELETE on
+	// switchyard.commit_marker; where the marker cannot be written, the
+	// COMMIT gets the outcome-unknown error. "unknown": no marker, a
+	// COMMIT in flight always gets error 1105 saying its outcome is
+	// unknown. Ignored while transaction_replay is off.
+	// Type: string ("marker" or "unknown"). Default: "marker".
+	CommitOutcome string `yaml:"commit_outcome"`
 }
+
+// Commit outcome modes (failover.commit_outcome).
+const (
+	CommitOutcomeMarker  = "marker"
+	CommitOutcomeUnknown = "unknown"
+)
 
 // HoldOn reports failover.hold (true when unset).
 func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
@@ -448,7 +539,57 @@ type Listener struct {
 	// there, as ProxySQL's multiplexing and PgBouncer's transaction mode do).
 	// Type: string (session|transaction). Default: "session".
 	Pooling string `yaml:"pooling"`
+	// TLS is the listener's client-side TLS: with tls.cert_file set the
+	// listener offers CLIENT_SSL in its greeting and clients may switch to
+	// TLS before they send their credentials.
+	// Type: mapping (listeners[].tls).
+	TLS ListenerTLS `yaml:"tls"`
 }
+
+// ListenerTLS is TLS between clients and a listener. The certificate and
+// key are read again when either file changes (checked at most once a
+// second, at a client's TLS handshake) and on SIGHUP; a pair that fails to
+// load keeps the previous one (logged, and counted in
+// switchyard_proxy_tls_reload_failures_total). Sessions already open keep
+// their connection.
+type ListenerTLS struct {
+	// CertFile is the PEM certificate chain the listener presents (leaf
+	// first). Setting it turns TLS on for the listener.
+	// Type: string (path). Optional.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of cert_file (set both).
+	// Type: string (path). Optional.
+	KeyFile string `yaml:"key_file"`
+	// CAFile is a PEM file of the certificate authorities that sign client
+	// certificates; required unless client_cert is none.
+	// Type: string (path). Optional.
+	CAFile string `yaml:"ca_file"`
+	// ClientCert is whether clients present a certificate: "none" (not
+	// asked), "optional" (asked; one given must verify against ca_file) or
+	// "required" (a client without a verified certificate is refused with
+	// error 1045, as MariaDB refuses an account created with REQUIRE X509).
+	// Type: string (none|optional|required). Default: "none".
+	ClientCert string `yaml:"client_cert"`
+	// Require refuses clients that do not switch to TLS, as MariaDB's
+	// require_secure_transport=ON does, with the error MariaDB 10.11 sends
+	// then: 1045 (28000) "Access denied for user 'u'@'host' (using
+	// password: YES)", after the client's handshake response.
+	// Type: bool. Default: false.
+	Require bool `yaml:"require"`
+	// MinVersion is the lowest TLS version accepted: "1.2" or "1.3".
+	// Type: string. Default: "1.2".
+	MinVersion string `yaml:"min_version"`
+}
+
+// Enabled reports whether the listener offers TLS (tls.cert_file is set).
+func (t ListenerTLS) Enabled() bool { return t.CertFile != "" }
+
+// Client certificate modes (listeners[].tls.client_cert).
+const (
+	ClientCertNone     = "none"
+	ClientCertOptional = "optional"
+	ClientCertRequired = "required"
+)
 
 // Listener pooling modes (listeners[].pooling).
 const (
@@ -536,6 +677,70 @@ type ProxyConfig struct {
 	// agree).
 	// Type: bool. Default: true.
 	Failsafe *bool `yaml:"failsafe"`
+	// RSAKeyFile is a PEM RSA private key (PKCS #1 or PKCS #8) the proxy
+	// uses for caching_sha2_password full authentication without TLS (the
+	// client asks for the public key and sends the password encrypted with
+	// it). Empty: a 2048-bit key is generated at start (clients that pin
+	// the server's public key then need it again after every restart). A
+	// relative path is relative to the config file's directory.
+	// Type: string (path). Optional.
+	RSAKeyFile string `yaml:"rsa_key_file,omitempty"`
+	// BackendAccounts lets clients log in with the accounts of the
+	// cluster's own servers, besides users.
+	// Type: mapping (proxy.backend_accounts).
+	BackendAccounts BackendAccounts `yaml:"backend_accounts"`
+}
+
+// BackendAccounts is the `proxy.backend_accounts:` section: pass-through
+// of the servers' own accounts. The proxy reads every account's plugin and
+// authentication_string from mysql.global_priv (MariaDB) or mysql.user
+// (MySQL) of the cluster's primary (a replica when the primary does not
+// answer) and authenticates clients against them, as MaxScale does from
+// mysql.user; users listed in users take precedence. Accounts using
+// mysql_native_password pass through (the proxy learns SHA1(password) from
+// each login, as with users[].password_hash); ed25519 accounts and other
+// plugins (unix_socket, gssapi, pam, caching_sha2_password) are refused
+// with error 1251 naming the plugin; roles and anonymous accounts are
+// ignored (a locked account gets the server's own error 4151 from the
+// backend login). Host patterns are matched against the client's
+// address (see README, Authentication).
+type BackendAccounts struct {
+	// Enabled turns pass-through on.
+	// Type: bool. Default: false.
+	Enabled bool `yaml:"enabled"`
+	// Refresh is how often the accounts are read again; a login of an
+	// account the proxy does not know also reads them again first, at most
+	// once per second per cluster.
+	// Type: duration. Default: 30s.
+	Refresh Duration `yaml:"refresh"`
+	// User is the account the proxy reads the accounts with; it needs
+	// SELECT on mysql.global_priv (MariaDB) or mysql.user (MySQL). Empty:
+	// credentials.monitor.
+	// Type: string. Optional.
+	User string `yaml:"user,omitempty"`
+	// Password is User's password, written in the config file.
+	// Type: string. Optional (with user: exactly one of password,
+	// password_env, password_file).
+	Password string `yaml:"password,omitempty"`
+	// PasswordEnv names an environment variable holding User's password.
+	// Type: string (variable name). Optional (with user: exactly one of
+	// password, password_env, password_file).
+	PasswordEnv string `yaml:"password_env,omitempty"`
+	// PasswordFile is a file holding User's password (trailing newlines are
+	// dropped); relative to the config file's directory.
+	// Type: string (path). Optional (with user: exactly one of password,
+	// password_env, password_file).
+	PasswordFile string `yaml:"password_file,omitempty"`
+}
+
+// BackendAccountsCredential returns the account backend accounts are read with: User and
+// its password sources, or credentials.monitor when User is empty.
+func (c *Config) BackendAccountsCredential() Credential {
+	b := c.Proxy.BackendAccounts
+	if b.User == "" {
+		return c.Credentials.Monitor
+	}
+	return Credential{User: b.User, Password: b.Password, PasswordEnv: b.PasswordEnv, PasswordFile: b.PasswordFile}
 }
 
 // PoolConfig is the `proxy.pool:` section: the proxy's pools of idle backend
@@ -738,11 +943,20 @@ func (c *Config) ApplyDefaults() {
 		if c.Listeners[i].Pooling == "" {
 			c.Listeners[i].Pooling = PoolingSession
 		}
+		if c.Listeners[i].TLS.ClientCert == "" {
+			c.Listeners[i].TLS.ClientCert = ClientCertNone
+		}
+		if c.Listeners[i].TLS.MinVersion == "" {
+			c.Listeners[i].TLS.MinVersion = "1.2"
+		}
 	}
 	for i := range c.Clusters {
 		cl := &c.Clusters[i]
 		if cl.Flavor == "" {
 			cl.Flavor = "mariadb"
+		}
+		if cl.TLS.Verify == "" {
+			cl.TLS.Verify = VerifyFull
 		}
 		for j := range cl.Nodes {
 			if cl.Nodes[j].Promotion == "" {
@@ -788,6 +1002,9 @@ func (c *Config) ApplyDefaults() {
 		if f.ReplayMaxStatements == 0 {
 			f.ReplayMaxStatements = 256
 		}
+		if f.CommitOutcome == "" {
+			f.CommitOutcome = CommitOutcomeMarker
+		}
 	}
 	if c.Probe.Interval == 0 {
 		c.Probe.Interval = Duration(time.Second)
@@ -813,6 +1030,14 @@ func (c *Config) ApplyDefaults() {
 	if c.Proxy.Failsafe == nil {
 		t := true
 		c.Proxy.Failsafe = &t
+	}
+	if c.Proxy.BackendAccounts.Refresh == 0 {
+		c.Proxy.BackendAccounts.Refresh = Duration(30 * time.Second)
+	}
+	for i := range c.Users {
+		if c.Users[i].AuthPlugin == "" {
+			c.Users[i].AuthPlugin = AuthNative
+		}
 	}
 	if c.Switchover.CatchupTimeout == 0 {
 		c.Switchover.CatchupTimeout = Duration(10 * time.Second)

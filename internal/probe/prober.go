@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -19,6 +20,20 @@ import (
 type Credentials struct {
 	User     string
 	Password string
+	// TLS, when non-nil, is the client TLS configuration of the
+	// connections (clusters[].tls, config.BackendTLS): go-sql-driver sends
+	// the SSLRequest after the greeting. It is cloned per connection pool;
+	// an empty ServerName is filled with the host of the address.
+	TLS *tls.Config
+}
+
+// tlsFor returns a copy of cred.TLS for one pool (go-sql-driver writes
+// ServerName into the config it is given), or nil.
+func (cred Credentials) tlsFor() *tls.Config {
+	if cred.TLS == nil {
+		return nil
+	}
+	return cred.TLS.Clone()
 }
 
 // Prober probes and administers one node. It keeps two small connection
@@ -42,6 +57,11 @@ type Prober struct {
 	// hbFailed is set while the last heartbeat failed: the next one first
 	// checks whether its predecessor is still in the server.
 	hbFailed atomic.Bool
+	// markerReady is set once switchyard.commit_marker is known to exist;
+	// markerSwept is when its old rows were last deleted (UnixNano; 0:
+	// never). See commitMarkerUpkeep.
+	markerReady atomic.Bool
+	markerSwept atomic.Int64
 
 	// replica holds the ReplicaSettings that ChangeSource applies.
 	replica atomic.Pointer[ReplicaSettings]
@@ -120,6 +140,7 @@ func openDB(address string, cred Credentials, connectTimeout, readTimeout, write
 	cfg.ReadTimeout = readTimeout
 	cfg.WriteTimeout = writeTimeout
 	cfg.InterpolateParams = true
+	cfg.TLS = cred.tlsFor()
 	cfg.Logger = &mysql.NopLogger{}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {

@@ -19,7 +19,11 @@ import (
 
 // backend is one server connection owned by a session.
 type backend struct {
-	conn    net.Conn
+	conn net.Conn
+	// raw is the TCP socket under conn when conn is TLS (tls.go), for the
+	// checks that look at the socket (peerClosed, sinceLastAck); nil when
+	// conn is the socket.
+	raw     net.Conn
 	fd      int // the socket's descriptor, for the idle peek (failoverhold.go); -1 if unknown
 	t       *target
 	counter *backendCounter
@@ -49,8 +53,20 @@ type backend struct {
 	owner     uint32 // id of the session whose state the connection has (0: none)
 	epoch     int64  // cluster epoch when opened or last taken
 	sameState bool   // taken by the session that used it last: its state is there
-	inPool    bool
-	idleAt    time.Time
+	// setupWarned: the statements that set the connection up for its
+	// session (setupBackend) left warnings, which SHOW WARNINGS would show
+	// the session (movediag.go).
+	setupWarned bool
+	inPool      bool
+	idleAt      time.Time
+}
+
+// sock returns the backend's TCP socket (under TLS, if any).
+func (b *backend) sock() net.Conn {
+	if b.raw != nil {
+		return b.raw
+	}
+	return b.conn
 }
 
 // reader returns the io.Reader responses are read from: the connection,
@@ -229,12 +245,16 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 		br.Reset(nil)
 		s.srv.readers.Put(br)
 	}()
-	okp, threadID, tracked, merr := s.backendLogin(conn, br, t, snap, rc)
+	sock := conn
+	okp, threadID, tracked, merr := s.backendLogin(&conn, br, t, snap, rc)
 	if merr != nil {
 		_ = conn.Close()
 		return nil, nil, merr
 	}
-	be := &backend{conn: conn, fd: connFD(conn), t: t, threadID: threadID, tracked: tracked}
+	be := &backend{conn: conn, fd: connFD(sock), t: t, threadID: threadID, tracked: tracked}
+	if conn != sock {
+		be.raw = sock
+	}
 	if restore {
 		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 	}
@@ -250,7 +270,10 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 	return okp, be, nil
 }
 
-func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, bool, *mysql.MyError) {
+// backendLogin logs into the server on *cp (greeting read through br),
+// switching *cp to TLS first when the cluster has clusters[].tls.
+func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, bool, *mysql.MyError) {
+	conn := *cp
 	ioErr := func(what string, err error) *mysql.MyError {
 		return dialError(t, snap, rc.connectTimeout, fmt.Errorf("%s: %w", what, err))
 	}
@@ -295,6 +318,14 @@ func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap 
 		Attrs:         s.attrs,
 	}
 	seq := byte(1)
+	if tc := rc.backendTLSConfig(t); tc != nil {
+		resp.Capabilities |= mysql.CLIENT_SSL
+		c, next, merr := backendStartTLS(conn, br, h, resp.Capabilities, tc, t, s)
+		if merr != nil {
+			return nil, 0, false, merr
+		}
+		conn, *cp, seq = c, c, next
+	}
 	if err := writePacket(conn, seq, mysqlproto.AppendHandshakeResponse(nil, &resp)); err != nil {
 		return nil, 0, false, ioErr("sending login", err)
 	}
@@ -310,17 +341,30 @@ func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap 
 			return nil, 0, false, backendLoginError(t, mysqlproto.ParseERR(p))
 		case len(p) > 0 && p[0] == mysql.EOF_HEADER:
 			sw, err := mysqlproto.ParseAuthSwitchRequest(p)
-			if err != nil || sw.Plugin != mysql.AUTH_NATIVE_PASSWORD {
+			var answer []byte
+			switch {
+			case err == nil && sw.Plugin == mysql.AUTH_NATIVE_PASSWORD:
+				answer = s.nativeToken(sw.Data)
+			case err == nil && sw.Plugin == mysqlproto.PluginEd25519:
+				// Every byte after the plugin name's NUL is the nonce
+				// (ParseAuthSwitchRequest drops a trailing NUL, which a
+				// random nonce may end with).
+				nonce := p[len(mysqlproto.PluginEd25519)+2:]
+				var merr *mysql.MyError
+				if answer, merr = s.ed25519Answer(t, nonce); merr != nil {
+					return nil, 0, false, merr
+				}
+			default:
 				plugin := "mysql_old_password"
 				if sw != nil {
 					plugin = sw.Plugin
 				}
 				return nil, 0, false, errUnknown(fmt.Sprintf(
-					"switchyard: backend %s asks for auth plugin %s for user %s; only mysql_native_password is supported towards backends",
+					"switchyard: backend %s asks for auth plugin %s for user %s; only mysql_native_password and client_ed25519 are supported towards backends",
 					t.node, plugin, s.user))
 			}
 			seq = rseq + 1
-			if err := writePacket(conn, seq, s.nativeToken(sw.Data)); err != nil {
+			if err := writePacket(conn, seq, answer); err != nil {
 				return nil, 0, false, ioErr("sending auth switch response", err)
 			}
 		default:

@@ -174,7 +174,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var stmtID uint32
 	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
+	trackSet := false  // a SET that may change the client's tracking settings (trackvars.go)
 	s.cls = classOther
+	s.cursorReq = false
 	switch cmd {
 	case mysql.COM_INIT_DB:
 		if p := s.peekPayload(h); p != nil {
@@ -188,12 +190,27 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
 				s.rewritten = nil
-				if s.diagLost && s.rlog == nil && mentions(p[1:], "row_count") {
-					s.rewritten = rewriteRowCount(p[1:], s.rowCount)
+				if s.diagLost && s.rlog == nil && readsDiagnostics(p[1:]) {
+					s.rewritten = rewriteDiagnostics(p[1:], s.rowCount, s.foundRows)
 				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
 				}
+			} else {
+				calc = s.cls == classSelect && calcFoundRows(p[1:])
+				if s.diagLost {
+					// The first statement after a move (movediag.go).
+					if merr := s.afterMove(p[1:], true); merr != nil {
+						return s.refuseCommand(merr)
+					}
+				}
+			}
+			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
+				s.rewritten = s.trk.rewriteTrackRefs(p[1:])
+				// Transaction replay hashes results as relayed: its
+				// SETs of tracking variables keep the old way (the
+				// session is then not movable).
+				trackSet = s.cls == classSet && s.rlog == nil
 			}
 			s.keepForLoss(p)
 			switch s.cls {
@@ -235,6 +252,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				if merr := s.beforeStatement(stmt.text); merr != nil {
 					return s.refuseCommand(merr)
 				}
+			} else if cmd == mysql.COM_STMT_EXECUTE {
+				calc = stmt.class == classSelect && calcFoundRows(stmt.text)
+				if s.diagLost {
+					if merr := s.afterMove(stmt.text, false); merr != nil {
+						return s.refuseCommand(merr)
+					}
+				}
 			}
 		}
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
@@ -242,18 +266,41 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		}
 		if cmd == mysql.COM_STMT_EXECUTE {
 			s.keepExecForLoss(payload, stmtID, stmt)
+			// Command byte, id (4), flags (1): the low three bits of the
+			// flags ask for a cursor (https://mariadb.com/kb/en/com_stmt_execute/).
+			if fb, err := s.cr.Peek(mysqlproto.HeaderSize + 6); err == nil {
+				s.cursorReq = fb[mysqlproto.HeaderSize+5]&0x07 != 0
+			}
 		}
 	}
 	// Transaction replay (replay.go): record the statement before it is
 	// forwarded.
-	long := false
+	long, mark := false, false
 	if s.rlog != nil {
 		long = s.recordBegin(cmd, payload, stmtID, stmt)
+		mark = s.rlog.markCommit() // a commit marker goes with it (outcome.go)
+		if s.rlog.replayed && s.rlog.fl.commit && s.rlog.wrote {
+			s.awaitReplays()
+		}
 	}
-	s.seq, s.in, s.out, s.lastOK, s.warned = 0, 0, 0, false, false
+	s.seq, s.in, s.out, s.lastOK, s.warned, s.results = 0, 0, 0, false, false, 0
 	var err error
-	plain := false
+	plain, sent := false, false
+	if mark {
+		whole := payload != nil && !long && s.rewritten == nil && !(cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind)
+		sent, err = s.sendMarker(h, whole)
+		plain = whole
+		if err != nil && !sent {
+			// Nothing of the COMMIT was sent: it is pending (or, too
+			// long to stay buffered, consumed and in flight).
+			plain = true
+			if mysqlproto.HeaderSize+h.Len > s.cr.Size() {
+				_, _ = mysqlproto.SkipPacket(s.cr)
+			}
+		}
+	}
 	switch {
+	case sent || err != nil:
 	case cmd == mysql.COM_STMT_PREPARE:
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
@@ -280,7 +327,17 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return ""
 	}
 	s.acquire()
-	err = s.relay(cmd, kind)
+	answered := false
+	if mark {
+		answered, err = s.markAnswer()
+	}
+	switch {
+	case err != nil || answered:
+	case trackSet:
+		err = s.relayTrackSet()
+	default:
+		err = s.relay(cmd, kind)
+	}
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
@@ -296,9 +353,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if s.rlog != nil {
 		s.recordEnd()
 	}
-	if s.txPool {
-		s.noteDiagnostics(calc)
-		s.ran = true
+	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE {
+		s.noteFoundRows(calc)
+	}
+	s.noteDiagnostics(calc)
+	s.ran = true
+	if s.retracked {
+		s.diagLost, s.retracked = true, false
 	}
 	if s.lastOK {
 		switch {
@@ -316,7 +377,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if stmt.userLock {
 				s.st.userLock = true
 			}
-			if s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+			if s.cursorReq && s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
 				stmt.cursor = true
 			}
 		case cmd == mysql.COM_STMT_FETCH && stmt != nil:
@@ -395,6 +456,7 @@ func (s *session) afterReset() string {
 		s.log.Warn("re-enabling session tracking after COM_RESET_CONNECTION failed; the session will not be moved on a switchover", "err", err)
 		s.st.markOpaque("could not re-enable session tracking after COM_RESET_CONNECTION")
 	}
+	s.initTracking()
 	return ""
 }
 

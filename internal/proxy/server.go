@@ -57,10 +57,16 @@ type Options struct {
 // Server is the MySQL-protocol proxy: one accept loop per listener, one
 // goroutine per client session.
 type Server struct {
-	log     *slog.Logger
-	id      string
-	now     func() time.Time
-	metrics *metrics
+	log *slog.Logger
+	id  string
+	// markerOwner is this process's owner value in commit markers
+	// (outcome.go newMarkerOwner); markerLog limits the warning about
+	// markers that cannot be written (each session would repeat it).
+	markerOwner string
+	markerLog   rateLog
+	now         func() time.Time
+	metrics     *metrics
+	tlsM        *tlsMetrics
 
 	rc  atomic.Pointer[runtimeConfig]
 	cfg atomic.Pointer[config.Config]
@@ -96,16 +102,23 @@ type Server struct {
 	closing chan struct{}              // closed by Close
 	bg      sync.WaitGroup             // background goroutines (goBackground)
 
+	auth     authState     // caching_sha2_password RSA key (auth.go)
+	accounts accountsState // pass-through accounts (accounts.go)
+
 	parker    idleParker // idle sessions without a goroutine (idlepark.go)
 	clientIns sync.Pool  // *clientIn (clientReadBuf bytes)
 	readers   sync.Pool  // *bufio.Reader of backendReadBuf bytes
-	writers   sync.Pool  // *bufio.Writer of clientWriteBuf bytes
+	// trackDefaults are the nodes' global session-tracking settings (a
+	// client's defaults, trackvars.go), by cluster + "/" + node.
+	trackDefaults sync.Map
+	writers       sync.Pool // *bufio.Writer of clientWriteBuf bytes
 }
 
 // listener is one client-facing endpoint.
 type listener struct {
 	name, cluster, role, address string
-	pooling                      string // config.PoolingSession or config.PoolingTransaction
+	pooling                      string       // config.PoolingSession or config.PoolingTransaction
+	tls                          *listenerTLS // client-side TLS (tls.go); nil: plaintext only
 	ln                           net.Listener
 	route                        *clusterRoute
 	sessions                     atomic.Int64
@@ -142,11 +155,17 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	tm, err := newTLSMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		log:          log,
 		id:           id,
+		markerOwner:  newMarkerOwner(id),
 		now:          now,
 		metrics:      m,
+		tlsM:         tm,
 		clusters:     make(map[string]*clusterRoute),
 		sessions:     make(map[*session]struct{}),
 		backends:     make(map[string]*backendCounter),
@@ -157,6 +176,14 @@ func New(o Options) (*Server, error) {
 	}
 	if err := s.failsafe.initMetrics(o.Registry); err != nil {
 		return nil, err
+	}
+	if err := s.accounts.initMetrics(o.Registry); err != nil {
+		return nil, err
+	}
+	if s.auth.file = o.Config.Proxy.RSAKeyFile; s.auth.file != "" {
+		if _, err := s.auth.rsaKey(); err != nil {
+			return nil, fmt.Errorf("proxy: proxy.rsa_key_file: %w", err)
+		}
 	}
 	budget, reserve := o.Descriptors, o.ReservedDescriptors
 	if budget == 0 {
@@ -193,10 +220,15 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("proxy: listeners[%d] (%s).cluster %q is not a configured cluster", i, lc.Name, lc.Cluster)
 		}
 		seen[lc.Name] = true
+		lt, err := newListenerTLS(lc.Name, i, lc.TLS, log, tm)
+		if err != nil {
+			return nil, err
+		}
 		s.listeners = append(s.listeners, &listener{
 			name: lc.Name, cluster: lc.Cluster, role: lc.Role, address: lc.Address, pooling: lc.Pooling,
 			route:   s.route(lc.Cluster),
 			queries: m.queries.WithLabelValues(lc.Name),
+			tls:     lt,
 		})
 	}
 	return s, nil
@@ -236,6 +268,7 @@ func (s *Server) Start() error {
 	limit, _ := s.MaxClientConnections()
 	s.log.Debug("client connection limit", "max_client_connections", limit, "descriptor_budget", s.limit.budget, "reserved_descriptors", s.limit.reserve)
 	s.startParker()
+	s.startAccounts()
 	for _, l := range s.listeners {
 		s.wg.Add(1)
 		go s.acceptLoop(l)

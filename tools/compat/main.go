@@ -251,6 +251,13 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 	cfg.Users = append(cfg.Users,
 		config.User{Name: superUser, Password: e.superPass},
 		config.User{Name: otherUser, Password: e.otherPass})
+	// Both listeners offer TLS with the sandbox certificate, as the
+	// sandbox's own listeners do, and backend connections use TLS too: the
+	// driver's TestTLS reads Ssl_cipher, which is the backend session's.
+	for i := range cfg.Listeners {
+		cfg.Listeners[i].TLS = c.Config().Listeners[0].TLS
+	}
+	cfg.Clusters[0].TLS = config.ClusterTLS{Enabled: true, CAFile: c.TLS().CA, Verify: config.VerifyFull}
 	data, err := cfg.Marshal()
 	if err != nil {
 		return 0, err
