@@ -239,6 +239,25 @@ func TestAuthPluginsRealClients(t *testing.T) {
 			t.Fatalf("the full authentication over TLS (--default-auth=%s) did not leave the fast-path verifier", plugin)
 		}
 	}
+
+	// COM_CHANGE_USER to the caching_sha2_password user naming
+	// caching_sha2_password with no data: switched to it with a fresh
+	// scramble, then the fast path.
+	cu = mysqlproto.ChangeUser{User: "shau", Charset: 45, AuthPlugin: mysqlproto.PluginCachingSHA2}
+	raw.write(0, mysqlproto.AppendChangeUser(nil, &cu, raw.caps))
+	sr, err := mysqlproto.ParseAuthSwitchRequest(raw.next())
+	if err != nil || sr.Plugin != mysqlproto.PluginCachingSHA2 || len(sr.Data) != mysqlproto.ScrambleLen || bytes.Equal(sr.Data, raw.scramble) {
+		t.Fatalf("COM_CHANGE_USER naming caching_sha2_password with no data: %+v, %v; want a switch to it with a fresh scramble", sr, err)
+	}
+	raw.write(2, mysqlproto.SHA2Token(sr.Data, shaPW))
+	if p := raw.next(); !bytes.Equal(p, []byte{0x01, mysqlproto.SHA2FastAuthOK}) {
+		t.Fatalf("COM_CHANGE_USER caching_sha2_password: %s, want the fast-path success (01 03)", describe(p))
+	}
+	raw.expectOK()
+	if rows := raw.query("SELECT CURRENT_USER()"); rows[0][0] != "shau@%" {
+		t.Fatalf("after COM_CHANGE_USER to shau: %v", rows)
+	}
+
 	h.srv.rc.Load().users["shau"].sha2.Store(nil)
 	if out, err := cliTLS(t, bin, rw, "shau", "wrong", ca, "--default-auth=caching_sha2_password", "-e", "SELECT 1"); err == nil ||
 		!strings.Contains(out, "ERROR 1045 (28000)") || !strings.Contains(out, "(using password: YES)") {
