@@ -34,7 +34,9 @@ import (
 // client that does not take the announced plugin) logs into a
 // mysql_native_password account by the fast path when the proxy knows the
 // verifier (a plaintext source, or an earlier full authentication), and is
-// switched to mysql_native_password otherwise.
+// switched to mysql_native_password otherwise. A client plugin other than
+// the greeting's with no data (libmariadb drops a challenge made for
+// another plugin) waits for the switch to the account's plugin.
 
 // authState is the proxy's RSA key for caching_sha2_password full
 // authentication: proxy.rsa_key_file, or generated when first needed.
@@ -115,7 +117,16 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 		}
 		return ""
 	}
-	if fresh && (want == config.AuthSHA2 && plugin != mysqlproto.PluginCachingSHA2 ||
+	// A first answer without data from a client plugin other than the
+	// greeting's mysql_native_password is no empty password: the client
+	// dropped a challenge made for another plugin and waits for an
+	// AuthSwitchRequest (libmariadb's run_plugin_auth; MariaDB's server
+	// switches whenever the client's data is not for the account's
+	// plugin, sql_acl.cc server_mpvio_read_packet). A caching_sha2_password
+	// client sends data only when it took the greeting's scramble.
+	noData := len(token) == 0 && plugin != "" && plugin != mysql.AUTH_NATIVE_PASSWORD
+	sha2Switch := want == config.AuthSHA2 && (plugin != mysqlproto.PluginCachingSHA2 || noData)
+	if fresh && (sha2Switch ||
 		want == config.AuthNative && plugin != "" && plugin != mysql.AUTH_NATIVE_PASSWORD) {
 		sc, err := mysqlproto.NewScramble(mysqlproto.ScrambleLen)
 		if err != nil {
@@ -144,7 +155,7 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 		}
 		return clientAuth{u: u, stage1: s1, edKey: u.edKey}, seq, ""
 	case config.AuthSHA2:
-		if plugin != mysqlproto.PluginCachingSHA2 {
+		if sha2Switch {
 			if reason := switchTo(mysqlproto.PluginCachingSHA2, scramble); reason != "" {
 				return clientAuth{}, seq, reason
 			}

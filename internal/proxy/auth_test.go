@@ -66,10 +66,21 @@ func loginAs(dsn string) (string, error) {
 // returns its output.
 func cli(t *testing.T, bin, addr, user, pw string, args ...string) (string, error) {
 	t.Helper()
+	return cliTLS(t, bin, addr, user, pw, "", args...)
+}
+
+// cliTLS is cli over TLS verifying the proxy's certificate against ca
+// (empty: without TLS).
+func cliTLS(t *testing.T, bin, addr, user, pw, ca string, args ...string) (string, error) {
+	t.Helper()
 	host, port := hostPort(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	base := []string{"--no-defaults", "-h" + host, "-P" + port, "-u" + user, "-p" + pw, "--skip-ssl", "-N", "-B"}
+	base := []string{"--no-defaults", "-h" + host, "-P" + port, "-u" + user, "--password=" + pw, "--skip-ssl", "-N", "-B"}
+	if ca != "" {
+		base[5] = "--ssl"
+		base = append(base, "--ssl-ca="+ca, "--ssl-verify-server-cert")
+	}
 	out, err := exec.CommandContext(ctx, bin, append(base, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -99,7 +110,8 @@ func TestAuthPluginsRealClients(t *testing.T) {
 			config.User{Name: "edu", Password: edPW, AuthPlugin: config.AuthEd25519},
 			config.User{Name: "shau", AuthPlugin: config.AuthSHA2,
 				PasswordHash: mysqlproto.FormatNativeHash(mysqlproto.NativeStage2(mysqlproto.NativeStage1(shaPW)))},
-			config.User{Name: "shap", Password: sha2PW, AuthPlugin: config.AuthSHA2})
+			config.User{Name: "shap", Password: sha2PW, AuthPlugin: config.AuthSHA2},
+			config.User{Name: "shae", AuthPlugin: config.AuthSHA2})
 	})
 	h.installEd25519()
 	root := h.direct(0)
@@ -107,6 +119,7 @@ func TestAuthPluginsRealClients(t *testing.T) {
 	mustExec(t, root, "GRANT SELECT ON *.* TO edu@'%'")
 	mustExec(t, root, "CREATE USER shau@'%' IDENTIFIED BY '"+shaPW+"'")
 	mustExec(t, root, "CREATE USER shap@'%' IDENTIFIED BY '"+sha2PW+"'")
+	mustExec(t, root, "CREATE USER shae@'%'")
 	h.waitReplicated(1, 2)
 	rw, ro := h.srv.ListenerAddr("rw"), h.srv.ListenerAddr("ro")
 
@@ -183,6 +196,72 @@ func TestAuthPluginsRealClients(t *testing.T) {
 	sha2ClearWithoutTLS(t, rw, "shau", shaPW)
 	if out, err := cli(t, bin, rw, "shap", "wrong", "-e", "SELECT 1"); err == nil || !strings.Contains(out, "ERROR 1045 (28000)") {
 		t.Fatalf("caching_sha2_password mariadb client, wrong password: %q, %v", out, err)
+	}
+
+	// The mariadb client choosing its plugin (--default-auth), for every
+	// kind of account, with and without TLS, through rw and ro. A client
+	// plugin other than the greeting's mysql_native_password sends no data
+	// in its handshake response and waits for an AuthSwitchRequest to the
+	// account's plugin; an empty answer is not an empty password.
+	ca := h.c.TLS().CA
+	accounts := []struct{ user, pw string }{
+		{h.c.AppUser, h.c.AppPassword}, {"edu", edPW}, {"shau", shaPW}, {"shap", sha2PW}, {"shae", ""}}
+	for _, a := range accounts {
+		for _, plugin := range []string{"caching_sha2_password", "client_ed25519", "mysql_native_password"} {
+			for _, tc := range []struct{ name, ca string }{{"plaintext", ""}, {"TLS", ca}} {
+				for _, addr := range []string{rw, ro} {
+					out, err := cliTLS(t, bin, addr, a.user, a.pw, tc.ca, "--default-auth="+plugin, "-e", "SELECT CURRENT_USER()")
+					if err != nil || out != a.user+"@%" {
+						t.Errorf("%s with --default-auth=%s over %s through %s: %q, %v", a.user, plugin, tc.name, addr, out, err)
+					}
+				}
+			}
+			wrong := "wrong"
+			if a.pw == "" {
+				wrong = a.user
+			}
+			out, err := cliTLS(t, bin, rw, a.user, wrong, ca, "--default-auth="+plugin, "-e", "SELECT 1")
+			if err == nil || !strings.Contains(out, "ERROR 1045 (28000)") || !strings.Contains(out, "(using password: YES)") {
+				t.Errorf("%s with --default-auth=%s, wrong password: %q, %v", a.user, plugin, out, err)
+			}
+		}
+	}
+
+	// caching_sha2_password full authentication over TLS: the client
+	// sends the password in clear (no RSA exchange), which the proxy takes
+	// only on an encrypted connection; it leaves the fast-path verifier.
+	for _, plugin := range []string{"caching_sha2_password", "mysql_native_password"} {
+		h.srv.rc.Load().users["shau"].sha2.Store(nil)
+		if out, err := cliTLS(t, bin, ro, "shau", shaPW, ca, "--default-auth="+plugin, "-e", "SELECT CURRENT_USER()"); err != nil || out != "shau@%" {
+			t.Fatalf("caching_sha2_password full authentication over TLS (--default-auth=%s): %q, %v", plugin, out, err)
+		}
+		if v := h.srv.rc.Load().users["shau"].sha2.Load(); v == nil || *v != mysqlproto.SHA2Verifier(shaPW) {
+			t.Fatalf("the full authentication over TLS (--default-auth=%s) did not leave the fast-path verifier", plugin)
+		}
+	}
+
+	// COM_CHANGE_USER to the caching_sha2_password user naming
+	// caching_sha2_password with no data: switched to it with a fresh
+	// scramble, then the fast path.
+	cu = mysqlproto.ChangeUser{User: "shau", Charset: 45, AuthPlugin: mysqlproto.PluginCachingSHA2}
+	raw.write(0, mysqlproto.AppendChangeUser(nil, &cu, raw.caps))
+	sr, err := mysqlproto.ParseAuthSwitchRequest(raw.next())
+	if err != nil || sr.Plugin != mysqlproto.PluginCachingSHA2 || len(sr.Data) != mysqlproto.ScrambleLen || bytes.Equal(sr.Data, raw.scramble) {
+		t.Fatalf("COM_CHANGE_USER naming caching_sha2_password with no data: %+v, %v; want a switch to it with a fresh scramble", sr, err)
+	}
+	raw.write(2, mysqlproto.SHA2Token(sr.Data, shaPW))
+	if p := raw.next(); !bytes.Equal(p, []byte{0x01, mysqlproto.SHA2FastAuthOK}) {
+		t.Fatalf("COM_CHANGE_USER caching_sha2_password: %s, want the fast-path success (01 03)", describe(p))
+	}
+	raw.expectOK()
+	if rows := raw.query("SELECT CURRENT_USER()"); rows[0][0] != "shau@%" {
+		t.Fatalf("after COM_CHANGE_USER to shau: %v", rows)
+	}
+
+	h.srv.rc.Load().users["shau"].sha2.Store(nil)
+	if out, err := cliTLS(t, bin, rw, "shau", "wrong", ca, "--default-auth=caching_sha2_password", "-e", "SELECT 1"); err == nil ||
+		!strings.Contains(out, "ERROR 1045 (28000)") || !strings.Contains(out, "(using password: YES)") {
+		t.Fatalf("caching_sha2_password full authentication over TLS, wrong password: %q, %v", out, err)
 	}
 }
 
