@@ -225,7 +225,11 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 		defer os.RemoveAll(e.work)
 	}
 	e.log.Info("starting sandbox", "dir", dir)
-	c, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, Nodes: 1, Log: e.log, StopWithParent: true})
+	// Every address is a free one, so a run beside another sandbox (or a
+	// second run) never collides on the defaults (6446, 8080, 2379...).
+	c, err := sandbox.Up(ctx, sandbox.Options{Dir: dir, Nodes: 1, Log: e.log, StopWithParent: true,
+		ListenerRW: freeAddr(), ListenerRO: freeAddr(), AdminAddress: freeAddr(),
+		EtcdClientAddress: freeAddr(), EtcdPeerAddress: freeAddr()})
 	if err != nil {
 		return 0, err
 	}
