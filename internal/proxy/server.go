@@ -100,6 +100,7 @@ type Server struct {
 	clientIns sync.Pool  // *clientIn (clientReadBuf bytes)
 	readers   sync.Pool  // *bufio.Reader of backendReadBuf bytes
 	writers   sync.Pool  // *bufio.Writer of clientWriteBuf bytes
+	zpools    zpools     // compression state lent to compressed sessions (compress.go)
 }
 
 // listener is one client-facing endpoint.
@@ -172,6 +173,7 @@ func New(o Options) (*Server, error) {
 	s.clientIns.New = newClientIn
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
+	s.zpools.init()
 	rc, err := newRuntimeConfig(o.Config, nil)
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ import (
 // connection phase), whatever the backend supports.
 const proxyCaps = mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_CONNECT_WITH_DB | mysql.CLIENT_PROTOCOL_41 |
 	mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA |
-	mysql.CLIENT_CONNECT_ATTRS
+	mysql.CLIENT_CONNECT_ATTRS | mysql.CLIENT_COMPRESS
 
 // Capabilities that change what the backend sends or accepts after login.
 // Bytes are relayed raw, so client and backend must agree on them: the proxy
@@ -50,6 +50,7 @@ type session struct {
 	fd     int                // raw's descriptor (-1 if none), for parking (idlepark.go)
 	idle   atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
 	log    sessionLog
+	z      *zlink // compressed protocol (compress.go); nil for uncompressed clients
 
 	// Negotiated at login.
 	caps      uint32
@@ -269,7 +270,7 @@ func (s *session) setBackend(be *backend) (*backend, bool) {
 // the pooled writer).
 func (s *session) writeDirect(seq byte, payload []byte) error {
 	s.scratch, _ = mysqlproto.AppendPacket(s.scratch[:0], seq, payload)
-	_, err := s.client.Write(s.scratch)
+	_, err := s.clientWrite(s.scratch)
 	return err
 }
 
@@ -412,6 +413,9 @@ func (s *session) login() string {
 	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
+	}
+	if s.caps&mysql.CLIENT_COMPRESS != 0 {
+		s.startCompression()
 	}
 	if s.txPool {
 		s.txBoundary()

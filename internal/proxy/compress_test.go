@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha1"
+	"database/sql"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+)
+
+func compressed(c *mysql.Config) { _ = c.Apply(mysql.EnableCompression(true)) }
+
+// go-sql-driver with compress=true through both listeners: text and
+// prepared results that span many frames, a row of 20 MiB and a statement
+// of 17 MiB (more than one 16 MiB packet, so more than one frame each way),
+// compared with what the same queries return straight from the primary;
+// then the session parks idle and is served again.
+func TestCompressGoDriver(t *testing.T) { poolings(t, testCompressGoDriver) }
+
+func testCompressGoDriver(t *testing.T, pooling func(*config.Config)) {
+	h := newHarness(t, pooling)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := h.db("rw", "sbtest", compressed)
+	db.SetMaxOpenConns(1)
+	direct := h.direct(0)
+	mustExec(t, db, "CREATE TABLE zt (id INT PRIMARY KEY, s VARCHAR(200), b LONGBLOB)")
+	mustExec(t, db, "INSERT INTO zt (id, s) SELECT seq, CONCAT('row-', seq, '-', REPEAT('z', seq % 150)) FROM seq_1_to_20000")
+	digest := func(q *sql.DB, query string, args ...any) string {
+		t.Helper()
+		rows, err := q.QueryContext(ctx, query, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		defer rows.Close()
+		sum, n := sha1.New(), 0
+		for rows.Next() {
+			var id int
+			var s string
+			if err := rows.Scan(&id, &s); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(sum, "%d:%s\n", id, s)
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		return fmt.Sprintf("%d rows %x", n, sum.Sum(nil))
+	}
+	const q = "SELECT id, s FROM sbtest.zt WHERE id > ? ORDER BY id"
+	want := digest(direct, q, 0)
+	if got := digest(db, q, 0); got != want { // prepared (binary protocol)
+		t.Fatalf("prepared result through the proxy %s, direct %s", got, want)
+	}
+	if got := digest(db, strings.Replace(q, "?", "0", 1)); got != want { // text protocol
+		t.Fatalf("text result through the proxy %s, direct %s", got, want)
+	}
+	if !strings.HasPrefix(want, "20000 rows") {
+		t.Fatalf("direct result %s", want)
+	}
+	// Larger than one packet and one frame: a 17 MiB statement, a 20 MiB row back.
+	big := strings.Repeat("0123456789abcdef", 17<<16)
+	if _, err := db.ExecContext(ctx, "UPDATE zt SET b = ? WHERE id = 1", big); err != nil {
+		t.Fatalf("17 MiB statement: %v", err)
+	}
+	var n int
+	var tail string
+	if err := db.QueryRowContext(ctx, "SELECT LENGTH(CONCAT(b, REPEAT('x', 3<<20))), RIGHT(b, 16) FROM zt WHERE id = 1").Scan(&n, &tail); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(big)+3<<20 || tail != "0123456789abcdef" {
+		t.Fatalf("row length %d tail %q", n, tail)
+	}
+	var row []byte
+	if err := db.QueryRowContext(ctx, "SELECT CONCAT(b, REPEAT('x', 3<<20)) FROM zt WHERE id = 1").Scan(&row); err != nil {
+		t.Fatalf("20 MiB row: %v", err)
+	}
+	if len(row) != len(big)+3<<20 || string(row[:len(big)]) != big {
+		t.Fatalf("20 MiB row came back as %d bytes", len(row))
+	}
+	// Idle long enough to park (idlepark.go), then served again.
+	waitParked(t, h.srv, 1)
+	if got := digest(db, q, 19990); !strings.HasPrefix(got, "10 rows") {
+		t.Fatalf("after parking: %s", got)
+	}
+	// The replica listener too.
+	ro := h.db("ro", "sbtest", compressed)
+	h.waitReplicated(1, 2)
+	if got := digest(ro, strings.Replace(q, "?", "0", 1)); got != want {
+		t.Fatalf("replica listener: %s, direct %s", got, want)
+	}
+}
+
+// The mariadb command-line client with --compress: its status (\s) reports
+// the compressed protocol, and queries, errors and a 5 MB result work.
+func TestCompressCommandLineClient(t *testing.T) {
+	bin := lookTool(t, "mariadb")
+	h := newHarness(t, nil)
+	host, port := hostPort(t, h.srv.ListenerAddr("rw"))
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		base := []string{"--no-defaults", "--compress", "-h" + host, "-P" + port, "-u" + h.c.AppUser, "-p" + h.c.AppPassword, "--skip-ssl", "-D", "sbtest"}
+		out, err := exec.CommandContext(ctx, bin, append(base, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("-e", "status")
+	if err != nil || !strings.Contains(out, "Protocol:\t\tCompressed") {
+		t.Fatalf("status through the proxy (%v):\n%s", err, out)
+	}
+	out, err = run("-N", "-e", "SELECT 1+1; SELECT CONCAT(seq, REPEAT('q', 100)) FROM seq_1_to_50000 /* 5 MB */; SELECT 'done'")
+	lines := strings.Split(out, "\n")
+	if err != nil || len(lines) != 50003 || lines[0] != "2" || lines[50000] != "50000"+strings.Repeat("q", 100) || lines[50001] != "done" {
+		t.Fatalf("queries (%v): %d lines, %.200q", err, len(lines), out)
+	}
+	out, err = run("-e", "SELECT * FROM no_such_table")
+	if err == nil || !strings.Contains(out, "ERROR 1146 (42S02)") {
+		t.Fatalf("error through the proxy (%v): %q", err, out)
+	}
+}
