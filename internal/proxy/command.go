@@ -27,14 +27,15 @@ const (
 )
 
 // kindOf maps a command byte to its response shape. Commands the proxy does
-// not relay (replication, shutdown, MariaDB COM_MULTI/bulk which are never
-// negotiated) are rejected; COM_PROCESS_KILL and COM_CHANGE_USER are
+// not relay (replication, shutdown, MariaDB COM_MULTI which is never
+// negotiated) are rejected, and so is COM_STMT_BULK_EXECUTE from a client
+// that did not negotiate MARIADB_CLIENT_STMT_BULK_OPERATIONS (command); COM_PROCESS_KILL and COM_CHANGE_USER are
 // answered by the proxy before kindOf is asked.
 func kindOf(cmd byte) responseKind {
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_PROCESS_INFO:
 		return respResults
-	case mysql.COM_STMT_EXECUTE:
+	case mysql.COM_STMT_EXECUTE, mysqlproto.ComStmtBulkExecute:
 		return respBinary
 	case mysql.COM_STMT_PREPARE:
 		return respPrepare
@@ -160,6 +161,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return s.processKill()
 	}
 	kind := kindOf(cmd)
+	if cmd == mysqlproto.ComStmtBulkExecute && s.ext&mysqlproto.MariaDBClientStmtBulkOperations == 0 {
+		kind = respRejected
+	}
 	if kind == respRejected {
 		if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
 			return clientReason(err)
@@ -175,6 +179,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
 	s.cls = classOther
+	s.execStmt = nil
 	switch cmd {
 	case mysql.COM_INIT_DB:
 		if p := s.peekPayload(h); p != nil {
@@ -216,7 +221,8 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				s.st.markOpaque("sent a long statement that may take user locks or set user variables")
 			}
 		}
-	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA:
+	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA,
+		mysqlproto.ComStmtBulkExecute:
 		p := s.peekPayload(h)
 		if p == nil {
 			// Only SEND_LONG_DATA and EXECUTE with long values get here.
@@ -225,12 +231,15 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			}
 		}
 		stmtID, stmt = s.stmtOf(p)
+		if cmd == mysql.COM_STMT_EXECUTE {
+			s.execStmt = stmt
+		}
 		if s.xlate {
 			s.translateID()
 		}
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
-			if s.txPool && cmd == mysql.COM_STMT_EXECUTE {
+			if s.txPool && (cmd == mysql.COM_STMT_EXECUTE || cmd == mysqlproto.ComStmtBulkExecute) {
 				calc = mentions(stmt.text, "sql_calc_found_rows")
 				if merr := s.beforeStatement(stmt.text); merr != nil {
 					return s.refuseCommand(merr)
@@ -240,8 +249,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
 			payload = p
 		}
-		if cmd == mysql.COM_STMT_EXECUTE {
+		switch cmd {
+		case mysql.COM_STMT_EXECUTE:
 			s.keepExecForLoss(payload, stmtID, stmt)
+		case mysqlproto.ComStmtBulkExecute:
+			s.rerun, s.commitSent = s.rerun[:0], false // a write: never run again
 		}
 	}
 	// Transaction replay (replay.go): record the statement before it is
@@ -258,6 +270,8 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
 		err = s.forwardRebound(stmt)
+	case cmd == mysqlproto.ComStmtBulkExecute && stmt != nil && stmt.rebind:
+		err = s.forwardReboundBulk(stmt)
 	case long:
 		err = s.forwardRecorded()
 	case cmd == mysql.COM_QUERY && s.rewritten != nil:
@@ -281,6 +295,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.acquire()
 	err = s.relay(cmd, kind)
+	s.execStmt = nil
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
@@ -363,6 +378,10 @@ func (s *session) noteStmtCommand(cmd byte, id uint32, st *stmtInfo, p []byte) {
 		if st.class == classSelect {
 			s.sampleExecute(st, p)
 		}
+	case mysqlproto.ComStmtBulkExecute:
+		st.longData = false
+		st.bulkTypes(p)
+		s.cls = st.class
 	case mysql.COM_STMT_CLOSE:
 		delete(s.stmts, id)
 		if len(s.stmts) == 0 {

@@ -49,6 +49,10 @@ func (s *session) copyLogical() (mysqlproto.Packet, error) {
 
 func (s *session) deprecateEOF() bool { return s.caps&mysql.CLIENT_DEPRECATE_EOF != 0 }
 
+// cacheMeta reports whether column counts carry MariaDB's "metadata
+// follows" byte (MARIADB_CLIENT_CACHE_METADATA).
+func (s *session) cacheMeta() bool { return s.ext&mysqlproto.MariaDBClientCacheMetadata != 0 }
+
 // relay relays the backend's response to a command of the given kind.
 func (s *session) relay(cmd byte, kind responseKind) error {
 	switch kind {
@@ -207,6 +211,9 @@ func (s *session) relayResults(infile bool) error {
 		if p.Payload == nil || p.Len == mysqlproto.MaxPacketPayload {
 			return backendProtocol("oversized first packet of a result (%d bytes)", p.Len)
 		}
+		if p.First == mysql.ERR_HEADER && s.ext&mysqlproto.MariaDBClientProgress != 0 && mysqlproto.IsProgress(p.Payload) {
+			continue // a progress report: the response goes on
+		}
 		if r := s.rlog; r != nil && r.hashing {
 			r.sumFirst(p, infile)
 		}
@@ -231,25 +238,41 @@ func (s *session) relayResults(infile bool) error {
 			}
 			continue
 		}
-		ncols, _, ok := mysqlproto.ReadLenEnc(p.Payload)
-		if !ok || len(p.Payload) > 9 {
+		ncols, meta, ok := mysqlproto.ColumnCount(p.Payload, s.cacheMeta())
+		if !ok {
 			return backendProtocol("bad column count packet")
 		}
-		more, err := s.relayResultSet(ncols)
+		more, err := s.relayResultSet(ncols, meta)
 		if err != nil || !more {
 			return err
 		}
 	}
 }
 
-// relayResultSet relays ncols column definitions, the EOF after them (unless
-// CLIENT_DEPRECATE_EOF) and the rows, and reports whether another result
-// follows. When the server opened a cursor (SERVER_STATUS_CURSOR_EXISTS) no
-// rows follow; the client fetches them with COM_STMT_FETCH.
-func (s *session) relayResultSet(ncols uint64) (bool, error) {
+// relayResultSet relays ncols column definitions (none when meta is false:
+// the server left them out, MARIADB_CLIENT_CACHE_METADATA), the EOF after
+// them (unless CLIENT_DEPRECATE_EOF) and the rows, and reports whether
+// another result follows. When the server opened a cursor
+// (SERVER_STATUS_CURSOR_EXISTS) no rows follow; the client fetches them with
+// COM_STMT_FETCH. Column definitions are copied whole, so the extended type
+// information of MARIADB_CLIENT_EXTENDED_TYPE_INFO passes as it is.
+func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
+	if !meta {
+		ncols = 0
+	}
+	st := s.execStmt
+	if st != nil && ncols > 0 && s.cacheMeta() {
+		st.meta = metaSum{} // the client caches these instead
+	} else {
+		st = nil
+	}
 	for range ncols {
-		if _, err := s.copyLogical(); err != nil {
+		p, err := s.copyLogical()
+		if err != nil {
 			return false, err
+		}
+		if st != nil {
+			st.meta.addPacket(s.srv.metaSeed, p)
 		}
 	}
 	if !s.deprecateEOF() {
@@ -352,14 +375,18 @@ func (s *session) relayPrepare() error {
 	if backendID == 0 {
 		clientID, backendID = ok.StatementID, ok.StatementID
 	}
-	s.addStmt(clientID, backendID, ok, text)
-	for _, n := range []uint16{ok.Params, ok.Columns} {
+	st := s.addStmt(clientID, backendID, ok, text)
+	for i, n := range []uint16{ok.Params, ok.Columns} {
 		if n == 0 {
 			continue
 		}
 		for range n {
-			if _, err := s.copyLogical(); err != nil {
+			p, err := s.copyLogical()
+			if err != nil {
 				return err
+			}
+			if i == 1 && s.cacheMeta() {
+				st.meta.addPacket(s.srv.metaSeed, p)
 			}
 		}
 		if !s.deprecateEOF() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"slices"
@@ -79,6 +80,7 @@ type Server struct {
 
 	wg           sync.WaitGroup
 	nextConnID   atomic.Uint32
+	metaSeed     maphash.Seed // for metaSum (stmts.go)
 	epochChanged chan struct{}
 
 	reach reachState // backend reachability as this proxy sees it (reachability.go)
@@ -174,6 +176,7 @@ func New(o Options) (*Server, error) {
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
 	s.zpools.init()
+	s.metaSeed = maphash.MakeSeed()
 	rc, err := newRuntimeConfig(o.Config, nil)
 	if err != nil {
 		return nil, err

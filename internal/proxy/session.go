@@ -33,6 +33,17 @@ const relayCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIEN
 	mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS | mysql.CLIENT_PS_MULTI_RESULTS |
 	mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF
 
+// MariaDB extended capabilities relayed like relayCaps: offered when the
+// backend offers them, asked for on the backend login when the client asked.
+// Each changes what the relay reads: progress reports mid-response
+// (relayResults), COM_STMT_BULK_EXECUTE (command.go), extended type info
+// in column definitions (relayed as they are: the relay counts them, never
+// parses them), the "metadata follows" byte of column counts
+// (mysqlproto.ColumnCount). COM_MULTI (not in 10.11) and bulk unit results
+// (11.5) are not offered.
+const relayExtCaps = mysqlproto.MariaDBClientProgress | mysqlproto.MariaDBClientStmtBulkOperations |
+	mysqlproto.MariaDBClientExtendedTypeInfo | mysqlproto.MariaDBClientCacheMetadata
+
 // session is one client connection and the backend connection it owns.
 // Only the session's goroutine touches its fields, except shutdown (from
 // Server.Close), which closes the connections under mu.
@@ -54,6 +65,7 @@ type session struct {
 
 	// Negotiated at login.
 	caps      uint32
+	ext       uint32 // MariaDB extended capabilities (relayExtCaps)
 	charset   byte
 	maxPacket uint32
 	attrs     []byte
@@ -139,6 +151,7 @@ type session struct {
 	xlate      bool       // some client statement id differs from its backend id
 	nextStmtID uint32     // last client id handed out while xlate
 	prepPacket []byte     // COM_STMT_PREPARE being relayed (command byte + text)
+	execStmt   *stmtInfo  // the statement of the COM_STMT_EXECUTE being relayed
 	okBuf      []byte     // scratch for rewritten OK packets
 	samples    uint32     // read statements seen, for sampling (hotreads.go)
 	rlog       *replayLog // the open transaction's record (replay.go); nil unless failover.transaction_replay
@@ -343,14 +356,16 @@ func (s *session) login() string {
 		return closeServer
 	}
 	s.scramble = scramble
+	caps, ext := g.offer()
 	hs := mysqlproto.Handshake{
-		ServerVersion: g.version,
-		ConnectionID:  s.id,
-		Scramble:      scramble,
-		Capabilities:  proxyCaps | (relayCaps & g.caps),
-		Charset:       g.charset,
-		Status:        mysql.SERVER_STATUS_AUTOCOMMIT,
-		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
+		ServerVersion:   g.version,
+		ConnectionID:    s.id,
+		Scramble:        scramble,
+		Capabilities:    caps,
+		ExtCapabilities: ext,
+		Charset:         g.charset,
+		Status:          mysql.SERVER_STATUS_AUTOCOMMIT,
+		AuthPlugin:      mysql.AUTH_NATIVE_PASSWORD,
 	}
 	if err := s.writeDirect(0, mysqlproto.AppendHandshake(nil, &hs)); err != nil {
 		return closeClientGone
@@ -391,6 +406,7 @@ func (s *session) login() string {
 		return deferredReason
 	}
 	s.caps = resp.Capabilities & hs.Capabilities
+	s.ext = resp.ExtCapabilities & hs.ExtCapabilities
 	s.charset = resp.Charset
 	s.maxPacket = resp.MaxPacketSize
 	s.attrs = resp.Attrs
