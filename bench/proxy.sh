@@ -7,10 +7,14 @@
 # tables, sysbench's default prepared-statement mode. Prints QPS, p95 latency,
 # CPU time per query of each proxy process, and the ratios.
 # Usage: bench/proxy.sh [seconds-per-run]   (default 20)
+# BENCH_COMPRESSION=on runs every client with protocol compression
+# (sysbench --mysql-compression=on): the server compresses for direct and
+# HAProxy, Switchyard compresses itself (its backend side stays plain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-${BENCH_SECONDS:-20}}
 THREADS=${BENCH_THREADS:-8}
+COMPRESSION=${BENCH_COMPRESSION:-off}
 SY=$PWD/bin/switchyard
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
@@ -64,6 +68,7 @@ RW_PORT=${SWITCHYARD_RW##*:}
 common=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user="$SWITCHYARD_APP_USER" --mysql-password="$SWITCHYARD_APP_PASSWORD"
         --mysql-db=sbtest --tables=4 --table-size=10000 --rand-type=uniform)
 sysbench oltp_read_write "${common[@]}" --mysql-port="$PRIMARY_PORT" prepare >/dev/null
+common+=(--mysql-compression="$COMPRESSION")
 
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
@@ -87,7 +92,7 @@ run() {
   printf '  %-10s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
 }
 
-echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default)"
+echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default), compression $COMPRESSION"
 for wl in oltp_point_select oltp_read_write; do
   run direct "$PRIMARY_PORT" "$wl" ""
   run haproxy "$HAPORT" "$wl" "$HAPID"

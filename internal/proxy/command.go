@@ -188,6 +188,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		s.cls = classUse
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
+			if s.z != nil && compressionStatusQuery(p[1:]) {
+				return s.answerCompressionStatus()
+			}
 			payload = p
 			s.noteQuery(p[1:])
 			if s.txPool {

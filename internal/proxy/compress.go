@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"bytes"
 	"compress/zlib"
+	"encoding/binary"
 	"net"
+	"strings"
 	"sync"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
@@ -109,4 +114,81 @@ func (z *zlink) write(c net.Conn, p []byte, pools *zpools) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// SHOW STATUS LIKE 'Compression' reports the connection it runs on: relayed,
+// it would report the proxy's uncompressed backend connection (OFF) to a
+// compressed client. A compressed session gets the answer for its own
+// connection from the proxy instead, as MariaDB gives it (mtr main.compress
+// checks it). Other forms (information_schema.SESSION_STATUS, patterns
+// other than the exact name) still reach the backend.
+
+// compressionStatusQuery reports whether q is SHOW [SESSION|LOCAL] STATUS
+// LIKE 'Compression' (any letter case and spacing, an optional ';').
+func compressionStatusQuery(q []byte) bool {
+	words := make([]string, 0, 6)
+	for _, f := range bytes.Fields(bytes.TrimRight(bytes.TrimSpace(q), "; \t\r\n")) {
+		words = append(words, strings.ToLower(string(f)))
+		if len(words) > 5 {
+			return false
+		}
+	}
+	if len(words) == 5 && (words[1] == "session" || words[1] == "local") {
+		words = append(words[:1], words[2:]...)
+	}
+	return len(words) == 4 && words[0] == "show" && words[1] == "status" && words[2] == "like" &&
+		(words[3] == "'compression'" || words[3] == `"compression"`)
+}
+
+// answerCompressionStatus consumes the pending COM_QUERY and answers it
+// with the one-row result MariaDB sends for SHOW STATUS LIKE 'Compression'
+// on a compressed connection (columns Variable_name, Value of
+// information_schema.SESSION_STATUS). It returns the close reason.
+func (s *session) answerCompressionStatus() string {
+	if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
+		return clientReason(err)
+	}
+	var out, p []byte
+	seq := byte(1)
+	put := func(payload []byte) { out, seq = mysqlproto.AppendPacket(out, seq, payload) }
+	p = mysql.AppendLengthEncodedInteger(p[:0], 2)
+	if s.cacheMeta() {
+		p = append(p, 1) // metadata follows
+	}
+	put(p)
+	for _, c := range [][2]string{{"Variable_name", "VARIABLE_NAME"}, {"Value", "VARIABLE_VALUE"}} {
+		p = p[:0]
+		for _, v := range []string{"def", "information_schema", "SESSION_STATUS", "SESSION_STATUS", c[0], c[1]} {
+			p = mysql.AppendLengthEncodedInteger(p, uint64(len(v)))
+			p = append(p, v...)
+		}
+		if s.ext&mysqlproto.MariaDBClientExtendedTypeInfo != 0 {
+			p = append(p, 0) // no extended type information
+		}
+		p = append(p, 0x0c)
+		p = binary.LittleEndian.AppendUint16(p, uint16(s.charset))
+		p = binary.LittleEndian.AppendUint32(p, 4096)
+		p = append(p, mysql.MYSQL_TYPE_VAR_STRING)
+		p = binary.LittleEndian.AppendUint16(p, mysql.NOT_NULL_FLAG)
+		p = append(p, 0, 0, 0) // decimals, filler
+		put(p)
+	}
+	if !s.deprecateEOF() {
+		put(mysqlproto.AppendEOF(nil, 0, s.status))
+	}
+	p = p[:0]
+	for _, v := range []string{"Compression", "ON"} {
+		p = mysql.AppendLengthEncodedInteger(p, uint64(len(v)))
+		p = append(p, v...)
+	}
+	put(p)
+	if s.deprecateEOF() {
+		put(mysqlproto.AppendOKTerminator(nil, s.caps, &mysqlproto.OK{Status: s.status}))
+	} else {
+		put(mysqlproto.AppendEOF(nil, 0, s.status))
+	}
+	if _, err := s.clientWrite(out); err != nil {
+		return closeClientGone
+	}
+	return ""
 }

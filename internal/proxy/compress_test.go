@@ -101,7 +101,8 @@ func testCompressGoDriver(t *testing.T, pooling func(*config.Config)) {
 }
 
 // The mariadb command-line client with --compress: its status (\s) reports
-// the compressed protocol, and queries, errors and a 5 MB result work.
+// the compressed protocol, SHOW STATUS LIKE 'Compression' says ON, and
+// queries, errors and a 5 MB result work.
 func TestCompressCommandLineClient(t *testing.T) {
 	bin := lookTool(t, "mariadb")
 	h := newHarness(t, nil)
@@ -121,6 +122,12 @@ func TestCompressCommandLineClient(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	if err != nil || len(lines) != 50003 || lines[0] != "2" || lines[50000] != "50000"+strings.Repeat("q", 100) || lines[50001] != "done" {
 		t.Fatalf("queries (%v): %d lines, %.200q", err, len(lines), out)
+	}
+	// The status reports the client's connection, not the proxy's
+	// uncompressed one to the backend.
+	out, err = run("-N", "-e", "SHOW STATUS LIKE 'Compression'; show session  status like \"compression\"; SHOW STATUS LIKE 'Bytes_received'")
+	if err != nil || !strings.HasPrefix(out, "Compression\tON\nCompression\tON\nBytes_received\t") {
+		t.Fatalf("compression status (%v): %q", err, out)
 	}
 	out, err = run("-e", "SELECT * FROM no_such_table")
 	if err == nil || !strings.Contains(out, "ERROR 1146 (42S02)") {

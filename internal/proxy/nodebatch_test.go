@@ -76,12 +76,18 @@ type nodeBatchResult struct {
 	// JSONValue is the JSON column's value: an object when the connector
 	// saw the column's "json" format in the extended metadata.
 	JSONValue any `json:"jsonValue"`
+	// Compression is SHOW STATUS LIKE 'Compression' on a compressed
+	// connection, ZRows the rows of a prepared SELECT over it.
+	Compression string `json:"compression"`
+	ZRows       int    `json:"zrows"`
 }
 
 // mariadb-connector-nodejs batch() of 20 000 rows through the rw listener
 // and straight to the primary: all rows inserted through few commands
 // (COM_STMT_BULK_EXECUTE, not one execute per row), and the JSON and POINT
-// columns keep the type names of the extended metadata. Times are logged.
+// columns keep the type names of the extended metadata; a compressed
+// connection (with CLIENT_DEPRECATE_EOF and metadata caching) reports
+// Compression ON and reads a prepared result. Times are logged.
 func TestNodeConnectorBatch(t *testing.T) {
 	run := nodeBatch(t)
 	poolings(t, func(t *testing.T, pooling func(*config.Config)) { testNodeConnectorBatch(t, pooling, run) })
@@ -106,6 +112,9 @@ func testNodeConnectorBatch(t *testing.T, pooling func(*config.Config), run func
 	}
 	if obj, ok := via.JSONValue.(map[string]any); !ok || obj["k"] != float64(1) {
 		t.Fatalf("the JSON column came back as %#v, not as an object", via.JSONValue)
+	}
+	if via.Compression != "ON" || direct.Compression != "ON" || via.ZRows != 3000 {
+		t.Fatalf("compressed connection: status %q through the proxy (%q direct), %d rows", via.Compression, direct.Compression, via.ZRows)
 	}
 }
 

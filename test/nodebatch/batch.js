@@ -1,6 +1,7 @@
 // Runs mariadb-connector-nodejs batch() of ROWS rows against one address
-// and prints one JSON line: the time the batch took and the type names the
-// connector reads from the extended column metadata.
+// and prints one JSON line: the time the batch took, the type names the
+// connector reads from the extended column metadata, and what a compressed
+// connection reports.
 // Usage: node batch.js host port user password database rows
 'use strict';
 const mariadb = require('mariadb');
@@ -23,7 +24,17 @@ async function main() {
     const types = sel.meta.map((c) => ({ name: c.name(), typeName: c.type, json: c.isDataTypeFormatJson(), dataTypeName: c.dataTypeName || '' }));
     const [{ n }] = await conn.query(`SELECT COUNT(*) AS n FROM ${table}`);
     await conn.query(`DROP TABLE ${table}`);
-    console.log(JSON.stringify({ ms, affected, count: Number(n), types, jsonValue: sel[0].j }));
+    // A compressed connection: the status it reports, and a prepared
+    // statement's rows over it.
+    const zc = await mariadb.createConnection({ host, port: parseInt(port, 10), user, password, database, compress: true });
+    let compression, zrows;
+    try {
+      compression = (await zc.query("SHOW STATUS LIKE 'Compression'"))[0].Value;
+      zrows = (await zc.execute('SELECT seq, REPEAT(?, 200) AS pad FROM seq_1_to_3000', ['z'])).length;
+    } finally {
+      await zc.end();
+    }
+    console.log(JSON.stringify({ ms, affected, count: Number(n), types, jsonValue: sel[0].j, compression, zrows }));
   } finally {
     await conn.end();
   }
