@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/zlib"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -105,4 +106,23 @@ func FuzzDecompressor(f *testing.F) {
 			t.Fatalf("re-encoded contents differ: %v", err)
 		}
 	})
+}
+
+// BenchmarkAppendFrames: the cost of framing one client write (a response
+// or part of one) at zlib.BestSpeed, by size.
+func BenchmarkAppendFrames(b *testing.B) {
+	c, err := NewCompressor(zlib.BestSpeed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{100, 400, 4096, 65536} {
+		data := bytes.Repeat([]byte("row 12345 abcdefghij "), n/21+1)[:n]
+		b.Run(fmt.Sprintf("%dB", n), func(b *testing.B) {
+			var out []byte
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				out, _, _ = c.AppendFrames(out[:0], 1, data)
+			}
+		})
+	}
 }
