@@ -29,8 +29,9 @@ const (
 // kindOf maps a command byte to its response shape. Commands the proxy does
 // not relay (replication, shutdown, MariaDB COM_MULTI which is never
 // negotiated) are rejected, and so is COM_STMT_BULK_EXECUTE from a client
-// that did not negotiate MARIADB_CLIENT_STMT_BULK_OPERATIONS (command); COM_PROCESS_KILL and COM_CHANGE_USER are
-// answered by the proxy before kindOf is asked.
+// that did not negotiate MARIADB_CLIENT_STMT_BULK_OPERATIONS (command);
+// COM_PROCESS_KILL and COM_CHANGE_USER are answered by the proxy before
+// kindOf is asked.
 func kindOf(cmd byte) responseKind {
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_PROCESS_INFO:
@@ -228,8 +229,14 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		mysqlproto.ComStmtBulkExecute:
 		p := s.peekPayload(h)
 		if p == nil {
-			// Only SEND_LONG_DATA and EXECUTE with long values get here.
-			if hb, err := s.cr.Peek(mysqlproto.HeaderSize + 5); err == nil {
+			// Only SEND_LONG_DATA, EXECUTE with long values and bulk
+			// executes get here; a bulk execute's parameter types are
+			// read from the part the buffer holds (bulkTypes).
+			n := mysqlproto.HeaderSize + 5
+			if cmd == mysqlproto.ComStmtBulkExecute {
+				n = s.cr.Size()
+			}
+			if hb, err := s.cr.Peek(n); err == nil {
 				p = hb[mysqlproto.HeaderSize:]
 			}
 		}

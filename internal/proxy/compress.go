@@ -119,8 +119,7 @@ func (z *zlink) write(c net.Conn, p []byte, pools *zpools) (int, error) {
 // SHOW STATUS LIKE 'Compression' reports the connection it runs on: relayed,
 // it would report the proxy's uncompressed backend connection (OFF) to a
 // compressed client. A compressed session gets the answer for its own
-// connection from the proxy instead, as MariaDB gives it (mtr main.compress
-// checks it). Other forms (information_schema.SESSION_STATUS, patterns
+// connection from the proxy instead, as MariaDB gives it. Other forms (information_schema.SESSION_STATUS, patterns
 // other than the exact name) still reach the backend.
 
 // compressionStatusQuery reports whether q is SHOW [SESSION|LOCAL] STATUS

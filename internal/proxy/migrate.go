@@ -158,7 +158,7 @@ func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uin
 				return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
 			}
 			if i == 1 && j < int(n) && s.cacheMeta() {
-				cols.add(s.srv.metaSeed, p)
+				cols.add(s.srv.metaSeed, p, s.ext)
 			}
 		}
 	}

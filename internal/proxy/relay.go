@@ -272,7 +272,7 @@ func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
 			return false, err
 		}
 		if st != nil {
-			st.meta.addPacket(s.srv.metaSeed, p)
+			st.meta.addPacket(s.srv.metaSeed, p, s.ext)
 		}
 	}
 	if !s.deprecateEOF() {
@@ -386,7 +386,7 @@ func (s *session) relayPrepare() error {
 				return err
 			}
 			if i == 1 && s.cacheMeta() {
-				st.meta.addPacket(s.srv.metaSeed, p)
+				st.meta.addPacket(s.srv.metaSeed, p, s.ext)
 			}
 		}
 		if !s.deprecateEOF() {

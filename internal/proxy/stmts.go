@@ -390,23 +390,57 @@ func (s *session) forwardReboundBulk(st *stmtInfo) error {
 // statement prepared again on another connection must have the same, since
 // that server then leaves them out of its executes. unknown is set when a
 // definition was too large to be summed (it never matches then).
+//
+// Of the collation id only "binary (63) or not" is summed: a restored
+// session has the same character_set_results, in which the server sends
+// every text column (and names its collation in the definition), but not
+// always the same collation of it (a statement prepared after SET NAMES
+// latin1 COLLATE latin1_bin reports latin1_bin, 47, on its first server
+// and latin1_swedish_ci, 8, prepared again on a restored one); two
+// collations of one character set decode the same bytes.
 type metaSum struct {
 	sum     uint64
 	n       int
 	unknown bool
 }
 
-func (m *metaSum) add(seed maphash.Seed, def []byte) {
-	m.sum = m.sum*31 + maphash.Bytes(seed, def)
+// add sums one column definition payload; ext are the session's MariaDB
+// extended capabilities (MARIADB_CLIENT_EXTENDED_TYPE_INFO adds a block
+// before the fixed-length fields).
+func (m *metaSum) add(seed maphash.Seed, def []byte, ext uint32) {
 	m.n++
+	strs := 6
+	if ext&mysqlproto.MariaDBClientExtendedTypeInfo != 0 {
+		strs++
+	}
+	pos := 0
+	for range strs {
+		l, k, ok := mysqlproto.ReadLenEnc(def[pos:])
+		if !ok || pos+k+int(l) > len(def) {
+			m.sum = m.sum*31 + maphash.Bytes(seed, def)
+			return
+		}
+		pos += k + int(l)
+	}
+	// def[pos] is the fixed fields' length (0x0c), then the collation id.
+	if pos+3 > len(def) {
+		m.sum = m.sum*31 + maphash.Bytes(seed, def)
+		return
+	}
+	isBin := byte(0)
+	if def[pos+1] == 63 && def[pos+2] == 0 {
+		isBin = 1
+	}
+	m.sum = m.sum*31 + maphash.Bytes(seed, def[:pos+1])
+	m.sum = m.sum*31 + maphash.Bytes(seed, append([]byte{isBin}, def[pos+3:]...))
 }
 
 // addPacket adds a relayed definition (p.Payload is nil when it was
 // larger than the relay buffer).
-func (m *metaSum) addPacket(seed maphash.Seed, p mysqlproto.Packet) {
+func (m *metaSum) addPacket(seed maphash.Seed, p mysqlproto.Packet, ext uint32) {
 	if p.Payload == nil {
 		m.unknown = true
 		return
 	}
-	m.add(seed, p.Payload)
+	m.add(seed, p.Payload, ext)
 }
