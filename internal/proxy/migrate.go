@@ -166,9 +166,11 @@ func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uin
 		// The server would leave the metadata out of the next execute
 		// (it sent it with this prepare, to the proxy), while the client
 		// holds other metadata: its rows would be decoded with the wrong
-		// columns (MARIADB_CLIENT_CACHE_METADATA).
-		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) prepares a statement of this session with other result columns than the client knows; reconnect",
-			t.node, t.addr))
+		// columns (MARIADB_CLIENT_CACHE_METADATA). ER_NEED_REPREPARE, not
+		// 1105: this is no connect failure to wait out.
+		return 0, &mysql.MyError{Code: mysql.ER_NEED_REPREPARE, State: mysql.DEFAULT_MYSQL_STATE, Message: fmt.Sprintf(
+			"switchyard: backend %s (%s) prepares a statement of this session with other result columns than the client knows; reconnect",
+			t.node, t.addr)}
 	}
 	if ok.Params != st.params {
 		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) prepares a statement of this session with %d parameters, not %d as before",
