@@ -217,3 +217,19 @@ func TestNewRejectsBadListeners(t *testing.T) {
 		t.Fatalf("bind failure: %v", err)
 	}
 }
+
+func TestCompressionStatusQuery(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SHOW STATUS LIKE 'Compression'":              true,
+		"show session status like 'compression' ;":    true,
+		"  SHOW LOCAL\tSTATUS LIKE \"Compression\"\n": true,
+		"SHOW GLOBAL STATUS LIKE 'Compression'":       false,
+		"SHOW STATUS LIKE 'Compress%'":                false,
+		"SHOW STATUS":                                 false,
+		"SELECT 'SHOW STATUS LIKE ''Compression'''":   false,
+	} {
+		if got := compressionStatusQuery([]byte(q)); got != want {
+			t.Errorf("compressionStatusQuery(%q) = %v", q, got)
+		}
+	}
+}
