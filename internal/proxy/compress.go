@@ -83,6 +83,7 @@ func (s *session) startCompression() {
 	s.z = z
 	z.d.Reset(&in.src)
 	in.r.Reset(&z.d)
+	s.srv.metrics.compressed.WithLabelValues(s.l.name).Inc()
 }
 
 // clientWrite writes p, one or more whole or partial packets, to the

@@ -92,6 +92,9 @@ func testCompressGoDriver(t *testing.T, pooling func(*config.Config)) {
 	if got := digest(db, q, 19990); !strings.HasPrefix(got, "10 rows") {
 		t.Fatalf("after parking: %s", got)
 	}
+	if n := counterValue(t, h, "switchyard_proxy_compressed_sessions_total"); n < 1 {
+		t.Fatalf("switchyard_proxy_compressed_sessions_total %v", n)
+	}
 	// The replica listener too.
 	ro := h.db("ro", "sbtest", compressed)
 	h.waitReplicated(1, 2)
