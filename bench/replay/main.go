@@ -7,25 +7,32 @@
 // uses a fresh sandbox.
 //
 // Per trial it prints the time from the kill to the published new
-// primary, the transactions the proxy replayed, and every error a client
-// got, by class, from the proxy's own account of each (its log): COMMITs
-// in flight (outcome unknown: never replayed), autocommit statements in
-// flight (outcome unknown), replays rolled back because a replayed
-// statement returned a different result (by statement kind: point select,
-// range selects, UPDATE, DELETE, INSERT), and anything else. The line
-// "client errors N = COMMITs in flight M (+ ...)" must add up: a trial
-// whose sysbench error count differs from the classified errors fails.
+// primary, the transactions the proxy replayed, the COMMITs in flight at
+// the kill and how each was resolved by its commit marker
+// (failover.commit_outcome marker: committed, not committed and replayed,
+// not committed and its replay rolled back, unresolved), and every error a
+// client got, by class, from the proxy's own account of each (its log):
+// COMMITs in flight left unresolved (outcome unknown), autocommit
+// statements in flight (outcome unknown), replays rolled back because a
+// replayed statement returned a different result (by statement kind:
+// point select, range selects, UPDATE, DELETE, INSERT), and anything else.
+// The line "client errors N = unresolved COMMITs M (+ ...)" must add up:
+// a trial whose sysbench error count differs from the classified errors
+// fails.
 //
-// sysbench must finish without FATAL. -ignore-errors is passed to sysbench
-// as --mysql-ignore-errors: 1105 (the default) lets the run go on and count
-// the errors the proxy gives for what it cannot hide (a COMMIT in flight
-// always can be: its outcome is unknown); none makes any client error
-// fatal, which is right only for a run where no error is expected (no
-// COMMIT can be in flight at the kill, e.g. -threads 1 with a read-only
-// load), so a FATAL then is a failure of the proxy.
+// -ignore-errors is passed to sysbench as --mysql-ignore-errors: none
+// (the default) makes any client error fatal: a trial then reports
+// whether sysbench ended in FATAL (at the first client error) and the
+// errors the proxy gave until then; 1105 lets the run go on and count
+// every error the proxy gives for what it cannot hide.
+// -commit-outcome unknown turns the marker off (the behaviour before it).
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
-// [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors 1105|none]
+// [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors none|1105]
+// [-commit-outcome marker|unknown] [-max-hold D]
+//
+// -kill-at 0 kills nothing: the transactions per trial then compare the
+// cost of the commit marker (-commit-outcome marker against unknown).
 package main
 
 import (
@@ -56,8 +63,8 @@ import (
 
 type options struct {
 	trials, threads, seconds, tables, tableSize int
-	killAt, interval                            time.Duration
-	ignoreErrors                                string
+	killAt, interval, maxHold                   time.Duration
+	ignoreErrors, commitOutcome                 string
 }
 
 type trial struct {
@@ -68,6 +75,10 @@ type trial struct {
 	attempts, replayed, unknown, fail float64
 	failed                            map[string]float64
 	classes                           map[string]int // client errors by class (the proxy's log)
+	// COMMITs in flight at the kill, by resolution (the proxy's log and
+	// switchyard_proxy_commit_outcome_resolved_total).
+	inFlight, committed, absent, absentReplayed, unresolved int
+	fatal                                                   string // sysbench's FATAL line, "" if none
 }
 
 func main() {
@@ -75,14 +86,20 @@ func main() {
 	flag.IntVar(&o.trials, "trials", 5, "number of trials (a fresh sandbox each)")
 	flag.IntVar(&o.threads, "threads", 16, "sysbench threads")
 	flag.IntVar(&o.seconds, "seconds", 30, "sysbench run length")
-	flag.DurationVar(&o.killAt, "kill-at", 10*time.Second, "when the primary is killed, from the start of the run")
+	flag.DurationVar(&o.killAt, "kill-at", 10*time.Second, "when the primary is killed, from the start of the run (0: never, to compare throughput)")
 	flag.IntVar(&o.tables, "tables", 4, "sysbench tables")
 	flag.IntVar(&o.tableSize, "table-size", 10000, "rows per sysbench table")
 	flag.DurationVar(&o.interval, "interval", time.Second, "probe.interval")
-	flag.StringVar(&o.ignoreErrors, "ignore-errors", "1105", "sysbench --mysql-ignore-errors: 1105 (count the errors the proxy cannot hide) or none (any client error is fatal)")
+	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
+	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
+	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
 	flag.Parse()
 	if o.ignoreErrors != "1105" && o.ignoreErrors != "none" {
 		fmt.Fprintln(os.Stderr, "replay: -ignore-errors must be 1105 or none")
+		os.Exit(2)
+	}
+	if o.commitOutcome != config.CommitOutcomeMarker && o.commitOutcome != config.CommitOutcomeUnknown {
+		fmt.Fprintln(os.Stderr, "replay: -commit-outcome must be marker or unknown")
 		os.Exit(2)
 	}
 	if _, err := exec.LookPath("sysbench"); err != nil {
@@ -93,8 +110,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "replay: -kill-at must be before the end of the run (-seconds)")
 		os.Exit(2)
 	}
-	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s\n",
-		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval)
+	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s, --mysql-ignore-errors=%s, commit_outcome %s\n",
+		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval, o.ignoreErrors, o.commitOutcome)
 	var all []trial
 	for i := 1; i <= o.trials; i++ {
 		tr, err := runTrial(o)
@@ -103,29 +120,46 @@ func main() {
 			os.Exit(1)
 		}
 		all = append(all, tr)
-		fmt.Printf("trial %d: failover to %s %s after the kill; %d sysbench transactions; open transactions at the kill: %v replayed, %v rolled back %v; COMMITs in flight: %v (outcome unknown); sysbench errors %d\n",
-			i, tr.newPrimary, tr.failover.Round(time.Millisecond), tr.transactions, tr.replayed, tr.fail, tr.failed, tr.unknown, tr.sysbenchErrors)
-		fmt.Printf("trial %d: %s\n", i, tr.errorLine())
-		if sum := tr.classified(); tr.sysbenchErrors != sum {
+		txs := strconv.Itoa(tr.transactions)
+		if tr.fatal != "" {
+			txs = "? (no summary after FATAL)"
+		}
+		fmt.Printf("trial %d: failover to %s %s after the kill; sysbench transactions %s; open transactions at the kill: %v replayed, %v rolled back %v\n",
+			i, tr.newPrimary, tr.failover.Round(time.Millisecond), txs, tr.replayed, tr.fail, tr.failed)
+		fmt.Printf("trial %d: COMMITs in flight %d: resolved committed %d, resolved not committed %d (replayed and committed %d, replay rolled back %d), unresolved %d (outcome unknown)\n",
+			i, tr.inFlight, tr.committed, tr.absent, tr.absentReplayed, tr.absent-tr.absentReplayed, tr.unresolved)
+		fatal := "no"
+		if tr.fatal != "" {
+			fatal = "yes (" + tr.fatal + ")"
+		}
+		fmt.Printf("trial %d: %s; mismatches %d; sysbench FATAL: %s\n", i, tr.errorLine(), tr.mismatches(), fatal)
+		if sum := tr.classified(); tr.fatal == "" && tr.sysbenchErrors != sum {
 			fmt.Fprintf(os.Stderr, "trial %d: sysbench saw %d errors, the proxy accounts for %d (%v)\n", i, tr.sysbenchErrors, sum, tr.classes)
 			os.Exit(1)
 		}
 	}
-	var att, rep, unk, fl float64
+	var att, rep, fl float64
+	var inFlight, committed, absent, absentReplayed, unresolved, fatals int
 	classes := map[string]int{}
 	for _, tr := range all {
-		att, rep, unk, fl = att+tr.attempts, rep+tr.replayed, unk+tr.unknown, fl+tr.fail
+		att, rep, fl = att+tr.attempts, rep+tr.replayed, fl+tr.fail
+		inFlight, committed, absent, absentReplayed, unresolved = inFlight+tr.inFlight, committed+tr.committed, absent+tr.absent,
+			absentReplayed+tr.absentReplayed, unresolved+tr.unresolved
+		if tr.fatal != "" {
+			fatals++
+		}
 		for k, v := range tr.classes {
 			classes[k] += v
 		}
 	}
-	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back, %v COMMITs in flight; client errors by class %v; sysbench's errors = the classified errors in every trial\n",
-		att, rep, 100*rep/max(att, 1), fl, unk, classes)
+	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back; COMMITs in flight %d: committed %d, not committed %d (replayed %d), unresolved %d; "+
+		"client errors by class %v; sysbench FATAL in %d of %d trials\n",
+		att, rep, 100*rep/max(att, 1), fl, inFlight, committed, absent, absentReplayed, unresolved, classes, fatals, len(all))
 }
 
 // Client error classes.
 const (
-	errCommit     = "COMMIT in flight"
+	errCommit     = "unresolved COMMIT in flight"
 	errAutocommit = "autocommit statement in flight"
 	errMismatch   = "mismatch: " // + statement kind
 	errOther      = "other: "    // + what
@@ -140,10 +174,26 @@ func (tr *trial) classified() int {
 	return n
 }
 
-// errorLine is "client errors N = COMMITs in flight M (+ mismatches K: by
-// kind) (+ ...)".
+// mismatches is the number of transactions rolled back because a replayed
+// statement returned a different result.
+func (tr *trial) mismatches() int {
+	n := 0
+	for c, v := range tr.classes {
+		if strings.HasPrefix(c, errMismatch) {
+			n += v
+		}
+	}
+	return n
+}
+
+// errorLine is "client errors N = unresolved COMMITs M (+ mismatches K: by
+// kind) (+ ...)"; N is sysbench's count, or the proxy's after a FATAL.
 func (tr *trial) errorLine() string {
-	line := fmt.Sprintf("client errors %d = COMMITs in flight %d", tr.sysbenchErrors, tr.classes[errCommit])
+	n := tr.sysbenchErrors
+	if tr.fatal != "" {
+		n = tr.classified()
+	}
+	line := fmt.Sprintf("client errors %d = unresolved COMMITs %d", n, tr.classes[errCommit])
 	var mism []string
 	k := 0
 	var rest []string
@@ -181,10 +231,11 @@ func sortedKeys(m map[string]int) []string {
 type errorLog struct {
 	mu      sync.Mutex
 	classes map[string]int
+	commits map[string]int // COMMITs in flight, by resolution
 	attrs   []slog.Attr
 }
 
-func newErrorLog() *errorLog { return &errorLog{classes: map[string]int{}} }
+func newErrorLog() *errorLog { return &errorLog{classes: map[string]int{}, commits: map[string]int{}} }
 
 func (l *errorLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
 
@@ -242,6 +293,12 @@ func (l *errorLog) record(r slog.Record) {
 	}
 	var class string
 	switch r.Message {
+	case "COMMIT in flight when the primary was lost: committed":
+		l.count(l.commits, "committed")
+		return
+	case "COMMIT in flight when the primary was lost: not committed; replaying the transaction":
+		l.count(l.commits, "absent")
+		return
 	case "primary lost while a statement ending a transaction ran: its outcome is unknown":
 		if st := attr("statement"); strings.EqualFold(st, "COMMIT") {
 			class = errCommit
@@ -281,9 +338,19 @@ func (l *errorLog) record(r slog.Record) {
 	default:
 		return
 	}
+	l.count(l.classes, class)
+}
+
+func (l *errorLog) count(m map[string]int, k string) {
 	l.mu.Lock()
-	l.classes[class]++
+	m[k]++
 	l.mu.Unlock()
+}
+
+func (l *errorLog) commitCounts() (committed, absent int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.commits["committed"], l.commits["absent"]
 }
 
 func (l *errorLog) snapshot() map[string]int {
@@ -301,9 +368,9 @@ func runTrial(o options) (tr trial, err error) {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	s, err := startStack(ctx, o, reg)
-	for attempt := 1; err != nil && strings.Contains(err.Error(), "is used twice") && attempt < 3; attempt++ {
-		// A port picked for a listener was taken by the sandbox
-		// meanwhile: pick again.
+	for attempt := 1; err != nil && (strings.Contains(err.Error(), "is used twice") || strings.Contains(err.Error(), "already in use")) && attempt < 3; attempt++ {
+		// A port picked for a listener or etcd was taken (by the sandbox
+		// or another process) meanwhile: pick again.
 		reg = prometheus.NewRegistry()
 		s, err = startStack(ctx, o, reg)
 	}
@@ -331,37 +398,50 @@ func runTrial(o options) (tr trial, err error) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- sbc.Wait() }()
-	select {
-	case err := <-done:
-		return tr, fmt.Errorf("sysbench ended before the kill: %v\n%s", err, out.String())
-	case <-time.After(o.killAt):
+	var serr error
+	if o.killAt > 0 {
+		select {
+		case err := <-done:
+			return tr, fmt.Errorf("sysbench ended before the kill: %v\n%s", err, out.String())
+		case <-time.After(o.killAt):
+		}
+		if err := s.sb.KillNode(0); err != nil {
+			return tr, err
+		}
+		killed := time.Now()
+		var st topo.ClusterState
+		if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
+			_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
+			return gerr == nil && st.Primary != "" && st.Primary != "node1"
+		}); err != nil {
+			return tr, fmt.Errorf("no failover: %w", err)
+		}
+		tr.failover, tr.newPrimary = time.Since(killed), st.Primary
 	}
-	if err := s.sb.KillNode(0); err != nil {
-		return tr, err
-	}
-	killed := time.Now()
-	var st topo.ClusterState
-	if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
-		_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
-		return gerr == nil && st.Primary != "" && st.Primary != "node1"
-	}); err != nil {
-		return tr, fmt.Errorf("no failover: %w", err)
-	}
-	tr.failover, tr.newPrimary = time.Since(killed), st.Primary
-	if err := <-done; err != nil || strings.Contains(out.String(), "FATAL") {
-		return tr, fmt.Errorf("sysbench failed (%v):\n%s", err, out.String())
+	serr = <-done
+	if f := regexp.MustCompile(`FATAL: .*`).FindString(out.String()); f != "" {
+		tr.fatal = f
+	} else if serr != nil {
+		return tr, fmt.Errorf("sysbench failed (%v):\n%s", serr, out.String())
 	}
 	m := regexp.MustCompile(`ignored errors:\s+(\d+)`).FindStringSubmatch(out.String())
 	t := regexp.MustCompile(`transactions:\s+(\d+)`).FindStringSubmatch(out.String())
-	if m == nil || t == nil {
+	if tr.fatal == "" && (m == nil || t == nil) {
 		return tr, fmt.Errorf("cannot read sysbench's summary:\n%s", out.String())
 	}
-	tr.sysbenchErrors, _ = strconv.Atoi(m[1])
-	tr.transactions, _ = strconv.Atoi(t[1])
+	if m != nil {
+		tr.sysbenchErrors, _ = strconv.Atoi(m[1])
+	}
+	if t != nil {
+		tr.transactions, _ = strconv.Atoi(t[1])
+	}
 	if err := tr.gather(reg); err != nil {
 		return tr, err
 	}
 	tr.classes = s.errs.snapshot()
+	tr.committed, tr.absent = s.errs.commitCounts()
+	tr.unresolved = tr.classes[errCommit]
+	tr.inFlight = tr.committed + tr.absent + tr.unresolved
 	return tr, nil
 }
 
@@ -379,6 +459,12 @@ func (tr *trial) gather(reg *prometheus.Registry) error {
 				tr.attempts += v
 			case "switchyard_proxy_commit_outcome_unknown_total":
 				tr.unknown += v
+			case "switchyard_proxy_commit_outcome_resolved_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "replayed" {
+						tr.absentReplayed += int(v)
+					}
+				}
 			case "switchyard_proxy_transaction_replays_total":
 				for _, l := range m.GetLabel() {
 					if l.GetName() != "result" {
@@ -456,6 +542,10 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 	cfg.Probe.Timeout = config.Duration(min(500*time.Millisecond, o.interval*4/5))
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	cfg.Clusters[0].Failover.TransactionReplay = true
+	cfg.Clusters[0].Failover.CommitOutcome = o.commitOutcome
+	if o.maxHold > 0 {
+		cfg.Clusters[0].Failover.MaxHold = config.Duration(o.maxHold)
+	}
 	cfg.Clusters[0].Durability = config.DurabilitySemiSync
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]

@@ -316,8 +316,10 @@ type FailoverConfig struct {
 	// result set, the affected rows and last insert id of an OK, the code of
 	// an ERR), as MaxScale's readwritesplit transaction_replay does. A
 	// transaction that cannot be replayed gets one error saying it was rolled
-	// back; a COMMIT (or any statement ending a transaction, or an
-	// autocommit write) in flight when the primary was lost is never
+	// back. A COMMIT in flight when the primary was lost is resolved by its
+	// commit marker (commit_outcome): an OK when it committed, a replay when
+	// it did not; one that cannot be resolved (and any other statement
+	// ending a transaction, or an autocommit write, in flight) is never
 	// replayed: its client gets error 1105 saying its outcome is unknown.
 	// Applies to sessions opened after the change.
 	// Type: bool. Default: false.
@@ -331,7 +333,28 @@ type FailoverConfig struct {
 	// for transaction replay; a transaction with more is not replayable.
 	// Type: integer (1..100000). Default: 256.
 	ReplayMaxStatements int `yaml:"replay_max_statements"`
+	// CommitOutcome says how a COMMIT in flight when the primary was lost
+	// is answered, with transaction_replay on. "marker": the proxy writes
+	// one row of switchyard.commit_marker (keyed by proxy and session,
+	// value a per-session sequence) inside every transaction that wrote,
+	// pipelined with its COMMIT, and after the failover reads it on the
+	// new primary: present, the client gets the COMMIT's OK; absent, the
+	// transaction is replayed and committed there (Oracle's Transaction
+	// Guard resolves a commit the same way, by a logical transaction id).
+	// The application account needs SELECT, INSERT and DELETE on
+	// switchyard.commit_marker; where the marker cannot be written, the
+	// COMMIT gets the outcome-unknown error. "unknown": no marker, a
+	// COMMIT in flight always gets error 1105 saying its outcome is
+	// unknown. Ignored while transaction_replay is off.
+	// Type: string ("marker" or "unknown"). Default: "marker".
+	CommitOutcome string `yaml:"commit_outcome"`
 }
+
+// Commit outcome modes (failover.commit_outcome).
+const (
+	CommitOutcomeMarker  = "marker"
+	CommitOutcomeUnknown = "unknown"
+)
 
 // HoldOn reports failover.hold (true when unset).
 func (f FailoverConfig) HoldOn() bool { return f.Hold == nil || *f.Hold }
@@ -787,6 +810,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if f.ReplayMaxStatements == 0 {
 			f.ReplayMaxStatements = 256
+		}
+		if f.CommitOutcome == "" {
+			f.CommitOutcome = CommitOutcomeMarker
 		}
 	}
 	if c.Probe.Interval == 0 {

@@ -680,6 +680,9 @@ func validateFailover(v *validator, f string, fo FailoverConfig, interval time.D
 	if fo.ReplayMaxStatements < 1 || fo.ReplayMaxStatements > 100000 {
 		v.add(f+".replay_max_statements", "%d is out of range (1..100000 statements recorded per session for transaction replay)", fo.ReplayMaxStatements)
 	}
+	if fo.CommitOutcome != CommitOutcomeMarker && fo.CommitOutcome != CommitOutcomeUnknown {
+		v.add(f+".commit_outcome", "%q is not one of marker, unknown", fo.CommitOutcome)
+	}
 }
 
 // validateDurability checks a cluster's durability mode: a known name, and

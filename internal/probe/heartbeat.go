@@ -20,7 +20,9 @@ import (
 // finds it missing (CREATE DATABASE IF NOT EXISTS is binlogged even when the
 // schema exists on MariaDB 10.11, so it is not run every round). One row
 // per cluster: the controller's per-round heartbeat and VerifyWritable's
-// post-promotion write share it.
+// post-promotion write share it. The schema also holds CommitMarkerTable,
+// whose old rows the controller deletes (DELETE on it too; without it they
+// stay, and nothing else fails).
 const HeartbeatSchema = "switchyard"
 
 // blockerTimeout is the least time given to reading write blockers after
@@ -108,6 +110,11 @@ func (p *Prober) heartbeat(ctx context.Context, row Heartbeat) topo.Heartbeat {
 		case err == nil && n == 0:
 			return topo.Heartbeat{Kind: HeartbeatReadOnly, Error: "not written: the node has read_only=ON"}
 		case err == nil:
+			// The commit marker table's upkeep rides on the heartbeat;
+			// its failure does not make the heartbeat fail (a proxy
+			// whose marker cannot be written answers COMMITs in flight
+			// with the outcome-unknown error).
+			_ = p.commitMarkerUpkeep(ctx, conn)
 			return topo.Heartbeat{OK: true}
 		case (no == erNoSuchTable || no == erBadDB) && attempt == 0:
 			if cerr := p.createHeartbeatTable(ctx, conn); cerr != nil {
@@ -150,7 +157,7 @@ func (p *Prober) createHeartbeatTable(ctx context.Context, conn *sql.Conn) error
 	if ro != 0 {
 		return errors.New("the node has read_only=ON; the table is created on a writable primary")
 	}
-	for _, q := range []string{"CREATE DATABASE IF NOT EXISTS " + HeartbeatSchema, heartbeatCreate} {
+	for _, q := range []string{"CREATE DATABASE IF NOT EXISTS " + HeartbeatSchema, heartbeatCreate, CommitMarkerCreate} {
 		if _, err := conn.ExecContext(ctx, "SET STATEMENT lock_wait_timeout = 1 FOR "+q); err != nil {
 			return err
 		}

@@ -35,6 +35,21 @@ func TestHeartbeatSandbox(t *testing.T) {
 	if !hb.OK {
 		t.Fatalf("heartbeat on the primary failed: %+v", hb)
 	}
+	// The commit marker table came with it; a marker older than
+	// CommitMarkerMaxAge is deleted at the next sweep, a fresh one kept.
+	proot := sandboxtest.DB(t, c, 0, sandbox.RootUser, c.RootPassword, "")
+	if _, err := proot.ExecContext(ctx, "INSERT INTO "+CommitMarkerTable+" (owner, session, seq, at) VALUES "+
+		"('old', 1, 5, NOW(6) - INTERVAL 11 MINUTE), ('fresh', 1, 6, NOW(6))"); err != nil {
+		t.Fatalf("the commit marker table after the first heartbeat: %v", err)
+	}
+	primary.markerSwept.Store(0)
+	if hb := primary.Heartbeat(ctx, row); !hb.OK {
+		t.Fatalf("heartbeat: %+v", hb)
+	}
+	var owners string
+	if err := proot.QueryRowContext(ctx, "SELECT GROUP_CONCAT(owner ORDER BY owner) FROM "+CommitMarkerTable).Scan(&owners); err != nil || owners != "fresh" {
+		t.Fatalf("commit markers after the sweep: %q, %v; want only the fresh one", owners, err)
+	}
 	p := primary.Probe(ctx)
 	if p.SemiSync == nil || !p.SemiSync.MasterEnabled || p.SemiSync.WaitPoint != "AFTER_SYNC" || p.SemiSync.Clients != 1 {
 		t.Fatalf("primary semi-sync = %+v, want enabled, AFTER_SYNC, 1 client", p.SemiSync)

@@ -42,6 +42,11 @@ type Prober struct {
 	// hbFailed is set while the last heartbeat failed: the next one first
 	// checks whether its predecessor is still in the server.
 	hbFailed atomic.Bool
+	// markerReady is set once switchyard.commit_marker is known to exist;
+	// markerSwept is when its old rows were last deleted (UnixNano; 0:
+	// never). See commitMarkerUpkeep.
+	markerReady atomic.Bool
+	markerSwept atomic.Int64
 
 	// replica holds the ReplicaSettings that ChangeSource applies.
 	replica atomic.Pointer[ReplicaSettings]

@@ -268,14 +268,32 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	// Transaction replay (replay.go): record the statement before it is
 	// forwarded.
-	long := false
+	long, mark := false, false
 	if s.rlog != nil {
 		long = s.recordBegin(cmd, payload, stmtID, stmt)
+		mark = s.rlog.markCommit() // a commit marker goes with it (outcome.go)
+		if s.rlog.replayed && s.rlog.fl.commit && s.rlog.wrote {
+			s.awaitReplays()
+		}
 	}
 	s.seq, s.in, s.out, s.lastOK, s.warned = 0, 0, 0, false, false
 	var err error
-	plain := false
+	plain, sent := false, false
+	if mark {
+		whole := payload != nil && !long && s.rewritten == nil && !(cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind)
+		sent, err = s.sendMarker(h, whole)
+		plain = whole
+		if err != nil && !sent {
+			// Nothing of the COMMIT was sent: it is pending (or, too
+			// long to stay buffered, consumed and in flight).
+			plain = true
+			if mysqlproto.HeaderSize+h.Len > s.cr.Size() {
+				_, _ = mysqlproto.SkipPacket(s.cr)
+			}
+		}
+	}
 	switch {
+	case sent || err != nil:
 	case cmd == mysql.COM_STMT_PREPARE:
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
@@ -304,7 +322,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return ""
 	}
 	s.acquire()
-	err = s.relay(cmd, kind)
+	answered := false
+	if mark {
+		answered, err = s.markAnswer()
+	}
+	if err == nil && !answered {
+		err = s.relay(cmd, kind)
+	}
 	s.execStmt = nil
 	if rerr := s.release(); err == nil {
 		err = rerr

@@ -107,8 +107,13 @@
 // result (computed in the relay) are recorded; when its primary is lost the
 // transaction is re-executed on the primary the session reaches next and
 // continues only if every checksum matches (MaxScale's transaction_replay).
-// A COMMIT or any statement that ends a transaction in flight at the loss is
-// never replayed: its outcome is unknown and the client is told so.
+// A COMMIT in flight at the loss is resolved (outcome.go, off with
+// failover.commit_outcome unknown): a commit marker row written in its
+// transaction, in the same round trip, is read on the new primary — there,
+// the client gets the OK; absent, the transaction is replayed and
+// committed. Any other statement that ends a transaction in flight, or a
+// COMMIT whose marker could not be written, is never replayed: its outcome
+// is unknown and the client is told so.
 //
 // Authentication. Clients log in with mysql_native_password (clients that
 // start with another plugin — caching_sha2_password, client_ed25519, ... —

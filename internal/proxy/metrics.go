@@ -55,6 +55,9 @@ type metrics struct {
 	replayAttempts *prometheus.CounterVec
 	replays        *prometheus.CounterVec
 	outcomeUnknown *prometheus.CounterVec
+	// outcomeResolved counts COMMITs in flight resolved by their commit
+	// marker (outcome.go), by listener and outcome.
+	outcomeResolved *prometheus.CounterVec
 	// Backend connection pools (pool.go), by cluster and node.
 	poolConns *prometheus.GaugeVec // and state (idle|in_use)
 	poolWaits *prometheus.CounterVec
@@ -132,6 +135,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_commit_outcome_unknown_total",
 			Help: "Statements ending a transaction (COMMIT, XA, implicit commits) or autocommit writes in flight when their primary was lost, answered with the outcome-unknown error instead of being replayed, by listener.",
 		}, []string{"listener"}),
+		outcomeResolved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_commit_outcome_resolved_total",
+			Help: "COMMITs in flight when their primary was lost whose outcome the commit marker resolved (failover.commit_outcome marker), by listener and outcome: committed (the client got the COMMIT's OK), replayed (not committed: the transaction was replayed and committed on the new primary).",
+		}, []string{"listener", "outcome"}),
 		holdSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "switchyard_proxy_hold_seconds",
 			Help:    "How long statements were held during switchovers before they ran.",
@@ -241,6 +248,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.replayAttempts)
 	reg1(&m.replays)
 	reg1(&m.outcomeUnknown)
+	reg1(&m.outcomeResolved)
 	reg2(&m.poolConns)
 	reg1(&m.poolWaits)
 	reg1(&m.poolServerEvictions)

@@ -64,6 +64,16 @@ type replayLog struct {
 	// fl describes the command in flight (recorded or not), for the
 	// decision when its primary is lost.
 	fl flight
+
+	// wrote: a statement of the transaction may have written (anything
+	// but reads, BEGIN and ROLLBACK); its COMMIT then gets a commit
+	// marker (outcome.go), mk.
+	wrote bool
+	mk    commitMark
+	// replayed: the open transaction was replayed after the loss of its
+	// primary; its COMMIT waits for the cluster's other replays
+	// (awaitReplays).
+	replayed bool
 }
 
 // replayEntry is one recorded statement.
@@ -82,6 +92,7 @@ type flight struct {
 	wlen   int
 	kind   stmtKind
 	inTx   bool // a transaction was open when it was sent
+	commit bool // a plain COMMIT inside a transaction (plainCommit)
 	pend   bool // still in the client read buffer (nothing forwarded)
 	active bool
 }
@@ -107,6 +118,7 @@ func newReplayLog(maxBytes, maxStmts int) *replayLog {
 // reset forgets the recorded transaction.
 func (r *replayLog) reset() {
 	r.fl.active = false
+	r.wrote, r.mk.sent, r.mk.answer, r.replayed = false, false, markUnread, false
 	r.entries = r.entries[:0]
 	r.broken, r.limit = "", false
 	if cap(r.buf) > 64<<10 {
@@ -216,6 +228,11 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 	kind := txKind(text, &r.fl)
 	r.fl.kind = kind
 	autocommit := s.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0
+	if inTx && kind == kindEnds && plainCommit(text) {
+		r.fl.commit = true
+	} else if (inTx || !autocommit) && kind != kindRead && kind != kindBegin && kind != kindRollback {
+		r.wrote = true
+	}
 	if !inTx && autocommit && kind != kindBegin {
 		// Outside a transaction only a statement that may open one is
 		// kept; SET TRANSACTION gives the next one its characteristics.

@@ -42,7 +42,9 @@ func (s *session) newReplayLog() *replayLog {
 	if maxStmts <= 0 {
 		maxStmts = 256
 	}
-	return newReplayLog(maxBytes, maxStmts)
+	r := newReplayLog(maxBytes, maxStmts)
+	r.mk.on = commitOutcomeOn(cl)
+	return r
 }
 
 // replayOnLoss handles the loss of the session's primary connection (it
@@ -76,7 +78,19 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		return false, false, ""
 	}
 	inTx := fl.inTx || r.active()
-	if inflight {
+	absent := false // a COMMIT in flight found not committed: replay and commit
+	if inflight && fl.commit && r.mk.sent {
+		committed, notCommitted, reason, why := s.resolveCommit(lost)
+		switch {
+		case committed:
+			return true, true, reason
+		case notCommitted:
+			absent = true
+		default:
+			s.log.Warn("COMMIT in flight when the primary was lost: not resolved", "lost", lost, "why", why)
+		}
+	}
+	if inflight && !absent {
 		switch {
 		case !inTx && fl.kind == kindRead, !inTx && fl.kind == kindRollback:
 			return false, false, "" // nothing of a transaction to keep
@@ -108,15 +122,23 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	// recorded, then prepare it again on the new backend.
 	prepInFlight := inflight && fl.cmd == mysql.COM_STMT_PREPARE && len(s.prepPacket) > 0 &&
 		(len(r.entries) == 0 || r.entries[len(r.entries)-1].done)
-	result, why := s.replayTx(lost, inflight && !prepInFlight)
+	s.l.route.replaying.Add(1)
+	result, why := s.replayTx(lost, inflight && !prepInFlight, absent)
+	s.l.route.replaying.Add(-1)
+	reran := false
 	switch {
 	case result == replayOK && prepInFlight:
 		result, why = s.rerunPrepare()
 	case result == replayOK && inflight:
 		result, why = s.rerunInFlight()
+		reran = true
 	}
 	s.srv.metrics.replays.WithLabelValues(s.l.name, result).Inc()
+	if absent && result == replayOK {
+		s.srv.metrics.outcomeResolved.WithLabelValues(s.l.name, outcomeReplayed).Inc()
+	}
 	if result == replayOK {
+		r.replayed = true
 		s.log.Info("transaction replayed on the primary", "lost", lost, "node", nodeName(s.be),
 			"statements", len(r.entries), "in_flight", inflight, "took", time.Since(start))
 		if inflight {
@@ -131,6 +153,15 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	r.reset()
 	if result != replayNoPrimary && result != replayConnect {
 		s.rejoinPrimary(lost)
+	}
+	if absent && reran && result == replayLostAgain {
+		// The replayed COMMIT may have run on the new primary before it
+		// was lost too: its outcome is unknown again.
+		s.srv.metrics.outcomeUnknown.WithLabelValues(s.l.name).Inc()
+		s.log.Warn("primary lost while a statement ending a transaction ran: its outcome is unknown", "node", lost,
+			"statement", fl.keyword(), "cause", "the new primary was lost too while the replayed COMMIT ran: "+why)
+		s.writeError(1, errOutcomeUnknown(fl.keyword(), s.l.cluster, lost, "the new primary was lost too while the replayed COMMIT ran: "+why))
+		return true, true, ""
 	}
 	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
 	s.log.Info("transaction not replayed: rolled back", "lost", lost, "result", result, "why", why, "cause", cause)
@@ -182,11 +213,15 @@ func (s *session) dropLost() {
 }
 
 // replayTx connects the session to the primary with its state rebuilt and
-// replays the recorded statements (the one in flight excepted). It returns
-// replayOK, or the result label and why it failed.
-func (s *session) replayTx(lost string, inflight bool) (string, string) {
+// replays the recorded statements (the one in flight excepted); with
+// connected, the session's backend is already a fresh connection to the
+// primary (resolveCommit) and is used. It returns replayOK, or the result
+// label and why it failed.
+func (s *session) replayTx(lost string, inflight, connected bool) (string, string) {
 	r := s.rlog
-	s.dropLost()
+	if !connected {
+		s.dropLost()
+	}
 	if r.broken != "" {
 		if r.limit {
 			return replayLimit, r.broken
@@ -203,12 +238,17 @@ func (s *session) replayTx(lost string, inflight bool) (string, string) {
 			return replayNotReplayable, "the statement in flight was not recorded"
 		}
 	}
-	be, merr, waited := s.connectPrimary(lost)
-	if merr != nil && waited {
-		return replayNoPrimary, merr.Message
-	}
-	if merr != nil {
-		return replayConnect, merr.Message
+	be := s.be
+	if !connected {
+		var merr *mysql.MyError
+		var waited bool
+		be, merr, waited = s.connectPrimary(lost)
+		if merr != nil && waited {
+			return replayNoPrimary, merr.Message
+		}
+		if merr != nil {
+			return replayConnect, merr.Message
+		}
 	}
 	br := s.srv.readers.Get().(*bufio.Reader)
 	br.Reset(be.reader())
@@ -441,13 +481,22 @@ func (s *session) rerunInFlight() (string, string) {
 	if !s.beginRelay() {
 		return replayLostAgain, "the route changed again before the statement in flight could run again"
 	}
+	mark := r.markCommit()
+	if mark {
+		s.awaitReplays()
+		// The COMMIT runs again with a new marker, in the same round trip.
+		if _, err := s.sendMarker(mysqlproto.Header{}, false); err != nil {
+			s.endRelay()
+			return replayLostAgain, fmt.Sprintf("the new primary %s was lost: %v", s.be.t.node, err)
+		}
+	}
 	if err := s.sendRecorded(s.be, e, id); err != nil {
 		s.endRelay()
 		return replayLostAgain, fmt.Sprintf("the new primary %s was lost: %v", s.be.t.node, err)
 	}
 	r.cur, r.hashing, r.fl.active = idx, true, true
 	r.h.Reset()
-	if result, why := s.relayAgain(cmd, kindOf(cmd), "the statement"); result != replayOK {
+	if result, why := s.relayAgain(cmd, kindOf(cmd), "the statement", mark); result != replayOK {
 		return result, why
 	}
 	if s.lastOK {
@@ -473,17 +522,24 @@ func (s *session) rerunPrepare() (string, string) {
 		s.endRelay()
 		return replayLostAgain, fmt.Sprintf("the new primary %s was lost: %v", s.be.t.node, err)
 	}
-	return s.relayAgain(mysql.COM_STMT_PREPARE, respPrepare, "the PREPARE")
+	return s.relayAgain(mysql.COM_STMT_PREPARE, respPrepare, "the PREPARE", false)
 }
 
 // relayAgain relays the response to command cmd (of kind), sent again on
 // the session's new backend after a replay, as the answer to the client's
-// command; what names it in messages ("the statement"). It returns
+// command; what names it in messages ("the statement"); with mark a
+// commit marker went before it and its answer comes first. It returns
 // replayOK, or the result label and why it failed.
-func (s *session) relayAgain(cmd byte, kind responseKind, what string) (string, string) {
+func (s *session) relayAgain(cmd byte, kind responseKind, what string, mark bool) (string, string) {
 	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
 	s.acquire()
-	err := s.relay(cmd, kind)
+	answered, err := false, error(nil)
+	if mark {
+		answered, err = s.markAnswer()
+	}
+	if err == nil && !answered {
+		err = s.relay(cmd, kind)
+	}
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}

@@ -26,6 +26,9 @@ func newReplayHarness(t *testing.T, maxStmts int) *replayHarness {
 	h := newHarness(t, func(c *config.Config) {
 		c.Clusters[0].Failover.TransactionReplay = true
 		c.Clusters[0].Failover.ReplayMaxStatements = maxStmts
+		// No commit marker: a COMMIT in flight keeps the outcome-unknown
+		// error (TestCommitOutcomeResolved resolves it).
+		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
 	})
 	rh := &replayHarness{harness: h, root: h.direct(0)}
 	mustExec(t, rh.root, "CREATE TABLE sbtest.rp_t (id INT PRIMARY KEY, v INT NOT NULL)")
@@ -118,8 +121,9 @@ func (rh *replayHarness) replays(result string) float64 {
 // the new primary); one whose replayed SELECT reads rows another session
 // changed meanwhile gets the rolled-back error naming that statement and
 // leaves nothing behind; one longer than replay_max_statements gets the
-// rolled-back error naming the bound; and a COMMIT in flight when the
-// primary changes gets the outcome-unknown error, never a replay.
+// rolled-back error naming the bound; and, with failover.commit_outcome
+// unknown, a COMMIT in flight when the primary changes gets the
+// outcome-unknown error, never a replay.
 func TestTransactionReplay(t *testing.T) {
 	rh := newReplayHarness(t, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

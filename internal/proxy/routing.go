@@ -76,6 +76,11 @@ type clusterRoute struct {
 	// registration (Epochs): installed after the commands in flight on
 	// nodes that left the route were cut (cut.go).
 	acked atomic.Pointer[routeSnapshot]
+	// replaying counts the sessions of the cluster replaying a transaction
+	// after the loss of its primary (waiting for the primary, or
+	// re-executing its statements): a replayed COMMIT waits, briefly,
+	// until none is (outcome.go awaitReplays).
+	replaying atomic.Int64
 
 	mu       sync.Mutex
 	state    *topo.ClusterState

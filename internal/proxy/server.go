@@ -58,10 +58,15 @@ type Options struct {
 // Server is the MySQL-protocol proxy: one accept loop per listener, one
 // goroutine per client session.
 type Server struct {
-	log     *slog.Logger
-	id      string
-	now     func() time.Time
-	metrics *metrics
+	log *slog.Logger
+	id  string
+	// markerOwner is this process's owner value in commit markers
+	// (outcome.go newMarkerOwner); markerLog limits the warning about
+	// markers that cannot be written (each session would repeat it).
+	markerOwner string
+	markerLog   rateLog
+	now         func() time.Time
+	metrics     *metrics
 
 	rc  atomic.Pointer[runtimeConfig]
 	cfg atomic.Pointer[config.Config]
@@ -148,6 +153,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{
 		log:          log,
 		id:           id,
+		markerOwner:  newMarkerOwner(id),
 		now:          now,
 		metrics:      m,
 		clusters:     make(map[string]*clusterRoute),

@@ -31,8 +31,9 @@ const MonitorPrivileges = "PROCESS, RELOAD, REPLICATION CLIENT, READ_ONLY ADMIN,
 
 // MonitorHeartbeatPrivileges are granted to the monitor account on the
 // switchyard schema, where the controller writes its per-round heartbeat
-// (probe.HeartbeatTable) and creates the table when missing.
-const MonitorHeartbeatPrivileges = "SELECT, INSERT, UPDATE, CREATE"
+// (probe.HeartbeatTable), creates the tables when missing and deletes old
+// commit markers (probe.CommitMarkerTable).
+const MonitorHeartbeatPrivileges = "SELECT, INSERT, UPDATE, DELETE, CREATE"
 
 // catchupTimeout bounds waiting for a replica to apply the primary's GTIDs
 // during Up.
