@@ -31,7 +31,7 @@ type Config struct {
 	// Users are the application accounts clients log in with through the
 	// proxy; names are unique.
 	// Type: list of user. Required (at least one).
-	Users []User `yaml:"users"`
+	Users []User `yaml:"users,omitempty"`
 	// Clusters are the replication clusters Switchyard manages; names are
 	// unique.
 	// Type: list of cluster. Required (at least one).
@@ -137,14 +137,16 @@ type Credential struct {
 
 // User is an application account accepted by the proxy.
 //
-// The proxy authenticates clients with mysql_native_password. It needs either
-// the plaintext password (Password/PasswordEnv/PasswordFile) or the
-// mysql_native_password hash ("*" + 40 hex digits, as in mysql.user, i.e.
-// SHA1(SHA1(password))). With only the hash, the proxy recovers SHA1(password)
-// from the client's own login scramble and uses it to authenticate to backends
-// as that user; until a client of that user has logged in once, the proxy cannot
-// open backend connections for it. A plaintext source and the hash are never
-// combined.
+// The proxy authenticates clients with AuthPlugin (mysql_native_password by
+// default). It needs either the plaintext password
+// (Password/PasswordEnv/PasswordFile) or the mysql_native_password hash ("*"
+// + 40 hex digits, as in mysql.user, i.e. SHA1(SHA1(password))). With only
+// the hash, the proxy recovers SHA1(password) from the client's own login
+// (the mysql_native_password scramble, or the password itself in a
+// caching_sha2_password full authentication) and uses it to authenticate to
+// backends as that user; until a client of that user has logged in once,
+// the proxy cannot open backend connections for it. A plaintext source and
+// the hash are never combined. An ed25519 user needs a plaintext source.
 type User struct {
 	// Name is the account name, the same on the proxy and every node. Unique.
 	// Type: string. Required.
@@ -168,7 +170,30 @@ type User struct {
 	// Type: string. Optional (exactly one of password, password_env,
 	// password_file, password_hash).
 	PasswordHash string `yaml:"password_hash,omitempty"`
+	// AuthPlugin is the plugin the proxy asks clients of this user to
+	// authenticate with: "mysql_native_password"; "ed25519" (MariaDB's
+	// auth_ed25519, client plugin client_ed25519: the proxy sends a 32-byte
+	// nonce and checks the client's signature; needs a plaintext source,
+	// which the proxy also signs backends' client_ed25519 challenges with);
+	// or "caching_sha2_password" (MySQL 8's default: the fast path against
+	// SHA256(SHA256(password)), known from a plaintext source or cached
+	// after the first full authentication, which sends the password in
+	// clear over TLS or RSA-encrypted with proxy.rsa_key_file's key). A
+	// client that answers the greeting with caching_sha2_password logs into
+	// a mysql_native_password user by its fast path when the proxy knows
+	// the verifier, and is switched to mysql_native_password otherwise.
+	// Backend logins use whatever plugin the
+	// backend asks for (mysql_native_password or client_ed25519).
+	// Type: string (mysql_native_password|ed25519|caching_sha2_password). Default: "mysql_native_password".
+	AuthPlugin string `yaml:"auth_plugin"`
 }
+
+// Authentication plugins of users[].auth_plugin.
+const (
+	AuthNative  = "mysql_native_password"
+	AuthEd25519 = "ed25519"
+	AuthSHA2    = "caching_sha2_password"
+)
 
 // Cluster is one replication cluster (one primary, N replicas).
 type Cluster struct {
@@ -254,7 +279,7 @@ type FailoverConfig struct {
 	// Gtid_IO_Pos and Slave_received_heartbeats of SHOW ALL SLAVES STATUS
 	// unchanged between two of the controller's reads of it: its probe
 	// rounds and, between them, SHOW ALL SLAVES STATUS alone every
-	// SilenceBound/6) before it counts as having lost the primary, the
+	// SilenceBound/12) before it counts as having lost the primary, the
 	// sign of a partitioned or frozen primary whose TCP connections stay
 	// open. The controller sets
 	// MASTER_HEARTBEAT_PERIOD = SilenceBound/12 and slave_net_timeout =
@@ -264,8 +289,9 @@ type FailoverConfig struct {
 	// frozen for less than SilenceBound − SilenceBound/12 + the
 	// confirmation spacing (150ms), 1.25s with the defaults, is never
 	// failed over; for one isolated from everything the failover is
-	// decided about SilenceBound + SilenceBound/6 + 0.15s after (1.55s with
-	// the defaults), whatever probe.interval is.
+	// decided about SilenceBound + SilenceBound/12 + 0.15s +
+	// probe.connect_timeout after (1.55s with the defaults), whatever
+	// probe.interval is.
 	// At least 1.2s, so that a 1s freeze never counts; at most 1m.
 	// Type: duration. Default: 1.2s.
 	SilenceBound Duration `yaml:"silence_bound"`
@@ -559,6 +585,70 @@ type ProxyConfig struct {
 	// agree).
 	// Type: bool. Default: true.
 	Failsafe *bool `yaml:"failsafe"`
+	// RSAKeyFile is a PEM RSA private key (PKCS #1 or PKCS #8) the proxy
+	// uses for caching_sha2_password full authentication without TLS (the
+	// client asks for the public key and sends the password encrypted with
+	// it). Empty: a 2048-bit key is generated at start (clients that pin
+	// the server's public key then need it again after every restart). A
+	// relative path is relative to the config file's directory.
+	// Type: string (path). Optional.
+	RSAKeyFile string `yaml:"rsa_key_file,omitempty"`
+	// BackendAccounts lets clients log in with the accounts of the
+	// cluster's own servers, besides users.
+	// Type: mapping (proxy.backend_accounts).
+	BackendAccounts BackendAccounts `yaml:"backend_accounts"`
+}
+
+// BackendAccounts is the `proxy.backend_accounts:` section: pass-through
+// of the servers' own accounts. The proxy reads every account's plugin and
+// authentication_string from mysql.global_priv (MariaDB) or mysql.user
+// (MySQL) of the cluster's primary (a replica when the primary does not
+// answer) and authenticates clients against them, as MaxScale does from
+// mysql.user; users listed in users take precedence. Accounts using
+// mysql_native_password pass through (the proxy learns SHA1(password) from
+// each login, as with users[].password_hash); ed25519 accounts and other
+// plugins (unix_socket, gssapi, pam, caching_sha2_password) are refused
+// with error 1251 naming the plugin; roles and anonymous accounts are
+// ignored (a locked account gets the server's own error 4151 from the
+// backend login). Host patterns are matched against the client's
+// address (see README, Authentication).
+type BackendAccounts struct {
+	// Enabled turns pass-through on.
+	// Type: bool. Default: false.
+	Enabled bool `yaml:"enabled"`
+	// Refresh is how often the accounts are read again; a login of an
+	// account the proxy does not know also reads them again first, at most
+	// once per second per cluster.
+	// Type: duration. Default: 30s.
+	Refresh Duration `yaml:"refresh"`
+	// User is the account the proxy reads the accounts with; it needs
+	// SELECT on mysql.global_priv (MariaDB) or mysql.user (MySQL). Empty:
+	// credentials.monitor.
+	// Type: string. Optional.
+	User string `yaml:"user,omitempty"`
+	// Password is User's password, written in the config file.
+	// Type: string. Optional (with user: exactly one of password,
+	// password_env, password_file).
+	Password string `yaml:"password,omitempty"`
+	// PasswordEnv names an environment variable holding User's password.
+	// Type: string (variable name). Optional (with user: exactly one of
+	// password, password_env, password_file).
+	PasswordEnv string `yaml:"password_env,omitempty"`
+	// PasswordFile is a file holding User's password (trailing newlines are
+	// dropped); relative to the config file's directory.
+	// Type: string (path). Optional (with user: exactly one of password,
+	// password_env, password_file).
+	PasswordFile string `yaml:"password_file,omitempty"`
+}
+
+// BackendAccountsCredential returns the account backend accounts are read with: User and
+// its password sources, or credentials.monitor when User is empty.
+func (c *Config) BackendAccountsCredential() Credential {
+	b := c.Proxy.BackendAccounts
+	if b.User == "" {
+		return c.Credentials.Monitor
+	}
+	return Credential{User: b.User, Password: b.Password, PasswordEnv: b.PasswordEnv, PasswordFile: b.PasswordFile}
 }
 
 // PoolConfig is the `proxy.pool:` section: the proxy's pools of idle backend
@@ -839,6 +929,14 @@ func (c *Config) ApplyDefaults() {
 	if c.Proxy.Failsafe == nil {
 		t := true
 		c.Proxy.Failsafe = &t
+	}
+	if c.Proxy.BackendAccounts.Refresh == 0 {
+		c.Proxy.BackendAccounts.Refresh = Duration(30 * time.Second)
+	}
+	for i := range c.Users {
+		if c.Users[i].AuthPlugin == "" {
+			c.Users[i].AuthPlugin = AuthNative
+		}
 	}
 	if c.Switchover.CatchupTimeout == 0 {
 		c.Switchover.CatchupTimeout = Duration(10 * time.Second)

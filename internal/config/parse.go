@@ -88,6 +88,8 @@ func (c *Config) resolvePaths(dir string) {
 	for i := range c.Users {
 		abs(&c.Users[i].PasswordFile)
 	}
+	abs(&c.Proxy.RSAKeyFile)
+	abs(&c.Proxy.BackendAccounts.PasswordFile)
 }
 
 // decodeStrict decodes one YAML document into a Config, rejecting unknown

@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 	c.validateEtcd(v)
 	c.validateCredentials(v)
 	c.validateUsers(v)
+	c.validateBackendAccounts(v)
 	c.validateClusters(v)
 	c.validateListeners(v)
 	c.validateTimings(v)
@@ -218,8 +219,8 @@ func isEnvName(s string) bool {
 }
 
 func (c *Config) validateUsers(v *validator) {
-	if len(c.Users) == 0 {
-		v.add("users", "at least one user is required: the proxy admits only the users listed here")
+	if len(c.Users) == 0 && !c.Proxy.BackendAccounts.Enabled {
+		v.add("users", "at least one user is required: the proxy admits only the users listed here (or turn on proxy.backend_accounts)")
 	}
 	seen := map[string]int{}
 	for i, u := range c.Users {
@@ -248,6 +249,29 @@ func (c *Config) validateUsers(v *validator) {
 		if u.PasswordEnv != "" && !isEnvName(u.PasswordEnv) {
 			v.add(f+".password_env", "is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the password, not the password itself")
 		}
+		switch u.AuthPlugin {
+		case AuthNative, AuthSHA2, "":
+		case AuthEd25519:
+			if len(plain) == 0 && u.PasswordHash != "" {
+				v.add(f+".password_hash", "an ed25519 user needs its password (password_env or password_file): the proxy signs the backends' client_ed25519 challenges with it, and neither the public key nor a mysql_native_password hash can do that")
+			}
+		default:
+			v.add(f+".auth_plugin", "%q is not one of %s, %s, %s", u.AuthPlugin, AuthNative, AuthEd25519, AuthSHA2)
+		}
+	}
+}
+
+// validateBackendAccounts checks proxy.backend_accounts (proxy.rsa_key_file
+// is read, and its errors named, when the proxy starts).
+func (c *Config) validateBackendAccounts(v *validator) {
+	b := c.Proxy.BackendAccounts
+	if b.Refresh.D() < time.Second {
+		v.add("proxy.backend_accounts.refresh", "%s is less than 1s: every proxy would read every account that often", b.Refresh)
+	}
+	if b.User != "" {
+		checkSources(v, "proxy.backend_accounts", b.Password, b.PasswordEnv, b.PasswordFile)
+	} else if len(setSources(b.Password, b.PasswordEnv, b.PasswordFile)) > 0 {
+		v.add("proxy.backend_accounts.user", "required when a password is set (empty: credentials.monitor reads the accounts)")
 	}
 }
 

@@ -51,7 +51,12 @@
 // the candidate's relay log, promotes, proves an application write,
 // repoints the replicas (a replica whose replication was stopped before
 // the failover is repointed but left stopped) and publishes; a failure
-// rolls back and disables automation with an alarm. A manual failover of a
+// rolls back and disables automation with an alarm. With an unreachable old
+// primary the IO threads of semi-sync replicas are cut by KILL rather than
+// stopped (their exit waits for a dump-thread kill on the old primary,
+// failover_cut.go), and a new primary that needs no replica attached first
+// (asynchronous, or its replicas' cut threads still exiting) is published
+// before the replicas are repointed. A manual failover of a
 // healthy, reachable primary is refused (a switchover is the tool) unless
 // forced with a reason. When the old primary could not be fenced, a fence
 // stays pending on it (wakefence.go) and runs the moment a frozen server

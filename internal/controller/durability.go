@@ -73,7 +73,7 @@ func replicaDrift(p topo.Probe) (drift []string, restartIO bool) {
 		restartIO = true
 	}
 	if ss.SlaveEnabled && ss.SlaveKillConnTimeout > probe.SemiSyncKillConnTimeout {
-		drift = append(drift, fmt.Sprintf("rpl_semi_sync_slave_kill_conn_timeout=%d s (want %d: a failover from an unreachable primary waits that long to stop this replica's IO thread)",
+		drift = append(drift, fmt.Sprintf("rpl_semi_sync_slave_kill_conn_timeout=%d s (want %d: a failover from an unreachable primary waits that long for this replica's cut IO thread to exit before it can repoint it)",
 			ss.SlaveKillConnTimeout, probe.SemiSyncKillConnTimeout))
 	}
 	return drift, restartIO

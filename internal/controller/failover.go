@@ -83,6 +83,16 @@ type failoverRun struct {
 	// SQL not running) before the failover touched them: repointed but
 	// left stopped, as a switchover does.
 	opStopped map[string]string
+	// cuts are the replicas whose IO thread was cut rather than stopped
+	// (see ioCut); cutMu guards the map.
+	cutMu sync.Mutex
+	cuts  map[string]*ioCut
+	// resetPending: the promoted candidate's replication is reset once its
+	// cut IO thread exited (promoteCut, resetAfterCut).
+	resetPending bool
+	// semiSyncEarly: the candidate was made a semi-sync primary before
+	// its replicas were repointed (semiSyncAhead).
+	semiSyncEarly bool
 }
 
 // runFailover runs (or, with planOnly, plans) an emergency failover and
@@ -293,15 +303,41 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if err := f.step(ctx, "verify "+cand+" writable", f.verify); err != nil {
 		return f.rollback(ctx, "verify: "+err.Error())
 	}
-	// 11. Repoint the other replicas (failures are reported; repair retries),
-	// then keep semi-sync lossless on the new primary.
-	_ = f.step(ctx, "repoint replicas", f.repointAll)
-	if f.semiSync {
-		_ = f.step(ctx, "semi-sync on "+cand, f.enableSemiSync)
+	var targets []string
+	for _, n := range f.repointTargets() {
+		targets = append(targets, n.Name)
 	}
-	// 12. Publish the new primary.
-	if err := f.step(ctx, "publish primary "+cand, f.publishPrimary); err != nil {
-		return foFailed, fmt.Sprintf("%s was promoted and verified but the new state could not be published (%v); the next leader publishes it", cand, err)
+	if !f.semiSync || f.cutPending(append(targets, cand)...) {
+		// 11–12 when nothing needs the replicas attached first — an
+		// asynchronous new primary, or IO threads cut and still exiting
+		// (each waits for the dump-thread kill on the unreachable old
+		// primary): semi-sync on the new primary first (its commits wait
+		// for the first replica to attach), publish, then repoint (as the
+		// cut threads exit) and reset the candidate's replication.
+		if f.semiSync {
+			_ = f.step(ctx, "semi-sync on "+cand, f.semiSyncAhead)
+		}
+		if err := f.step(ctx, "publish primary "+cand, f.publishPrimary); err != nil {
+			return foFailed, fmt.Sprintf("%s was promoted and verified but the new state could not be published (%v); the next leader publishes it", cand, err)
+		}
+		_ = f.step(ctx, "repoint replicas", f.repointAll)
+		if f.semiSyncEarly {
+			_ = f.step(ctx, "semi-sync replica on "+cand, f.semiSyncAfterRepoint)
+		}
+		if f.resetPending {
+			_ = f.step(ctx, "reset replication on "+cand, f.resetAfterCut)
+		}
+	} else {
+		// 11. Repoint the other replicas (failures are reported; repair
+		// retries), then keep semi-sync lossless on the new primary.
+		_ = f.step(ctx, "repoint replicas", f.repointAll)
+		if f.semiSync {
+			_ = f.step(ctx, "semi-sync on "+cand, f.enableSemiSync)
+		}
+		// 12. Publish the new primary.
+		if err := f.step(ctx, "publish primary "+cand, f.publishPrimary); err != nil {
+			return foFailed, fmt.Sprintf("%s was promoted and verified but the new state could not be published (%v); the next leader publishes it", cand, err)
+		}
 	}
 	_ = f.step(ctx, "promotion floor", f.floorAfterFailover)
 	_ = f.step(ctx, "proxies on epoch", f.proxiesOnEpoch)
@@ -461,7 +497,10 @@ func (f *failoverRun) catchUpFenced(ctx context.Context) (string, error) {
 	return fmt.Sprintf("%s applied %s", f.plan.Candidate, pos), nil
 }
 
-// stopIO stops the IO thread of every reachable replica in parallel.
+// stopIO stops the IO thread of every reachable replica in parallel. The
+// IO thread of a semi-sync replica of an old primary that cannot be
+// reached is cut instead (see ioCut): stopping it would wait for its
+// dump-thread kill on the old primary.
 func (f *failoverRun) stopIO(ctx context.Context) (string, error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -472,12 +511,18 @@ func (f *failoverRun) stopIO(ctx context.Context) (string, error) {
 			continue // an IO thread already stopped stays so (and rollback leaves it)
 		}
 		wg.Add(1)
-		go func(name string) {
+		go func(name string, p topo.Probe) {
 			defer wg.Done()
 			pr, err := f.prober(name)
 			if err == nil {
 				sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-				err = pr.StopReplicaIO(sctx)
+				cut := false
+				if !f.oldReachable && cutsIO(f.cl.Flavor, p) {
+					cut, err = f.cutIO(ctx, name, pr, p)
+				}
+				if err == nil && !cut {
+					err = pr.StopReplicaIO(sctx)
+				}
 				// A replica left a semi-sync primary (a demoted old
 				// primary) stalls its own applier; the candidate gets
 				// semi-sync back once it has replicas.
@@ -493,10 +538,13 @@ func (f *failoverRun) stopIO(ctx context.Context) (string, error) {
 				return
 			}
 			f.stoppedIO = append(f.stoppedIO, name)
-		}(n.Name)
+		}(n.Name, p)
 	}
 	wg.Wait()
 	detail := "stopped on " + orDash(strings.Join(f.stoppedIO, ", "))
+	if cut := f.cutNames(); cut != "" {
+		detail += " (cut by KILL on " + cut + ": they read nothing more; their exit, the semi-sync dump-thread kill on the unreachable " + f.old + ", goes on in the background)"
+	}
 	if len(failed) > 0 {
 		return detail, errors.New(strings.Join(failed, "; "))
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"sync"
 	"testing"
@@ -395,7 +396,17 @@ func TestManualFailoverOfLivePrimary(t *testing.T) {
 // raises an alarm and disables automatic failover for the cluster, which
 // then says so instead of retrying; ack re-enables it.
 func TestFailedRecoveryDisablesAuto(t *testing.T) {
-	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	// With semi-sync the replicas' IO threads are cut (the killed primary
+	// cannot be reached), and the rollback restarts them once they exited.
+	for _, semi := range []bool{false, true} {
+		t.Run(map[bool]string{false: "async", true: "semi-sync"}[semi], func(t *testing.T) {
+			testFailedRecoveryDisablesAuto(t, semi)
+		})
+	}
+}
+
+func testFailedRecoveryDisablesAuto(t *testing.T, semiSync bool) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3, SemiSync: semiSync})
 	for i := 1; i < 3; i++ {
 		conn, err := rootDB(t, c, i).Conn(context.Background())
 		if err != nil {
@@ -431,6 +442,25 @@ func TestFailedRecoveryDisablesAuto(t *testing.T) {
 	if s.Primary != "node1" || s.Phase != topo.PhaseStable {
 		t.Fatalf("after the failed failover: primary %q phase %s, want node1 republished, stable", s.Primary, s.Phase)
 	}
+	failed := waitEvent(t, st, 10*time.Second, "auto failover failed")
+	if semiSync && !strings.Contains(failed.Message, "cut by KILL") {
+		t.Errorf("semi-sync replicas' IO threads not cut: %s", failed.Message)
+	}
+	if strings.Contains(failed.Message, "IO thread not restarted") {
+		t.Errorf("rollback left an IO thread stopped: %s", failed.Message)
+	}
+	// The candidate's replication was being reset: repair rejoins it. The
+	// other replica's IO thread is restarted by the rollback.
+	_, rest, _ := strings.Cut(failed.Message, "refresh and plan: candidate ")
+	cand, _, _ := strings.Cut(rest, ",")
+	for i := 1; i < 3; i++ {
+		if c.Nodes[i].Name == cand {
+			continue
+		}
+		if io := replicaIO(t, rootDB(t, c, i)); io != "Yes" && io != "Connecting" {
+			t.Errorf("%s IO thread %q after the rollback, want it restarted (candidate %s)", c.Nodes[i].Name, io, cand)
+		}
+	}
 	found := false
 	for _, a := range s.Alarms {
 		found = found || a.Code == topo.AlarmRecoveryFailed
@@ -450,4 +480,33 @@ func TestFailedRecoveryDisablesAuto(t *testing.T) {
 	if err != nil || !strings.Contains(req.Message, "automatic failover re-enabled") {
 		t.Fatalf("ack: %v, %q", err, req.Message)
 	}
+}
+
+// replicaIO returns Slave_IO_Running of the node's replication ("" when it
+// has none).
+func replicaIO(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query("SHOW ALL SLAVES STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	io := ""
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cols {
+			if c == "Slave_IO_Running" {
+				io = vals[i].String
+			}
+		}
+	}
+	return io
 }

@@ -124,6 +124,9 @@ func (f *failoverRun) promote(ctx context.Context) (string, error) {
 	// semi-sync replica attached every commit would wait
 	// rpl_semi_sync_master_timeout.
 	f.semiSync = pr.SemiSyncReplica(sctx)
+	if f.cutPending(f.plan.Candidate) {
+		return f.promoteCut(sctx, pr)
+	}
 	f.promoting = true
 	if err := pr.StopReplica(sctx); err != nil {
 		return "", err
@@ -240,13 +243,18 @@ func (f *failoverRun) repointAll(ctx context.Context) (string, error) {
 		}
 		if why := f.cr.quarantinedWhy(n.Name); why != "" {
 			skipped = append(skipped, n.Name+" (quarantined: "+why+")")
-			continue
 		}
+	}
+	for _, n := range f.repointTargets() {
 		stopped := f.opStopped[n.Name]
 		wg.Add(1)
 		go func(n config.Node) {
 			defer wg.Done()
-			pr, err := f.t.c.prober(f.cfg, f.cl, &n)
+			err := f.afterCut(ctx, n.Name) // CHANGE MASTER needs its IO thread gone
+			var pr *nodeProber
+			if err == nil {
+				pr, err = f.t.c.prober(f.cfg, f.cl, &n)
+			}
 			if err == nil {
 				sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 				_, err = pointAt(sctx, f.cfg, pr, cand, false, stopped != "")
@@ -282,6 +290,25 @@ func (f *failoverRun) repointAll(ctx context.Context) (string, error) {
 		return detail, errors.New(strings.Join(failed, "; ") + " (repair retries)")
 	}
 	return detail, nil
+}
+
+// repointTargets are the replicas repointAll points at the new primary:
+// the reachable replicas other than the old primary and the candidate,
+// neither ahead of the candidate nor quarantined.
+func (f *failoverRun) repointTargets() []config.Node {
+	ahead := map[string]bool{}
+	for _, a := range f.plan.Ahead {
+		ahead[a] = true
+	}
+	var out []config.Node
+	for _, n := range f.cl.Nodes {
+		p := f.probes[n.Name]
+		if n.Name == f.old || n.Name == f.plan.Candidate || ahead[n.Name] || !complete(p) || !p.Replicating || f.cr.quarantinedWhy(n.Name) != "" {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // publishPrimary publishes the verified candidate as primary of toEpoch,
@@ -407,6 +434,13 @@ func (f *failoverRun) rollback(ctx context.Context, reason string) (string, stri
 	for _, name := range f.stoppedIO {
 		if name == f.plan.Candidate && f.promoting {
 			continue
+		}
+		// A cut IO thread starts again only once it has exited.
+		if c := f.cut(name); c != nil {
+			if err := c.wait(rctx); err != nil {
+				problems = append(problems, fmt.Sprintf("%s IO thread not restarted: %v", name, err))
+				continue
+			}
 		}
 		if pr, err := f.prober(name); err == nil {
 			if err := pr.StartReplicaIO(rctx); err != nil {

@@ -104,7 +104,9 @@ func (f *failoverRun) progressEvidence(ctx context.Context) []progressEvidence {
 			e.why = "not reached after the IO threads stopped"
 		case !p.Replicating || old == nil || !analysis.SameAddress(p.SourceHost, p.SourcePort, old.Address):
 			e.why = "not replicating from " + f.old
-		case p.IORunning != "No":
+		case p.IORunning != "No" && f.cut(name) == nil:
+			// A cut IO thread (ioCut) still shows Yes while it exits,
+			// but reads nothing more since the KILL returned.
 			e.why = "IO thread " + orDash(p.IORunning) + ", not stopped"
 		case f.m.ioSig[name] != topo.IOProgressMark(p) || f.m.ioAt[name].IsZero():
 			e.why = "no progress mark recorded"

@@ -12,12 +12,17 @@ import (
 
 // progressDivisor: between full probe rounds the leader reads every
 // replica's replication status alone every failover.silence_bound /
-// progressDivisor (200ms with the default bound), so that when a replica
+// progressDivisor (100ms with the default bound), so that when a replica
 // last received anything from its source is known to within that, whatever
 // probe.interval is. A round dates progress no more finely than
 // probe.interval, so a primary cut off just after a round had its silence
-// counted up to one interval late.
-const progressDivisor = 6
+// counted up to one interval late. It is the heartbeat period's divisor
+// (config.FailoverConfig.HeartbeatPeriod): an idle replica's progress
+// changes no more often than that, so finer reads would date nothing
+// better; at bound/6 the silence of a partitioned primary counted from
+// 100ms after its replicas' last event on average, and was decided that
+// much later.
+const progressDivisor = 12
 
 // progressCadence is how often the replicas of cl are read between rounds.
 func progressCadence(cl *config.Cluster) time.Duration {

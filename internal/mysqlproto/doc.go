@@ -5,7 +5,10 @@
 // packets (HandshakeV10, HandshakeResponse41, AuthSwitchRequest/Response,
 // COM_CHANGE_USER) and for OK, ERR and EOF packets, and the
 // mysql_native_password arithmetic (verify a scramble against SHA1(SHA1(pw)),
-// recover SHA1(pw) from a client's scramble, answer a server's challenge).
+// recover SHA1(pw) from a client's scramble, answer a server's challenge),
+// MariaDB's client_ed25519 (ed25519.go: the key derived from SHA-512 of the
+// password, nonce signatures) and MySQL's caching_sha2_password (sha2.go:
+// the fast-path token and verifier, RSA full authentication).
 //
 // Protocol constants (capability flags, command bytes, status flags, error
 // numbers and SQLSTATEs) come from github.com/go-mysql-org/go-mysql/mysql.

@@ -23,10 +23,11 @@ const DurableSemiSyncTimeoutMS uint64 = 4294967295
 // (seconds) the controller keeps on semi-sync replicas. On STOP SLAVE a
 // MariaDB semi-sync replica connects to its source to KILL its binlog dump
 // thread there (Repl_semi_sync_slave::slave_stop, sql/semisync_slave.cc),
-// and for a source whose packets are dropped that connect waits this long:
-// the emergency failover of a partitioned semi-sync primary stops its
-// replicas' IO threads and waits it (measured on 10.11 with the source cut
-// off: 1.00s at 1, 2.00s at 3). MariaDB's default is 5. 0 is no timeout at
+// and for a source whose packets are dropped that connect waits this long
+// (measured on 10.11 with the source cut off: 1.00s at 1, 2.00s at 3): the
+// emergency failover of a partitioned semi-sync primary cuts its replicas'
+// IO threads (CutReplicaIO) rather than wait for it, but repoints them only
+// once they exited. MariaDB's default is 5. 0 is no timeout at
 // all for the server's client library, so 1 is the least useful value.
 // Whether the replica kills the dump thread is fixed when its IO thread
 // starts (rpl_semi_sync_slave_enabled at that moment), so this wait cannot

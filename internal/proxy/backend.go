@@ -50,8 +50,12 @@ type backend struct {
 	owner     uint32 // id of the session whose state the connection has (0: none)
 	epoch     int64  // cluster epoch when opened or last taken
 	sameState bool   // taken by the session that used it last: its state is there
-	inPool    bool
-	idleAt    time.Time
+	// setupWarned: the statements that set the connection up for its
+	// session (setupBackend) left warnings, which SHOW WARNINGS would show
+	// the session (movediag.go).
+	setupWarned bool
+	inPool      bool
+	idleAt      time.Time
 }
 
 // reader returns the io.Reader responses are read from: the connection,
@@ -320,17 +324,30 @@ func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap 
 			return nil, 0, false, backendLoginError(t, mysqlproto.ParseERR(p))
 		case len(p) > 0 && p[0] == mysql.EOF_HEADER:
 			sw, err := mysqlproto.ParseAuthSwitchRequest(p)
-			if err != nil || sw.Plugin != mysql.AUTH_NATIVE_PASSWORD {
+			var answer []byte
+			switch {
+			case err == nil && sw.Plugin == mysql.AUTH_NATIVE_PASSWORD:
+				answer = s.nativeToken(sw.Data)
+			case err == nil && sw.Plugin == mysqlproto.PluginEd25519:
+				// Every byte after the plugin name's NUL is the nonce
+				// (ParseAuthSwitchRequest drops a trailing NUL, which a
+				// random nonce may end with).
+				nonce := p[len(mysqlproto.PluginEd25519)+2:]
+				var merr *mysql.MyError
+				if answer, merr = s.ed25519Answer(t, nonce); merr != nil {
+					return nil, 0, false, merr
+				}
+			default:
 				plugin := "mysql_old_password"
 				if sw != nil {
 					plugin = sw.Plugin
 				}
 				return nil, 0, false, errUnknown(fmt.Sprintf(
-					"switchyard: backend %s asks for auth plugin %s for user %s; only mysql_native_password is supported towards backends",
+					"switchyard: backend %s asks for auth plugin %s for user %s; only mysql_native_password and client_ed25519 are supported towards backends",
 					t.node, plugin, s.user))
 			}
 			seq = rseq + 1
-			if err := writePacket(conn, seq, s.nativeToken(sw.Data)); err != nil {
+			if err := writePacket(conn, seq, answer); err != nil {
 				return nil, 0, false, ioErr("sending auth switch response", err)
 			}
 		default:

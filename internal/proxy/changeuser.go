@@ -8,12 +8,13 @@ import (
 
 // changeUser handles COM_CHANGE_USER: the new user is verified by the proxy
 // exactly like a login (against the scramble of the initial handshake, or a
-// fresh one after switching the client to mysql_native_password), then the
+// fresh one after switching the client to the account's plugin), then the
 // session gets a new backend connection logged in as that user with the
 // requested schema and charset — equivalent to the server-side reset that
 // COM_CHANGE_USER implies (prepared statements, variables and temporary
-// tables are gone). A failed verification answers ER_ACCESS_DENIED_ERROR and
-// closes the session.
+// tables are gone). The new user's plugin is served as at login
+// (authClient; a switch to another plugin gets a fresh scramble). A failed
+// verification answers ER_ACCESS_DENIED_ERROR and closes the session.
 // https://dev.mysql.com/doc/dev/mysql-server/latest/page_protocol_com_change_user.html
 func (s *session) changeUser() string {
 	payload, _, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
@@ -27,36 +28,20 @@ func (s *session) changeUser() string {
 		s.log.Info("closing client connection: bad COM_CHANGE_USER", "err", err)
 		return closeClientProtocol
 	}
-	seq := byte(1)
-	scramble := s.scramble
-	token := cu.AuthResponse
-	if cu.AuthPlugin != "" && cu.AuthPlugin != mysql.AUTH_NATIVE_PASSWORD {
-		fresh, err := mysqlproto.NewScramble(mysqlproto.ScrambleLen)
-		if err != nil {
-			s.writeError(seq, errUnknown("switchyard: cannot generate a handshake challenge"))
-			return closeServer
-		}
-		scramble = fresh
-		token, seq, err = s.switchAuth(seq, scramble)
-		if err != nil {
-			s.logClientError("COM_CHANGE_USER auth switch", err)
-			return clientReason(err)
-		}
-	}
 	rc := s.srv.rc.Load()
-	u, stage1, ok := rc.authenticate(cu.User, scramble, token)
-	if !ok {
-		s.denyAccess(seq, cu.User, len(token) > 0)
-		return closeAuthFailed
+	auth, seq, reason := s.authClient(rc, cu.User, cu.AuthPlugin, cu.AuthResponse, s.scramble, 1, true)
+	if reason != "" {
+		return reason
 	}
+	u, stage1 := auth.u, auth.stage1
 	snap := s.l.route.snap.Load()
 	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
 	if merr != nil {
 		s.writeError(seq, merr)
 		return closeNoRoute
 	}
-	prevUser, prevStage1, prevSchema, prevCharset, prevAttrs := s.user, s.stage1, s.schema, s.charset, s.attrs
-	s.user, s.stage1, s.schema = u.name, stage1, cu.Database
+	prevUser, prevStage1, prevKey, prevSchema, prevCharset, prevAttrs := s.user, s.stage1, s.edKey, s.schema, s.charset, s.attrs
+	s.user, s.stage1, s.edKey, s.schema = u.name, stage1, auth.edKey, cu.Database
 	if cu.Charset != 0 {
 		s.charset = byte(cu.Charset)
 	}
@@ -65,7 +50,7 @@ func (s *session) changeUser() string {
 	}
 	be, okPayload, merr := s.connect(t, snap, rc, false)
 	if merr != nil {
-		s.user, s.stage1, s.schema, s.charset, s.attrs = prevUser, prevStage1, prevSchema, prevCharset, prevAttrs
+		s.user, s.stage1, s.edKey, s.schema, s.charset, s.attrs = prevUser, prevStage1, prevKey, prevSchema, prevCharset, prevAttrs
 		s.writeError(seq, merr)
 		return closeBackendConnect
 	}
@@ -82,6 +67,7 @@ func (s *session) changeUser() string {
 	s.dropStmts()
 	s.st.reset()
 	s.setTracking(be, okPayload)
+	s.initTracking()
 	s.srv.setOwner(s, s.user)
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone

@@ -179,8 +179,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var stmtID uint32
 	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
 	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
+	trackSet := false  // a SET that may change the client's tracking settings (trackvars.go)
 	s.cls = classOther
 	s.execStmt = nil
+	s.cursorReq = false
 	switch cmd {
 	case mysql.COM_INIT_DB:
 		if p := s.peekPayload(h); p != nil {
@@ -197,12 +199,27 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
 				s.rewritten = nil
-				if s.diagLost && s.rlog == nil && mentions(p[1:], "row_count") {
-					s.rewritten = rewriteRowCount(p[1:], s.rowCount)
+				if s.diagLost && s.rlog == nil && readsDiagnostics(p[1:]) {
+					s.rewritten = rewriteDiagnostics(p[1:], s.rowCount, s.foundRows)
 				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
 				}
+			} else {
+				calc = s.cls == classSelect && calcFoundRows(p[1:])
+				if s.diagLost {
+					// The first statement after a move (movediag.go).
+					if merr := s.afterMove(p[1:], true); merr != nil {
+						return s.refuseCommand(merr)
+					}
+				}
+			}
+			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
+				s.rewritten = s.trk.rewriteTrackRefs(p[1:])
+				// Transaction replay hashes results as relayed: its
+				// SETs of tracking variables keep the old way (the
+				// session is then not movable).
+				trackSet = s.cls == classSet && s.rlog == nil
 			}
 			s.keepForLoss(p)
 			switch s.cls {
@@ -254,6 +271,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				if merr := s.beforeStatement(stmt.text); merr != nil {
 					return s.refuseCommand(merr)
 				}
+			} else if cmd == mysql.COM_STMT_EXECUTE {
+				calc = stmt.class == classSelect && calcFoundRows(stmt.text)
+				if s.diagLost {
+					if merr := s.afterMove(stmt.text, false); merr != nil {
+						return s.refuseCommand(merr)
+					}
+				}
 			}
 		}
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
@@ -262,6 +286,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		switch cmd {
 		case mysql.COM_STMT_EXECUTE:
 			s.keepExecForLoss(payload, stmtID, stmt)
+			// Command byte, id (4), flags (1): the low three bits of the
+			// flags ask for a cursor (https://mariadb.com/kb/en/com_stmt_execute/).
+			if fb, err := s.cr.Peek(mysqlproto.HeaderSize + 6); err == nil {
+				s.cursorReq = fb[mysqlproto.HeaderSize+5]&0x07 != 0
+			}
 		case mysqlproto.ComStmtBulkExecute:
 			s.rerun, s.commitSent = s.rerun[:0], false // a write: never run again
 		}
@@ -276,7 +305,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			s.awaitReplays()
 		}
 	}
-	s.seq, s.in, s.out, s.lastOK, s.warned = 0, 0, 0, false, false
+	s.seq, s.in, s.out, s.lastOK, s.warned, s.results = 0, 0, 0, false, false, 0
 	var err error
 	plain, sent := false, false
 	if mark {
@@ -326,7 +355,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if mark {
 		answered, err = s.markAnswer()
 	}
-	if err == nil && !answered {
+	switch {
+	case err != nil || answered:
+	case trackSet:
+		err = s.relayTrackSet()
+	default:
 		err = s.relay(cmd, kind)
 	}
 	s.execStmt = nil
@@ -345,9 +378,13 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if s.rlog != nil {
 		s.recordEnd()
 	}
-	if s.txPool {
-		s.noteDiagnostics(calc)
-		s.ran = true
+	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE {
+		s.noteFoundRows(calc)
+	}
+	s.noteDiagnostics(calc)
+	s.ran = true
+	if s.retracked {
+		s.diagLost, s.retracked = true, false
 	}
 	if s.lastOK {
 		switch {
@@ -365,7 +402,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if stmt.userLock {
 				s.st.userLock = true
 			}
-			if s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+			if s.cursorReq && s.status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
 				stmt.cursor = true
 			}
 		case cmd == mysql.COM_STMT_FETCH && stmt != nil:
@@ -448,6 +485,7 @@ func (s *session) afterReset() string {
 		s.log.Warn("re-enabling session tracking after COM_RESET_CONNECTION failed; the session will not be moved on a switchover", "err", err)
 		s.st.markOpaque("could not re-enable session tracking after COM_RESET_CONNECTION")
 	}
+	s.initTracking()
 	return ""
 }
 

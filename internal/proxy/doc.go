@@ -17,7 +17,11 @@
 // parks: its socket goes into the server's epoll set and its goroutine ends;
 // the next readable event (a command, the client's close) or shutdown
 // resumes it in a new goroutine with its backend and state. An idle client
-// then costs its session struct and sockets, about 4 KB in all.
+// then costs its session struct and sockets, about 4 KB in all. With
+// session pooling the idle session's backend socket is watched too: when its
+// server closes it (wait_timeout, KILL) while the node stays healthy and
+// routed, the client's socket is closed as a direct client's would be
+// (idleclose.go).
 //
 // Routing. A listener of role "primary" sends sessions to the cluster's
 // current ClusterState.Primary; one of role "replica" round-robins new
@@ -27,7 +31,10 @@
 // session whose backend is no longer a valid route moves to the new route at
 // its next command if it is idle, keeping its session state (migrate.go:
 // default schema, charset, every system variable it set, literal user
-// variables and prepared statements, rebuilt from session tracking), or
+// variables, prepared statements and LAST_INSERT_ID(), rebuilt from session
+// tracking; ROW_COUNT(), FOUND_ROWS() and warnings are answered or refused
+// right after, movediag.go; the client's own session-tracking settings are
+// kept apart from the proxy's, trackvars.go), or
 // gets one ERR and is closed when its state cannot be rebuilt (temporary
 // tables, GET_LOCK, ...). A session in a transaction on a primary listener
 // gets one ERR saying its transaction was rolled back and continues. Idle
@@ -115,14 +122,20 @@
 // COMMIT whose marker could not be written, is never replayed: its outcome
 // is unknown and the client is told so.
 //
-// Authentication. Clients log in with mysql_native_password (clients that
-// start with another plugin — caching_sha2_password, client_ed25519, ... —
-// are switched with an AuthSwitchRequest). Users come from config: with a
-// plaintext secret, or with only the mysql_native_password hash, in which
-// case SHA1(password) is recovered from the first successful login and kept
-// in memory only, so that backend connections for that user can be opened
-// (before such a login, none can). Each session logs into its backend as the
-// client's user with mysql_native_password.
+// Authentication (auth.go). The greeting announces mysql_native_password;
+// once the handshake response names the user, the proxy serves the
+// account's plugin (users[].auth_plugin), switching the client to it with
+// an AuthSwitchRequest: mysql_native_password, ed25519 (MariaDB's
+// client_ed25519: nonce and signature) or caching_sha2_password (fast path
+// against a cached verifier, else full authentication by RSA, or in clear
+// once sessions run on TLS). Users come from config: with a plaintext
+// secret, or with only the mysql_native_password hash, in which case
+// SHA1(password) is recovered from the first successful login and kept in
+// memory only, so that backend connections for that user can be opened
+// (before such a login, none can). With proxy.backend_accounts, accounts
+// not in users are looked up in the cluster's own accounts, read from its
+// primary (accounts.go). Each session logs into its backend as the
+// client's user, answering mysql_native_password or client_ed25519.
 //
 // Connection ids and KILL (kill.go). The handshake carries the proxy's own
 // connection id; SELECT CONNECTION_ID() and SHOW PROCESSLIST show the
@@ -158,8 +171,9 @@
 // holds is refused.
 //
 // Not supported yet: TLS (CLIENT_SSL is not offered; a client that insists
-// gets an error), COM_MULTI and bulk unit results (not offered), other
-// authentication plugins towards backends,
+// gets an error), COM_MULTI and bulk unit results (not offered),
+// authentication plugins towards backends other than mysql_native_password
+// and client_ed25519,
 // KILL QUERY ID and KILL USER (relayed to the session's backend unchanged),
 // and KILL of threads not opened through this proxy.
 // Listener changes need a restart (SetConfig applies users and limits only).

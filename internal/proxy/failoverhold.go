@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"golang.org/x/sys/unix"
@@ -497,9 +496,6 @@ func (s *session) peerGone(be *backend) bool {
 	if be.fd < 0 || be.closed.Load() {
 		return false
 	}
-	// recvfrom(2) without an address buffer (unix.Recvfrom allocates one).
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(be.fd), uintptr(unsafe.Pointer(&s.peekByte[0])), 1,
-		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 	// 0: EOF (n 0) or unasked data (n 1); EAGAIN: nothing to read, alive.
-	return errno != unix.EAGAIN && errno != unix.EINTR
+	return fdPeerClosed(be.fd, &s.peekByte)
 }

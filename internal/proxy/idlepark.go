@@ -51,6 +51,7 @@ type idleParker struct {
 	// the system (releaseAfterStorm), at released.
 	parks    int
 	released time.Time
+	peek     [1]byte // recvfrom scratch of the sweep (fdPeerClosed)
 }
 
 // Memory release after a storm: once at least stormParks sessions parked
@@ -142,7 +143,14 @@ func (s *Server) sweepIdle() {
 	s.mu.Unlock()
 	past := time.Unix(1, 0)
 	for _, sess := range sessions {
-		if sess.idle.CompareAndSwap(idleWaiting, idleSeen) {
+		sess.mu.Lock()
+		hup := !sess.closed && sess.watchBackend() && fdPeerClosed(sess.be.fd, &s.parker.peek)
+		sess.mu.Unlock()
+		if hup {
+			// The server closed the backend connection (idleclose.go):
+			// park now, the backend's registration wakes the session.
+			sess.idle.CompareAndSwap(idleWaiting, idleSeen)
+		} else if sess.idle.CompareAndSwap(idleWaiting, idleSeen) {
 			continue
 		}
 		sess.mu.Lock()
@@ -171,6 +179,19 @@ func (p *idleParker) park(s *session) bool {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
 		return false
 	}
+	if s.watchBackend() {
+		// A duplicate, so that a close of the backend connection by
+		// another goroutine (the sweeper) cannot leave a registration
+		// under a descriptor number the system hands out again.
+		if dfd, err := unix.Dup(s.be.fd); err == nil {
+			bev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(s.id)}
+			if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, dfd, &bev) == nil {
+				s.parkFd = dfd
+			} else {
+				_ = unix.Close(dfd)
+			}
+		}
+	}
 	p.parked[s.id] = s
 	p.parks++
 	return true
@@ -188,6 +209,10 @@ func (p *idleParker) resume(id uint32) {
 	delete(p.parked, id)
 	if p.epfd > 0 {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, s.fd, nil) // EBADF when shutdown closed it: closing removed it
+	}
+	if s.parkFd >= 0 {
+		_ = unix.Close(s.parkFd) // removes it from the epoll set
+		s.parkFd = -1
 	}
 	p.mu.Unlock()
 	go s.run(false)

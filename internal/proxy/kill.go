@@ -337,7 +337,7 @@ func (s *session) answerOK() string {
 // and again for the statement.
 func (s *session) runAs(l *listener, t *target, stmt string) *mysql.MyError {
 	rc := s.srv.rc.Load()
-	tmp := &session{srv: s.srv, l: l, id: s.id, user: s.user, stage1: s.stage1, charset: s.charset,
+	tmp := &session{srv: s.srv, l: l, id: s.id, user: s.user, stage1: s.stage1, edKey: s.edKey, charset: s.charset,
 		maxPacket: s.maxPacket, log: s.log}
 	_, be, merr := tmp.dialAndLogin(t, l.route.snap.Load(), rc, false)
 	if merr != nil {

@@ -50,6 +50,7 @@ type setupOpts struct {
 // 1044 access denied) returns the server's error as it is.
 func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysql.MyError {
 	t := be.t
+	be.setupWarned = false
 	var ids []uint32
 	var out []byte
 	if o.reset {
@@ -62,7 +63,7 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 	if set {
 		q := trackingSQL
 		if o.restore {
-			q = s.st.replaySQL()
+			q = s.st.replaySQL() + s.trk.restoreSQL() + s.insertIDSQL()
 		}
 		out, _ = mysqlproto.AppendPacket(out, 0, append([]byte{mysql.COM_QUERY}, q...))
 	}
@@ -98,6 +99,7 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 			if st, ok := mysqlproto.OKStatus(p); ok {
 				be.status = st
 			}
+			be.setupWarned = okWarnings(p) > 0
 		}
 		if first == nil {
 			first = merr
@@ -472,6 +474,14 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		s.status = be.status
 		s.tracked = be.tracked
 		s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+		s.updateTrackFilter()
+		if !s.txPool {
+			// The diagnostics stayed on the old connection (movediag.go);
+			// warnings of the SET that rebuilt the session are not the
+			// client's.
+			s.diagLost = s.ran || be.setupWarned
+			s.lastDiag = s.lastDiag || be.setupWarned
+		}
 		if !be.sameState {
 			s.applyRestored(be.restored)
 		}

@@ -493,7 +493,7 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 		if reset {
 			kind = checkoutReset
 		}
-		rebuild := restore && (reset || s.hasState())
+		rebuild := restore && (reset || s.hasState() || s.insertIDSQL() != "")
 		var initDB string
 		if s.schema != be.schema {
 			initDB = s.schema

@@ -67,6 +67,14 @@ func testMariaDBCommandLineClient(t *testing.T, pooling func(*config.Config)) {
 	if out != "s\none\ntwo\nn\n2\ndb\notherdb\n" {
 		t.Fatalf("batch output %q", out)
 	}
+	// A stored program with an open cursor: the EOF after its SELECT's
+	// column definitions reports a cursor, and the rows follow (the C
+	// client reads EOF packets, no CLIENT_DEPRECATE_EOF).
+	out = run("-e", "DELIMITER //\nBEGIN NOT ATOMIC DECLARE va VARCHAR(10); DECLARE c CURSOR FOR SELECT s FROM cli_t ORDER BY id; "+
+		"OPEN c; FETCH c INTO va; SELECT va; CLOSE c; END //")
+	if out != "va\none\n" {
+		t.Fatalf("stored program with a cursor: output %q", out)
+	}
 	out = run("-e", "SELECT id, s FROM cli_t WHERE id = 2\\G")
 	want := "*************************** 1. row ***************************\nid: 2\n s: two\n"
 	if out != want {

@@ -98,18 +98,14 @@ func (s *session) endPacket(p mysqlproto.Packet) error {
 			return backendProtocol("malformed OK packet")
 		}
 		s.onOK(p.Payload, st)
-		if s.txPool {
-			s.noteOK(p.Payload)
-		}
+		s.noteOK(p.Payload)
 	case mysql.EOF_HEADER:
 		st, ok := s.terminatorStatus(p)
 		if !ok {
 			return backendProtocol("malformed EOF packet")
 		}
 		s.status, s.lastOK = st, true
-		if s.txPool {
-			s.noteTerminator(p.Payload)
-		}
+		s.noteTerminator(p.Payload)
 	case mysql.ERR_HEADER:
 		s.lastOK = false
 	default:
@@ -161,10 +157,14 @@ func (s *session) copyOK() (mysqlproto.Packet, error) {
 		return s.copyPacket()
 	}
 	s.trackOK(payload, s.cls, s.setText)
-	if !s.strip {
+	switch {
+	case s.strip:
+		s.okBuf = stripState(s.okBuf, payload)
+	case s.trkFilter:
+		s.okBuf = s.trk.filterState(s.okBuf, payload)
+	default:
 		return s.copyPacket()
 	}
-	s.okBuf = stripState(s.okBuf, payload)
 	var hdr [mysqlproto.HeaderSize]byte
 	mysqlproto.PutHeader(hdr[:], len(s.okBuf), h.Seq)
 	if _, err := s.cw.Write(hdr[:]); err != nil {
@@ -256,23 +256,40 @@ func (s *session) relayResults(infile bool) error {
 // (SERVER_STATUS_CURSOR_EXISTS) no rows follow; the client fetches them with
 // COM_STMT_FETCH. Column definitions are copied whole, so the extended type
 // information of MARIADB_CLIENT_EXTENDED_TYPE_INFO passes as it is.
+//
+// An ERR in place of a column definition or of the EOF after them (MariaDB
+// sends one when evaluating the first row fails in a cursor execute, error
+// 3037 from ST_DISTANCE_SPHERE for instance) ends the response there, as
+// it ends it for the client library: it is relayed and nothing follows.
+//
+// Only a COM_STMT_EXECUTE that asked for a cursor (flags byte, s.cursorReq)
+// can have opened one: a COM_QUERY whose stored program has an open cursor
+// (BEGIN NOT ATOMIC ... OPEN c; FETCH c ...; SELECT ...) reports
+// SERVER_STATUS_CURSOR_EXISTS in the same EOF and then sends its rows
+// (MariaDB sql/protocol.cc Protocol::send_eof writes the session's status).
 func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
+	s.rows = 0
 	if !meta {
 		ncols = 0
 	}
-	st := s.execStmt
-	if st != nil && ncols > 0 && s.cacheMeta() {
-		st.meta = metaSum{} // the client caches these instead
+	ms := s.execStmt
+	if ms != nil && ncols > 0 && s.cacheMeta() {
+		ms.meta = metaSum{} // the client caches these instead
 	} else {
-		st = nil
+		ms = nil
 	}
 	for range ncols {
 		p, err := s.copyLogical()
 		if err != nil {
 			return false, err
 		}
-		if st != nil {
-			st.meta.addPacket(s.srv.metaSeed, p, s.ext)
+		// A column definition starts with the catalog's length (3, "def").
+		if p.First == mysql.ERR_HEADER && p.Len < mysqlproto.MaxPacketPayload {
+			s.lastOK = false
+			return false, nil
+		}
+		if ms != nil {
+			ms.meta.addPacket(s.srv.metaSeed, p, s.ext)
 		}
 	}
 	if !s.deprecateEOF() {
@@ -280,15 +297,20 @@ func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if p.First == mysql.ERR_HEADER && p.Len < mysqlproto.MaxPacketPayload {
+			s.lastOK = false
+			return false, nil
+		}
 		_, st, ok := mysqlproto.ParseEOF(p.Payload)
 		if !ok {
 			return false, backendProtocol("expected EOF after column definitions, got 0x%02x", p.First)
 		}
 		s.status = st
-		if st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+		if st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 && s.cursorReq {
 			if s.rlog != nil {
 				s.rlog.breakTx("it opened a cursor")
 			}
+			s.rows, s.results = -1, s.results+1 // FOUND_ROWS(): unknown
 			s.lastOK = true
 			return false, nil
 		}
@@ -326,16 +348,16 @@ func (s *session) relayRows() (bool, error) {
 			s.lastOK = false
 			return false, nil
 		case mysql.EOF_HEADER:
+			s.results++
 			st, ok := s.terminatorStatus(p)
 			if !ok {
 				return false, backendProtocol("malformed result set terminator")
 			}
 			s.status, s.lastOK = st, true
-			if s.txPool {
-				s.noteTerminator(p.Payload)
-			}
+			s.noteTerminator(p.Payload)
 			return st&mysql.SERVER_MORE_RESULTS_EXISTS != 0, nil
 		}
+		s.rows++
 	}
 }
 

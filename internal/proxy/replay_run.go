@@ -337,6 +337,7 @@ func (s *session) connectPrimary(lost string) (_ *backend, _ *mysql.MyError, wai
 	s.status = be.status
 	s.tracked = be.tracked
 	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+	s.updateTrackFilter()
 	s.applyRestored(be.restored)
 	s.detached = false
 	if snap.hold == nil {

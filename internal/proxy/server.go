@@ -103,11 +103,17 @@ type Server struct {
 	closing chan struct{}              // closed by Close
 	bg      sync.WaitGroup             // background goroutines (goBackground)
 
+	auth     authState     // caching_sha2_password RSA key (auth.go)
+	accounts accountsState // pass-through accounts (accounts.go)
+
 	parker    idleParker // idle sessions without a goroutine (idlepark.go)
 	clientIns sync.Pool  // *clientIn (clientReadBuf bytes)
 	readers   sync.Pool  // *bufio.Reader of backendReadBuf bytes
-	writers   sync.Pool  // *bufio.Writer of clientWriteBuf bytes
-	zpools    zpools     // compression state lent to compressed sessions (compress.go)
+	// trackDefaults are the nodes' global session-tracking settings (a
+	// client's defaults, trackvars.go), by cluster + "/" + node.
+	trackDefaults sync.Map
+	writers       sync.Pool // *bufio.Writer of clientWriteBuf bytes
+	zpools        zpools    // compression state lent to compressed sessions (compress.go)
 }
 
 // listener is one client-facing endpoint.
@@ -166,6 +172,14 @@ func New(o Options) (*Server, error) {
 	}
 	if err := s.failsafe.initMetrics(o.Registry); err != nil {
 		return nil, err
+	}
+	if err := s.accounts.initMetrics(o.Registry); err != nil {
+		return nil, err
+	}
+	if s.auth.file = o.Config.Proxy.RSAKeyFile; s.auth.file != "" {
+		if _, err := s.auth.rsaKey(); err != nil {
+			return nil, fmt.Errorf("proxy: proxy.rsa_key_file: %w", err)
+		}
 	}
 	budget, reserve := o.Descriptors, o.ReservedDescriptors
 	if budget == 0 {
@@ -247,6 +261,7 @@ func (s *Server) Start() error {
 	limit, _ := s.MaxClientConnections()
 	s.log.Debug("client connection limit", "max_client_connections", limit, "descriptor_budget", s.limit.budget, "reserved_descriptors", s.limit.reserve)
 	s.startParker()
+	s.startAccounts()
 	for _, l := range s.listeners {
 		s.wg.Add(1)
 		go s.acceptLoop(l)

@@ -72,6 +72,7 @@ type session struct {
 	scramble  []byte
 	user      string
 	stage1    [mysqlproto.HashLen]byte
+	edKey     *[64]byte // SHA-512(pw) of an ed25519 user (auth.go); nil otherwise
 	// schema is the default database as far as the proxy knows (login,
 	// COM_INIT_DB, USE, session tracking); restored when the session moves.
 	schema string
@@ -109,6 +110,15 @@ type session struct {
 	// on another connection (txpool.go); nil otherwise.
 	rowCount  int64
 	rewritten []byte
+	// foundRows is FOUND_ROWS() after the session's last statement that
+	// returned a result set (-1 when unknown: SQL_CALC_FOUND_ROWS, a
+	// cursor), rows the rows relayed of the result set being relayed,
+	// results the result sets the command ended (movediag.go); lastDiag:
+	// the last statement left warnings or an error.
+	foundRows int64
+	rows      int64
+	results   int
+	lastDiag  bool
 	shut      bool // shutdown closed the client: the session must not park
 	// killed is set (from the killer's goroutine, kill.go) before the
 	// proxy kills the session's backend thread.
@@ -132,6 +142,13 @@ type session struct {
 	rerunning  bool
 	commitSent bool
 	peekByte   [1]byte
+	// hupBe is the backend connection found closed by its server while
+	// the session was idle and left for the next command to handle
+	// (idleclose.go); parkFd is the duplicate of the backend socket in the
+	// parker's epoll set while the session is parked (-1 when none,
+	// guarded by the parker's mu).
+	hupBe  *backend
+	parkFd int
 	// txEnded is the error of a transaction the proxy ended while the
 	// pending command had no response to carry it (COM_STMT_CLOSE,
 	// COM_STMT_SEND_LONG_DATA): the next command that has a response
@@ -143,10 +160,14 @@ type session struct {
 	// Session state to rebuild on another backend (sessionstate.go,
 	// stmts.go).
 	st         sessState
-	tracked    bool     // the backend reports session state (CLIENT_SESSION_TRACK)
-	strip      bool     // remove session-state blocks from OKs for this client
-	cls        sqlClass // class of the command being relayed
-	setText    []byte   // text of the SET statement being relayed
+	tracked    bool           // the backend reports session state (CLIENT_SESSION_TRACK)
+	strip      bool           // remove session-state blocks from OKs for this client
+	trk        *trackSettings // the client's own tracking settings (trackvars.go); nil if unknown
+	trkFilter  bool           // filter session-state entries of OKs by trk
+	inTrackSet bool           // relayTrackSet is recording its SET's OK
+	retracked  bool           // the proxy ran statements of its own after the command (retrack)
+	cls        sqlClass       // class of the command being relayed
+	setText    []byte         // text of the SET statement being relayed
 	stmts      map[uint32]*stmtInfo
 	xlate      bool       // some client statement id differs from its backend id
 	nextStmtID uint32     // last client id handed out while xlate
@@ -162,7 +183,10 @@ type session struct {
 	seq     byte          // last sequence id written to the client
 	in, out int           // bytes relayed this command
 	lastOK  bool          // the response ended with OK/EOF (not ERR)
-	scratch []byte
+	// cursorReq: the command is a COM_STMT_EXECUTE whose flags byte asked
+	// for a cursor (CURSOR_TYPE_READ_ONLY, _FOR_UPDATE, _SCROLLABLE).
+	cursorReq bool
+	scratch   []byte
 }
 
 // failure is an error that ends a session, with the close reason.
@@ -177,7 +201,7 @@ func (f *failure) Unwrap() error { return f.err }
 func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
 
 func newSession(s *Server, l *listener, c net.Conn) *session {
-	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, txPool: l.pooling == config.PoolingTransaction}
+	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, parkFd: -1, txPool: l.pooling == config.PoolingTransaction}
 	sess.log.s = sess
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil && raw.Control(func(fd uintptr) { sess.fd = int(fd) }) == nil {
@@ -226,6 +250,8 @@ func (s *session) run(login bool) {
 			return
 		}
 		s.rlog = s.newReplayLog()
+	} else if reason = s.afterIdle(); reason != "" {
+		return
 	}
 	reason = s.loop()
 }
@@ -387,19 +413,10 @@ func (s *session) login() string {
 		return closeClientProtocol
 	}
 	s.user = resp.User
-	seq++
-	token := resp.AuthResponse
-	if resp.AuthPlugin != "" && resp.AuthPlugin != mysql.AUTH_NATIVE_PASSWORD {
-		token, seq, err = s.switchAuth(seq, scramble)
-		if err != nil {
-			s.logClientError("auth switch", err)
-			return clientReason(err)
-		}
-	}
-	u, stage1, ok := rc.authenticate(resp.User, scramble, token)
-	if !ok {
-		s.denyAccess(seq, resp.User, len(token) > 0)
-		return closeAuthFailed
+	s.caps = resp.Capabilities & hs.Capabilities
+	auth, seq, reason := s.authClient(rc, resp.User, resp.AuthPlugin, resp.AuthResponse, scramble, seq+1, false)
+	if reason != "" {
+		return reason
 	}
 	if deferred != nil {
 		s.writeError(seq, deferred)
@@ -410,8 +427,8 @@ func (s *session) login() string {
 	s.charset = resp.Charset
 	s.maxPacket = resp.MaxPacketSize
 	s.attrs = resp.Attrs
-	s.user = u.name
-	s.stage1 = stage1
+	s.user = auth.u.name
+	s.stage1, s.edKey = auth.stage1, auth.edKey
 	s.schema = resp.Database
 
 	t, snap, be, okPayload, merr := s.loginConnect(t, snap, rc, lost, wait)
@@ -426,6 +443,7 @@ func (s *session) login() string {
 		s.snap = snap
 	}
 	s.setTracking(be, okPayload)
+	s.initTracking()
 	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
@@ -467,23 +485,6 @@ func (s *session) loginConnect(t *target, snap *routeSnapshot, rc *runtimeConfig
 		}
 		return ct, snap, be, okp, merr
 	}
-}
-
-// switchAuth asks the client to answer scramble with mysql_native_password
-// (AuthSwitchRequest with sequence id seq) and returns its token and the
-// sequence id for the next server packet.
-func (s *session) switchAuth(seq byte, scramble []byte) ([]byte, byte, error) {
-	if s.caps != 0 && s.caps&mysql.CLIENT_PLUGIN_AUTH == 0 {
-		return nil, seq, fail(closeAuthFailed, errors.New("client cannot switch auth plugins"))
-	}
-	if err := s.writeDirect(seq, mysqlproto.AppendAuthSwitchRequest(nil, mysql.AUTH_NATIVE_PASSWORD, scramble)); err != nil {
-		return nil, seq, fail(closeClientGone, err)
-	}
-	p, rseq, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
-	if err != nil {
-		return nil, seq, err
-	}
-	return append([]byte(nil), p...), rseq + 1, nil
 }
 
 // denyAccess answers a failed login with MySQL's ER_ACCESS_DENIED_ERROR,
@@ -540,6 +541,7 @@ func errUnknown(msg string) *mysql.MyError {
 func (s *session) setTracking(be *backend, okPayload []byte) {
 	s.tracked = be.tracked
 	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
+	s.updateTrackFilter()
 	s.status = be.status
 	if !be.tracked {
 		if st, ok := mysqlproto.OKStatus(okPayload); ok {

@@ -44,8 +44,7 @@ import (
 // the proxy removes the session-state block from OK packets it relays to
 // them (only OK packets with SERVER_SESSION_STATE_CHANGED carry one; others
 // are byte-identical in both formats). Clients that did negotiate it see
-// every tracked variable, not only those of their own
-// session_track_system_variables setting.
+// only the entries their own tracking settings produce (trackvars.go).
 
 // trackingSQL switches on what the proxy needs on every backend connection.
 const trackingSQL = "SET @@session.session_track_system_variables='*', @@session.session_track_state_change=ON"
@@ -135,7 +134,9 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 			case cls == classSetStmt:
 				// SET STATEMENT ... FOR reports the per-statement values.
 			case trackingVar(name):
-				if !s.trackingValue(name, value) {
+				if !s.inTrackSet && !s.trackingValue(name, value) {
+					// A client's SET relayed by relayTrackSet
+					// (trackvars.go) is undone; anything else is not.
 					s.st.markOpaque("changed the session tracking variable " + name)
 				}
 			case cls == classSetTx && (strings.HasPrefix(name, "tx_") || strings.HasPrefix(name, "transaction_")):

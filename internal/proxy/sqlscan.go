@@ -2,9 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strconv"
-
-	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
 // The proxy does not parse SQL. For session migration and hot-read sampling
@@ -506,82 +503,9 @@ func foldInLists(d []byte) []byte {
 	return out
 }
 
-// rewriteRowCount returns the COM_QUERY payload (command byte and text)
-// that answers q, a statement reading ROW_COUNT(), with rowCount in place
-// of the call, or nil when q is not of the form it rewrites:
-//
-//	SELECT ROW_COUNT() [[AS] alias] [, ROW_COUNT() [[AS] alias] ...] [;]
-//
-// (any letter case, spaces and leading comments allowed). Each call
-// becomes CAST(rowCount AS SIGNED) (a BIGINT, as ROW_COUNT() is) named as
-// the client would see it: its alias, else the call's own text
-// ("ROW_COUNT()" as written), quoted with backticks. Used on
-// transaction-pooled listeners when the previous statement ran on another
-// connection (txpool.go); other forms are refused there. Unlike the
-// scanners above it allocates, on that path only.
-func rewriteRowCount(q []byte, rowCount int64) []byte {
-	w, rest := firstWord(q)
-	if !eqFold(w, "select") {
-		return nil
-	}
-	out := append(make([]byte, 0, 2*len(q)+32), mysql.COM_QUERY)
-	out = append(out, "SELECT "...)
-	lit := "CAST(" + strconv.FormatInt(rowCount, 10) + " AS SIGNED) AS "
-	for n := 0; ; n++ {
-		i := skipSpace(rest)
-		rest = rest[i:]
-		fn, after := firstWord(rest)
-		if !bytes.EqualFold(fn, []byte("row_count")) {
-			return nil
-		}
-		a := after[spaces(after):]
-		if len(a) == 0 || a[0] != '(' {
-			return nil
-		}
-		a = a[1:]
-		a = a[spaces(a):]
-		if len(a) == 0 || a[0] != ')' {
-			return nil
-		}
-		a = a[1:]
-		call := rest[:len(rest)-len(a)]
-		if n > 0 {
-			out = append(out, ", "...)
-		}
-		out = append(out, lit...)
-		rest = a
-		alias, after := firstWord(rest)
-		if eqFold(alias, "as") {
-			alias, after = firstWord(after)
-			if len(alias) == 0 {
-				return nil
-			}
-		}
-		switch {
-		case len(alias) > 0 && !eqFold(alias, "from"):
-			out = append(out, alias...)
-			rest = after
-		case len(alias) > 0:
-			return nil // SELECT ROW_COUNT() FROM ...
-		default:
-			out = append(out, '`')
-			out = append(out, call...)
-			out = append(out, '`')
-		}
-		rest = rest[spaces(rest):]
-		if len(rest) > 0 && rest[0] == ',' {
-			rest = rest[1:]
-			continue
-		}
-		break
-	}
-	for _, c := range rest {
-		if !isSpace(c) && c != ';' {
-			return nil
-		}
-	}
-	return out
-}
+// rewriteRowCount is rewriteDiagnostics (movediag.go) for a SELECT of
+// ROW_COUNT() calls only.
+func rewriteRowCount(q []byte, rowCount int64) []byte { return rewriteDiagnostics(q, rowCount, -1) }
 
 // spaces returns the number of leading space bytes of q.
 func spaces(q []byte) int {

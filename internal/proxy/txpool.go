@@ -45,9 +45,11 @@ import (
 // DO LAST_INSERT_ID(n) there. ROW_COUNT() and FOUND_ROWS() without
 // SQL_CALC_FOUND_ROWS read the previous statement's diagnostics: the
 // session's previous connection is taken again when still idle (other
-// sessions take the least recently used idle connection first), and a
-// statement that reads them after that connection went to another session
-// gets an error rather than another session's count.
+// sessions take the least recently used idle connection first); after
+// that connection went to another session, SELECT ROW_COUNT() and SELECT
+// FOUND_ROWS() are answered from the session's own values and other
+// statements that read them get an error rather than another session's
+// count (movediag.go).
 
 // pinned says why the session must keep its backend connection, or "".
 func (s *session) pinned() string {
@@ -100,7 +102,7 @@ func (s *session) noteDiagnostics(calc bool) {
 func (s *session) checkedOut(be *backend) {
 	s.returned = false
 	s.idRestore = s.idRestore || !be.sameState
-	s.diagLost = !be.sameState && s.ran
+	s.diagLost = s.diagLost || (!be.sameState && s.ran) // or the proxy ran a statement there (retrack)
 }
 
 // readsDiagnostics reports whether q reads the previous statement's
@@ -117,7 +119,7 @@ func readsDiagnostics(q []byte) bool {
 func (s *session) beforeStatement(q []byte) *mysql.MyError {
 	if s.diagLost && s.rewritten == nil && readsDiagnostics(q) {
 		return errUnknown("switchyard: ROW_COUNT() and FOUND_ROWS() read the previous statement's result, which ran on a backend connection another session now uses (listener pooling: transaction); " +
-			"the proxy answers only SELECT ROW_COUNT() [[AS] alias][, ...] itself: run both statements in one transaction")
+			"the proxy answers only SELECT ROW_COUNT() / FOUND_ROWS() [[AS] alias][, ...] itself: run both statements in one transaction")
 	}
 	if s.idRestore && mentions(q, "last_insert_id") {
 		if merr := s.runSetup("DO LAST_INSERT_ID(" + strconv.FormatUint(s.insertID, 10) + ")"); merr != nil {
@@ -183,7 +185,7 @@ func okInsertID(p []byte) uint64 {
 	return id
 }
 
-// forwardRewritten sends s.rewritten (rewriteRowCount) to the backend in
+// forwardRewritten sends s.rewritten (rewriteDiagnostics, rewriteTrackRefs) to the backend in
 // place of the pending COM_QUERY, which is read from the client and
 // dropped.
 func (s *session) forwardRewritten() error {

@@ -335,6 +335,13 @@ func TestTxPoolDiagnosticsOnSharedConnection(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ROW_COUNT()") {
 		t.Fatalf("ROW_COUNT() + 1 after another session used the connection: %v, want an error saying why", err)
 	}
+	// FOUND_ROWS() after a plain SELECT is the rows it returned, also
+	// after another session used the connection.
+	a.exec(t, "SELECT id FROM diag_t")
+	n := b.int(t, "SELECT COUNT(*) FROM diag_t")
+	if got := a.int(t, "SELECT FOUND_ROWS()"); got != n {
+		t.Fatalf("FOUND_ROWS() after another session used the connection: %d, want %d", got, n)
+	}
 }
 
 // ROW_COUNT() on a transaction-pooled listener whose one backend connection

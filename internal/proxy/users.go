@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -9,17 +10,32 @@ import (
 	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
 
-// userEntry is one application account. The proxy never keeps a plaintext
-// password: it keeps stage2 = SHA1(SHA1(pw)) to check clients, and stage1 =
-// SHA1(pw) to log into backends as the user. With a configured plaintext
-// secret both are computed at load; with only a password_hash, stage1 is
-// recovered from the first successful client login and kept in memory (never
-// written anywhere) for the life of the process or until the hash changes.
+// userEntry is one application account: a configured user, or (host set)
+// an account of the servers themselves (accounts.go). The proxy never keeps
+// a plaintext password: it keeps stage2 = SHA1(SHA1(pw)) to check clients,
+// and stage1 = SHA1(pw) to log into backends as the user. With a configured
+// plaintext secret both are computed at load; with only a password_hash,
+// stage1 is recovered from the first successful client login and kept in
+// memory (never written anywhere) for the life of the process or until the
+// hash changes. ed25519 users also keep SHA-512(pw) (to sign backends'
+// client_ed25519 challenges) and their public key; caching_sha2_password
+// users the fast-path verifier SHA256(SHA256(pw)), known from the plaintext
+// or from the first full authentication.
 type userEntry struct {
 	name   string
 	empty  bool // the account has an empty password
 	stage2 [mysqlproto.HashLen]byte
 	stage1 atomic.Pointer[[mysqlproto.HashLen]byte]
+	// plugin is the plugin clients are asked for (config.AuthNative,
+	// AuthEd25519, AuthSHA2).
+	plugin string
+	edPub  ed25519.PublicKey
+	edKey  *[64]byte // SHA-512(pw); nil unless a plaintext source
+	sha2   atomic.Pointer[[mysqlproto.SHA2Len]byte]
+	// Pass-through accounts (accounts.go): the account's host pattern and,
+	// for an account whose plugin the proxy cannot serve, its name.
+	host        string
+	unsupported string
 }
 
 // runtimeConfig is the part of the config the proxy applies at run time
@@ -104,7 +120,10 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 		if u.Name == "" {
 			return nil, fmt.Errorf("proxy: users[%d].name is empty", i)
 		}
-		e := &userEntry{name: u.Name}
+		e := &userEntry{name: u.Name, plugin: u.AuthPlugin}
+		if e.plugin == "" {
+			e.plugin = config.AuthNative
+		}
 		pw, ok, err := u.Secret()
 		switch {
 		case err != nil:
@@ -114,6 +133,12 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 			e.empty = pw == ""
 			e.stage2 = mysqlproto.NativeStage2(s1)
 			e.stage1.Store(&s1)
+			v := mysqlproto.SHA2Verifier(pw)
+			e.sha2.Store(&v)
+			k := mysqlproto.Ed25519Secret(pw)
+			e.edKey, e.edPub = &k, mysqlproto.Ed25519PublicKey(pw)
+		case e.plugin == config.AuthEd25519:
+			return nil, fmt.Errorf("proxy: users[%d] (%s): an ed25519 user needs password, password_env or password_file", i, u.Name)
 		case u.PasswordHash == "":
 			e.empty = true
 		default:
@@ -125,35 +150,11 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 			if prev != nil {
 				if old := prev.users[u.Name]; old != nil && old.stage2 == s2 && !old.empty {
 					e.stage1.Store(old.stage1.Load())
+					e.sha2.Store(old.sha2.Load())
 				}
 			}
 		}
 		rc.users[u.Name] = e
 	}
 	return rc, nil
-}
-
-// authenticate checks a client's mysql_native_password token for user name
-// against scramble. It returns the user's stage1 (SHA1(pw), or zero for an
-// empty password) on success. Unknown users and wrong passwords are
-// indistinguishable to the caller and take the same work.
-func (rc *runtimeConfig) authenticate(name string, scramble, token []byte) (*userEntry, [mysqlproto.HashLen]byte, bool) {
-	var zero [mysqlproto.HashLen]byte
-	u := rc.users[name]
-	if u == nil {
-		// Same SHA1 work as a real check, so timing does not reveal users.
-		_, _ = mysqlproto.VerifyNative(scramble, token, zero)
-		return nil, zero, false
-	}
-	if u.empty {
-		return u, zero, len(token) == 0
-	}
-	s1, ok := mysqlproto.VerifyNative(scramble, token, u.stage2)
-	if !ok {
-		return nil, zero, false
-	}
-	if u.stage1.Load() == nil {
-		u.stage1.Store(&s1)
-	}
-	return u, s1, true
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +68,7 @@ func TestS5Partitions(t *testing.T) {
 	t.Logf("case 2: node1 isolated → %s published primary of epoch %d %s later", st.Primary, st.Epoch, took.Round(time.Millisecond))
 	newPrimary, epoch := st.Primary, st.Epoch
 	publishedAt := st.LastFailover.At
+	checkCutPublication(t, s, st)
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range s.proxies {
 		for p.Epochs()["main"] != epoch {
@@ -147,4 +150,100 @@ func (s *foStack) rootInt(i int, q string) int64 {
 		s.t.Fatalf("%s on %s: %v", q, s.sb.Nodes[i].Name, err)
 	}
 	return v
+}
+
+// cutPublicationMax bounds a partitioned semi-sync primary's failover from
+// its start to the publication, apart from applying the relay log (which
+// is the replicas' lag): stopping a semi-sync replica's IO thread waits
+// rpl_semi_sync_slave_kill_conn_timeout (1s, probe.SemiSyncKillConnTimeout)
+// for its dump-thread kill on the unreachable old primary, so a failover
+// that waited for it takes over 1s; cut, the rest takes ~0.1-0.2s on a
+// loaded machine.
+const cutPublicationMax = 700 * time.Millisecond
+
+// checkCutPublication checks that the failover of a partitioned semi-sync
+// primary cut its replicas' IO threads and published the new primary
+// without waiting for them to exit: from the failover's start to the
+// publication, less the relay log's application, within
+// cutPublicationMax; and that the candidate's replication was reset after
+// the publication.
+func checkCutPublication(t *testing.T, s *foStack, st topo.ClusterState) {
+	t.Helper()
+	done := s.waitEvent("failover done", 10*time.Second)
+	steps := failoverSteps(done.Message)
+	stop, ok := steps["stop replication IO threads"]
+	if !ok || !strings.Contains(done.Message, "cut by KILL") {
+		t.Fatalf("the failover did not cut the semi-sync replicas' IO threads: %s", done.Message)
+	}
+	toPublish := time.Duration(st.LastFailover.DurationMS) * time.Millisecond
+	apply := steps["apply relay log on "+st.Primary]
+	t.Logf("failover start → publication %s (applying the relay log %s, stopping the IO threads %s); reset of %s's replication after it: %s",
+		toPublish, apply, stop, st.Primary, steps["reset replication on "+st.Primary])
+	if toPublish-apply >= cutPublicationMax {
+		t.Errorf("failover start → publication took %s less %s applying the relay log, want < %s (the IO threads' exit was waited for?): %s",
+			toPublish, apply, cutPublicationMax, done.Message)
+	}
+	if _, ok := steps["reset replication on "+st.Primary]; !ok {
+		t.Errorf("no step reset replication on %s after the publication: %s", st.Primary, done.Message)
+	}
+	if p := s.probeRoot(nodeIdx(st.Primary)); p != "" {
+		t.Errorf("new primary %s still replicating after the failover: %s", st.Primary, p)
+	}
+}
+
+// failoverSteps returns the duration of each step of a failover event's
+// "steps: a: detail (1ms) | b (1.2s) | ..." list, by step name (the text
+// before the first ": ").
+func failoverSteps(msg string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	_, list, ok := strings.Cut(msg, "steps: ")
+	if !ok {
+		return out
+	}
+	for _, st := range strings.Split(list, " | ") {
+		i := strings.LastIndex(st, " (")
+		if i < 0 || !strings.HasSuffix(st, ")") {
+			continue
+		}
+		d, err := time.ParseDuration(st[i+2 : len(st)-1])
+		if err != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(st[:i], ": ")
+		out[name] = d
+	}
+	return out
+}
+
+// probeRoot returns node i's replication source as root if it has one
+// (SHOW ALL SLAVES STATUS rows: "host:port IO x SQL y"), else "".
+func (s *foStack) probeRoot(i int) string {
+	s.t.Helper()
+	db := s.root(i)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, "SHOW ALL SLAVES STATUS")
+	if err != nil {
+		s.t.Fatalf("SHOW ALL SLAVES STATUS on %s: %v", s.sb.Nodes[i].Name, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for j := range vals {
+			ptrs[j] = &vals[j]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			s.t.Fatal(err)
+		}
+		row := map[string]string{}
+		for j, c := range cols {
+			row[c] = vals[j].String
+		}
+		out = append(out, fmt.Sprintf("%s:%s IO %s SQL %s", row["Master_Host"], row["Master_Port"], row["Slave_IO_Running"], row["Slave_SQL_Running"]))
+	}
+	return strings.Join(out, "; ")
 }

@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"time"
+	"unsafe"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Server-side closes of idle sessions. A server closes a connection that
+// stayed idle longer than its wait_timeout (interactive_timeout for
+// CLIENT_INTERACTIVE clients), or whose thread another session KILLed.
+// MariaDB 10.11 closes the socket without a packet; MySQL 8.0.24+ first sends
+// ER_CLIENT_INTERACTION_TIMEOUT (4031) and MariaDB sends ER_CONNECTION_KILLED
+// (1927) to a thread killed while it runs. A client connected directly sees
+// the closed socket: go-sql-driver's check before reusing a pooled
+// connection finds it and opens another one without an error, the C client
+// reports 2006/2013 at its next statement.
+//
+// With session pooling the session's backend connection is the client's
+// own, so the proxy does the same: while a session waits for a command its
+// backend socket is watched (parked sessions: in the parker's epoll set;
+// sessions idle for less than a sweep: by the sweeper, idlepark.go), and
+// when the server closed it while the node is still the session's route
+// and alive (a TCP connect to it succeeds, the proxy's own check finds it
+// reachable, no switchover hold or route change is in progress), the
+// server's packet, if it sent one, is passed on and the client's socket is
+// closed. Anything else — the node crashed, refused, shut down (1053), left
+// the route — is a primary loss or a role change, handled at the session's
+// next command as before (failoverhold.go, migrate.go).
+//
+// With transaction pooling an idle client holds no backend connection: a
+// pooled connection closed by its server is dropped by the pool and never
+// closes a client.
+
+// closeBackendIdle is the close reason of a session whose backend closed
+// its idle connection (wait_timeout, KILL) while the node stayed healthy.
+const closeBackendIdle = "backend_idle_closed"
+
+// watchBackend reports whether the idle session's backend socket is to be
+// watched for a server-side close (called with s.mu held, or by the
+// session's goroutine).
+func (s *session) watchBackend() bool {
+	be := s.be
+	return !s.txPool && be != nil && be.fd >= 0 && be != s.hupBe && !be.closed.Load()
+}
+
+// fdPeerClosed reports whether the socket fd has been closed (or reset) by
+// its peer, or has unasked data (an error packet before a close), without
+// consuming anything; buf is one byte of scratch owned by the caller.
+func fdPeerClosed(fd int, buf *[1]byte) bool {
+	// recvfrom(2) without an address buffer (unix.Recvfrom allocates one).
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return errno != unix.EAGAIN && errno != unix.EINTR
+}
+
+// afterIdle runs when a parked session resumes: when its backend closed
+// the connection while the session was idle, and that is the server's
+// idle timeout or a KILL (idleCloseOnly), it passes the server's error
+// packet on and returns closeBackendIdle; otherwise "" (the session goes
+// on, and its next command finds the connection closed).
+func (s *session) afterIdle() string {
+	// A KILL through the proxy (kill.go) ends the session its own way.
+	if !s.watchBackend() || s.killed.Load() || !s.peerGone(s.be) {
+		return ""
+	}
+	be := s.be
+	s.mu.Lock() // the sweeper reads it (watchBackend)
+	s.hupBe = be
+	s.mu.Unlock()
+	pkt, seq := s.readParting(be)
+	var code uint16
+	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
+		code = mysqlproto.ParseERR(pkt).Code
+	}
+	if !s.idleCloseOnly(be, code) {
+		s.log.Info("backend connection closed by the server while the session was idle; the next command finds it lost",
+			"node", be.t.node, "error", code)
+		return ""
+	}
+	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
+		_ = s.writeDirect(seq, pkt)
+	}
+	s.log.Info("backend closed the connection (idle timeout)", "node", be.t.node, "error", code)
+	return closeBackendIdle
+}
+
+// readParting reads the packet a server sent before closing the
+// connection (nil if none), with its sequence id.
+func (s *session) readParting(be *backend) ([]byte, byte) {
+	_ = be.conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	defer be.conn.SetReadDeadline(time.Time{})
+	br := s.srv.readers.Get().(*bufio.Reader)
+	br.Reset(be.reader())
+	defer func() { br.Reset(nil); s.srv.readers.Put(br) }()
+	p, seq, err := mysqlproto.ReadPacket(br, nil, handshakeMax)
+	if err != nil {
+		return nil, 0
+	}
+	return append([]byte(nil), p...), seq
+}
+
+// idleCloseOnly reports whether a close of be's connection (with the
+// error code the server sent, 0 if none) was the server ending one idle
+// connection, not the node going away or a route change.
+func (s *session) idleCloseOnly(be *backend, code uint16) bool {
+	if code == mysql.ER_SERVER_SHUTDOWN {
+		return false
+	}
+	snap := s.l.route.snap.Load()
+	if snap == nil || snap != s.snap || snap.hold != nil || s.detached ||
+		!snap.valid(s.l.role, s.srv.rc.Load().fallback(s.l.cluster), be) || !s.srv.reachable(be.t) {
+		return false
+	}
+	c, err := net.DialTimeout("tcp", be.t.addr, s.srv.rc.Load().connectTimeout)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
