@@ -6,12 +6,18 @@
 # Workloads: oltp_point_select and oltp_read_write, 8 threads, pre-built
 # tables, sysbench's default prepared-statement mode. Prints QPS, p95 latency,
 # CPU time per query of each proxy process, and the ratios.
-# Usage: bench/proxy.sh [seconds-per-run]   (default 20)
+# With --tls (or BENCH_TLS=1) every client connects with --mysql-ssl=on:
+# to the primary directly (mariadbd terminates TLS), through HAProxy L4
+# (TLS passed through to mariadbd) and through Switchyard (TLS terminated
+# at the rw listener, plaintext to the primary, the default clusters[].tls).
 # BENCH_COMPRESSION=on runs every client with protocol compression
 # (sysbench --mysql-compression=on): the server compresses for direct and
 # HAProxy, Switchyard compresses itself (its backend side stays plain).
+# Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TLS=${BENCH_TLS:-0}
+if [ "${1:-}" = "--tls" ]; then TLS=1; shift; fi
 SECS=${1:-${BENCH_SECONDS:-20}}
 THREADS=${BENCH_THREADS:-8}
 COMPRESSION=${BENCH_COMPRESSION:-off}
@@ -70,6 +76,17 @@ common=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user="$SWITCHYARD_APP_U
 sysbench oltp_read_write "${common[@]}" --mysql-port="$PRIMARY_PORT" prepare >/dev/null
 common+=(--mysql-compression="$COMPRESSION")
 
+# sysbench 1.0 with --mysql-ssl=on loads client-key.pem, client-cert.pem
+# and cacert.pem from its working directory: the sandbox's own.
+SSL=()
+if [ "$TLS" = 1 ]; then
+  SSL=(--mysql-ssl=on)
+  mkdir -p "$WORK/ssl"
+  cp "$WORK/sb/tls/client-key.pem" "$WORK/sb/tls/client-cert.pem" "$WORK/ssl/"
+  cp "$WORK/sb/tls/ca.pem" "$WORK/ssl/cacert.pem"
+  cd "$WORK/ssl"
+fi
+
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
 # run TARGET_NAME PORT WORKLOAD PID(or empty)
@@ -77,7 +94,7 @@ declare -A QPS P95 CPUUS
 run() {
   local name=$1 port=$2 wl=$3 pid=$4 out c0 c1 q
   c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
-  out=$(sysbench "$wl" "${common[@]}" --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
+  out=$(sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
         --mysql-ignore-errors=none --report-interval=0 run)
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
   q=$(echo "$out" | awk '/queries:/ {print $2; exit}')
@@ -92,7 +109,8 @@ run() {
   printf '  %-10s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
 }
 
-echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default), compression $COMPRESSION"
+mode="plaintext"; [ "$TLS" = 1 ] && mode="TLS (--mysql-ssl=on)"
+echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default), clients: $mode, compression $COMPRESSION"
 for wl in oltp_point_select oltp_read_write; do
   run direct "$PRIMARY_PORT" "$wl" ""
   run haproxy "$HAPORT" "$wl" "$HAPID"

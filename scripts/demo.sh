@@ -34,6 +34,12 @@ done
 $SY status --config "$CFG"
 
 RW_HOST=${SWITCHYARD_RW%:*}; RW_PORT=${SWITCHYARD_RW##*:}
+
+if [ -n "${SWITCHYARD_TLS_CA:-}" ]; then
+  say "A TLS connection through rw: mariadb --ssl-verify-server-cert with the sandbox CA ($SWITCHYARD_TLS_CA)"
+  mariadb --no-defaults -h "$RW_HOST" -P "$RW_PORT" -u "$SWITCHYARD_APP_USER" -p"$SWITCHYARD_APP_PASSWORD" \
+    --ssl --ssl-ca="$SWITCHYARD_TLS_CA" --ssl-verify-server-cert -e '\s' | grep -E 'SSL:|Server version:|Current user:' | sed 's/^/    /'
+fi
 SB_ARGS=(--db-driver=mysql --mysql-host="$RW_HOST" --mysql-port="$RW_PORT" --mysql-user="$SWITCHYARD_APP_USER"
          --mysql-password="$SWITCHYARD_APP_PASSWORD" --mysql-db=sbtest --tables=4 --table-size=10000 --rand-type=uniform)
 

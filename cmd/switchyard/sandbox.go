@@ -140,7 +140,9 @@ Needs the Debian package mariadb-server.`,
 		Long: `env prints lines for eval in a shell:
   SWITCHYARD_CONFIG, SWITCHYARD_RW, SWITCHYARD_RO, SWITCHYARD_ADMIN,
   SWITCHYARD_PRIMARY (the node that is writable and not replicating now),
-  SWITCHYARD_APP_USER, SWITCHYARD_APP_PASSWORD.`,
+  SWITCHYARD_APP_USER, SWITCHYARD_APP_PASSWORD,
+  SWITCHYARD_TLS_CA (the sandbox CA that signs the certificate of the nodes
+  and the listeners; "" for a sandbox made without one).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := sandbox.Load(dir)
@@ -157,6 +159,10 @@ Needs the Debian package mariadb-server.`,
 				}
 			}
 			w := cmd.OutOrStdout()
+			ca := c.TLS().CA
+			if _, err := os.Stat(ca); err != nil {
+				ca = ""
+			}
 			for _, kv := range [][2]string{
 				{"SWITCHYARD_CONFIG", c.ConfigPath},
 				{"SWITCHYARD_RW", c.ListenerRW},
@@ -165,6 +171,7 @@ Needs the Debian package mariadb-server.`,
 				{"SWITCHYARD_PRIMARY", primary},
 				{"SWITCHYARD_APP_USER", c.AppUser},
 				{"SWITCHYARD_APP_PASSWORD", c.AppPassword},
+				{"SWITCHYARD_TLS_CA", ca},
 			} {
 				fmt.Fprintf(w, "export %s='%s'\n", kv[0], kv[1])
 			}

@@ -331,7 +331,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	})
 	reg.MustRegister(reloadRefused)
 	hup := make(chan os.Signal, 1)
-	if cfgPath != "" {
+	if cfgPath != "" || srv != nil {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
@@ -343,6 +343,14 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			log.Info("shutting down")
 			return nil
 		case <-hup:
+			// Listener certificates are read again (a pair that fails to
+			// load keeps the previous one).
+			if srv != nil {
+				srv.ReloadTLS()
+			}
+			if cfgPath == "" {
+				continue
+			}
 			// A bad or destructive file changes nothing; the followers apply a
 			// good one like any other revision.
 			res, err := configstore.ReloadFile(ctx, st, keys, cfgPath, configstore.Author())

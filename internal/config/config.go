@@ -231,7 +231,49 @@ type Cluster struct {
 	// round, and re-applied with an alarm when they drift.
 	// Type: string. Default: "async".
 	Durability string `yaml:"durability"`
+	// TLS is how the proxy and the controller connect to the cluster's
+	// nodes: plaintext unless tls.enabled.
+	// Type: mapping (clusters[].tls).
+	TLS ClusterTLS `yaml:"tls"`
 }
+
+// ClusterTLS is TLS towards a cluster's nodes: the proxy's backend
+// connections (the proxy sends the SSLRequest after the server's greeting,
+// runs the TLS handshake, then logs in, as a MySQL client does; MySQL
+// "Protocol::SSLRequest") and the controller's probes (go-sql-driver with
+// the same settings). A node with require_secure_transport=ON needs it.
+type ClusterTLS struct {
+	// Enabled turns TLS on for every connection to the cluster's nodes; a
+	// node that does not offer TLS (no CLIENT_SSL in its greeting) is then
+	// refused.
+	// Type: bool. Default: false.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM file of the certificate authorities that sign the
+	// nodes' certificates; empty uses the system roots.
+	// Type: string (path). Optional.
+	CAFile string `yaml:"ca_file"`
+	// CertFile is a PEM client certificate presented to the nodes (for
+	// accounts created with REQUIRE X509 / SUBJECT); set with key_file.
+	// Type: string (path). Optional.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of cert_file.
+	// Type: string (path). Optional.
+	KeyFile string `yaml:"key_file"`
+	// Verify is how a node's certificate is checked: "full" (signed by
+	// ca_file and issued for the host of the node's address: a DNS name
+	// or IP address in its subject alternative names, as
+	// --ssl-verify-server-cert does), "ca" (signed by ca_file, any name)
+	// or "none" (not checked: encryption without authentication).
+	// Type: string (full|ca|none). Default: "full".
+	Verify string `yaml:"verify"`
+}
+
+// TLS verification modes (clusters[].tls.verify).
+const (
+	VerifyFull = "full"
+	VerifyCA   = "ca"
+	VerifyNone = "none"
+)
 
 // Durability modes (clusters[].durability).
 const (
@@ -497,7 +539,57 @@ type Listener struct {
 	// there, as ProxySQL's multiplexing and PgBouncer's transaction mode do).
 	// Type: string (session|transaction). Default: "session".
 	Pooling string `yaml:"pooling"`
+	// TLS is the listener's client-side TLS: with tls.cert_file set the
+	// listener offers CLIENT_SSL in its greeting and clients may switch to
+	// TLS before they send their credentials.
+	// Type: mapping (listeners[].tls).
+	TLS ListenerTLS `yaml:"tls"`
 }
+
+// ListenerTLS is TLS between clients and a listener. The certificate and
+// key are read again when either file changes (checked at most once a
+// second, at a client's TLS handshake) and on SIGHUP; a pair that fails to
+// load keeps the previous one (logged, and counted in
+// switchyard_proxy_tls_reload_failures_total). Sessions already open keep
+// their connection.
+type ListenerTLS struct {
+	// CertFile is the PEM certificate chain the listener presents (leaf
+	// first). Setting it turns TLS on for the listener.
+	// Type: string (path). Optional.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of cert_file (set both).
+	// Type: string (path). Optional.
+	KeyFile string `yaml:"key_file"`
+	// CAFile is a PEM file of the certificate authorities that sign client
+	// certificates; required unless client_cert is none.
+	// Type: string (path). Optional.
+	CAFile string `yaml:"ca_file"`
+	// ClientCert is whether clients present a certificate: "none" (not
+	// asked), "optional" (asked; one given must verify against ca_file) or
+	// "required" (a client without a verified certificate is refused with
+	// error 1045, as MariaDB refuses an account created with REQUIRE X509).
+	// Type: string (none|optional|required). Default: "none".
+	ClientCert string `yaml:"client_cert"`
+	// Require refuses clients that do not switch to TLS, as MariaDB's
+	// require_secure_transport=ON does, with the error MariaDB 10.11 sends
+	// then: 1045 (28000) "Access denied for user 'u'@'host' (using
+	// password: YES)", after the client's handshake response.
+	// Type: bool. Default: false.
+	Require bool `yaml:"require"`
+	// MinVersion is the lowest TLS version accepted: "1.2" or "1.3".
+	// Type: string. Default: "1.2".
+	MinVersion string `yaml:"min_version"`
+}
+
+// Enabled reports whether the listener offers TLS (tls.cert_file is set).
+func (t ListenerTLS) Enabled() bool { return t.CertFile != "" }
+
+// Client certificate modes (listeners[].tls.client_cert).
+const (
+	ClientCertNone     = "none"
+	ClientCertOptional = "optional"
+	ClientCertRequired = "required"
+)
 
 // Listener pooling modes (listeners[].pooling).
 const (
@@ -851,11 +943,20 @@ func (c *Config) ApplyDefaults() {
 		if c.Listeners[i].Pooling == "" {
 			c.Listeners[i].Pooling = PoolingSession
 		}
+		if c.Listeners[i].TLS.ClientCert == "" {
+			c.Listeners[i].TLS.ClientCert = ClientCertNone
+		}
+		if c.Listeners[i].TLS.MinVersion == "" {
+			c.Listeners[i].TLS.MinVersion = "1.2"
+		}
 	}
 	for i := range c.Clusters {
 		cl := &c.Clusters[i]
 		if cl.Flavor == "" {
 			cl.Flavor = "mariadb"
+		}
+		if cl.TLS.Verify == "" {
+			cl.TLS.Verify = VerifyFull
 		}
 		for j := range cl.Nodes {
 			if cl.Nodes[j].Promotion == "" {

@@ -64,6 +64,7 @@ func (c *Config) Validate() error {
 	c.validateListeners(v)
 	c.validateTimings(v)
 	c.validateListenAddresses(v)
+	c.validateTLS(v)
 	c.validateVersioning(v)
 	return errors.Join(v.errs...)
 }

@@ -293,6 +293,7 @@ type nodeProber struct {
 	*probe.Prober
 	address, flavor, user, password string
 	timeout, connect                time.Duration
+	tls                             config.ClusterTLS
 	grantsChecked                   atomic.Bool
 }
 
@@ -308,15 +309,19 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 	c.probersMu.Lock()
 	defer c.probersMu.Unlock()
 	if p, ok := c.probers[key]; ok {
-		if p.address == n.Address && p.flavor == cl.Flavor && p.user == user && p.password == pw && p.timeout == timeout && p.connect == connect {
+		if p.address == n.Address && p.flavor == cl.Flavor && p.user == user && p.password == pw && p.timeout == timeout && p.connect == connect && p.tls == cl.TLS {
 			p.SetReplicaSettings(replicaSettings(cl))
 			return p, nil
 		}
 		_ = p.Close()
 	}
+	tc, err := config.BackendTLS(cl.TLS, "")
+	if err != nil {
+		return nil, fmt.Errorf("clusters %s tls: %w", cl.Name, err)
+	}
 	p := &nodeProber{
-		Prober:  probe.NewProberConnect(n.Address, probe.Credentials{User: user, Password: pw}, cl.Flavor, timeout, connect),
-		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout, connect: connect,
+		Prober:  probe.NewProberConnect(n.Address, probe.Credentials{User: user, Password: pw, TLS: tc}, cl.Flavor, timeout, connect),
+		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout, connect: connect, tls: cl.TLS,
 	}
 	// Every CHANGE MASTER through this prober carries the cluster's
 	// heartbeat period and slave_net_timeout (failover.silence_bound).

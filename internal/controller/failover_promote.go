@@ -207,12 +207,16 @@ func verifyAppWritable(ctx context.Context, cfg *config.Config, cl *config.Clust
 	if n == nil {
 		return "", fmt.Errorf("%s is not a node of cluster %s", node, cl.Name)
 	}
+	tc, err := config.BackendTLS(cl.TLS, "")
+	if err != nil {
+		return "", fmt.Errorf("clusters %s tls: %w", cl.Name, err)
+	}
 	for _, u := range cfg.Users {
 		pw, ok, err := u.Secret()
 		if err != nil || !ok {
 			continue
 		}
-		skipped, err := probe.VerifyWritable(ctx, n.Address, probe.Credentials{User: u.Name, Password: pw},
+		skipped, err := probe.VerifyWritable(ctx, n.Address, probe.Credentials{User: u.Name, Password: pw, TLS: tc},
 			max(2*cfg.Probe.Timeout.D(), 2*time.Second), probe.Heartbeat{Cluster: cl.Name, Node: node, Epoch: epoch})
 		if err != nil {
 			return "", err

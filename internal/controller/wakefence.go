@@ -46,7 +46,11 @@ func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *confi
 	if err != nil {
 		return func() {}
 	}
-	cred := probe.Credentials{User: cfg.Credentials.Monitor.User, Password: pw}
+	tc, err := config.BackendTLS(cl.TLS, "")
+	if err != nil {
+		return func() {}
+	}
+	cred := probe.Credentials{User: cfg.Credentials.Monitor.User, Password: pw, TLS: tc}
 	replUser := cfg.Credentials.Replication.User
 	log := t.log.With("cluster", cl.Name, "node", old, "epoch", epoch)
 	fctx, cancel := context.WithTimeout(ctx, wakeFenceMax)

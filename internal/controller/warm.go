@@ -76,8 +76,14 @@ func hitRatio(requests, reads int64) float64 {
 }
 
 // openNode opens a small pool to addr as user (schema may be "").
-func openNode(addr, user, password, schema string, conns int, timeout time.Duration) (*sql.DB, error) {
+// The connections use the cluster's TLS settings (ct, clusters[].tls).
+func openNode(addr, user, password, schema string, conns int, timeout time.Duration, ct config.ClusterTLS) (*sql.DB, error) {
+	tc, err := config.BackendTLS(ct, "")
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
 	cfg := mysql.NewConfig()
+	cfg.TLS = tc
 	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = user, password, "tcp", addr, schema
 	cfg.Timeout = timeout
 	cfg.Logger = &mysql.NopLogger{}
@@ -104,7 +110,7 @@ func Warmth(ctx context.Context, cfg *config.Config, cl *config.Cluster, node, p
 		if n == nil {
 			return bufferPool{}, fmt.Errorf("%s is not a node of cluster %s", name, cl.Name)
 		}
-		db, err := openNode(n.Address, cfg.Credentials.Monitor.User, pw, "", 1, cfg.Proxy.ConnectTimeout.D())
+		db, err := openNode(n.Address, cfg.Credentials.Monitor.User, pw, "", 1, cfg.Proxy.ConnectTimeout.D(), cl.TLS)
 		if err != nil {
 			return bufferPool{}, err
 		}
@@ -229,7 +235,7 @@ func (s *switchover) warm(ctx context.Context, before topo.Warmth) (topo.Warmth,
 	if err != nil {
 		return w, err
 	}
-	mon, err := openNode(cand.Address, s.cfg.Credentials.Monitor.User, monPw, "", 1, s.cfg.Proxy.ConnectTimeout.D())
+	mon, err := openNode(cand.Address, s.cfg.Credentials.Monitor.User, monPw, "", 1, s.cfg.Proxy.ConnectTimeout.D(), s.cl.TLS)
 	if err != nil {
 		return w, err
 	}
@@ -258,7 +264,7 @@ func (s *switchover) warm(ctx context.Context, before topo.Warmth) (topo.Warmth,
 				continue
 			}
 			if pw, ok, _ := u.Secret(); ok {
-				db, _ = openNode(cand.Address, user, pw, schema, sw.WarmConcurrency, s.cfg.Proxy.ConnectTimeout.D())
+				db, _ = openNode(cand.Address, user, pw, schema, sw.WarmConcurrency, s.cfg.Proxy.ConnectTimeout.D(), s.cl.TLS)
 			}
 		}
 		if db == nil {

@@ -306,6 +306,7 @@ func (p *Prober) LoginCheck(ctx context.Context, user, password string) topo.Log
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = user, password, "tcp", p.address
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = p.timeout, p.timeout, p.timeout
+	cfg.TLS = p.cred.tlsFor()
 	cfg.Logger = &mysql.NopLogger{}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {

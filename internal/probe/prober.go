@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -19,6 +20,20 @@ import (
 type Credentials struct {
 	User     string
 	Password string
+	// TLS, when non-nil, is the client TLS configuration of the
+	// connections (clusters[].tls, config.BackendTLS): go-sql-driver sends
+	// the SSLRequest after the greeting. It is cloned per connection pool;
+	// an empty ServerName is filled with the host of the address.
+	TLS *tls.Config
+}
+
+// tlsFor returns a copy of cred.TLS for one pool (go-sql-driver writes
+// ServerName into the config it is given), or nil.
+func (cred Credentials) tlsFor() *tls.Config {
+	if cred.TLS == nil {
+		return nil
+	}
+	return cred.TLS.Clone()
 }
 
 // Prober probes and administers one node. It keeps two small connection
@@ -125,6 +140,7 @@ func openDB(address string, cred Credentials, connectTimeout, readTimeout, write
 	cfg.ReadTimeout = readTimeout
 	cfg.WriteTimeout = writeTimeout
 	cfg.InterpolateParams = true
+	cfg.TLS = cred.tlsFor()
 	cfg.Logger = &mysql.NopLogger{}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {

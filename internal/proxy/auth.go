@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"crypto/subtle"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -59,13 +58,9 @@ func (a *authState) rsaKey() (*mysqlproto.RSAKey, error) {
 }
 
 // onTLS reports whether the client connection is encrypted: caching_sha2
-// full authentication takes the password in clear only then. The proxy
-// does not offer TLS yet, so this is false until the client connection is
-// a *tls.Conn.
-func (s *session) onTLS() bool {
-	_, ok := s.client.(*tls.Conn)
-	return ok
-}
+// full authentication takes the password in clear only then (the client
+// switched to TLS at login, tls.go).
+func (s *session) onTLS() bool { return s.tls }
 
 // clientAuth is what a successful authentication gives the session.
 type clientAuth struct {

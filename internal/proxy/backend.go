@@ -20,7 +20,11 @@ import (
 
 // backend is one server connection owned by a session.
 type backend struct {
-	conn    net.Conn
+	conn net.Conn
+	// raw is the TCP socket under conn when conn is TLS (tls.go), for the
+	// checks that look at the socket (peerClosed, sinceLastAck); nil when
+	// conn is the socket.
+	raw     net.Conn
 	fd      int // the socket's descriptor, for the idle peek (failoverhold.go); -1 if unknown
 	t       *target
 	counter *backendCounter
@@ -56,6 +60,14 @@ type backend struct {
 	setupWarned bool
 	inPool      bool
 	idleAt      time.Time
+}
+
+// sock returns the backend's TCP socket (under TLS, if any).
+func (b *backend) sock() net.Conn {
+	if b.raw != nil {
+		return b.raw
+	}
+	return b.conn
 }
 
 // reader returns the io.Reader responses are read from: the connection,
@@ -234,12 +246,16 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 		br.Reset(nil)
 		s.srv.readers.Put(br)
 	}()
-	okp, threadID, tracked, merr := s.backendLogin(conn, br, t, snap, rc)
+	sock := conn
+	okp, threadID, tracked, merr := s.backendLogin(&conn, br, t, snap, rc)
 	if merr != nil {
 		_ = conn.Close()
 		return nil, nil, merr
 	}
-	be := &backend{conn: conn, fd: connFD(conn), t: t, threadID: threadID, tracked: tracked}
+	be := &backend{conn: conn, fd: connFD(sock), t: t, threadID: threadID, tracked: tracked}
+	if conn != sock {
+		be.raw = sock
+	}
 	if restore {
 		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 	}
@@ -255,7 +271,10 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 	return okp, be, nil
 }
 
-func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, bool, *mysql.MyError) {
+// backendLogin logs into the server on *cp (greeting read through br),
+// switching *cp to TLS first when the cluster has clusters[].tls.
+func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, bool, *mysql.MyError) {
+	conn := *cp
 	ioErr := func(what string, err error) *mysql.MyError {
 		return dialError(t, snap, rc.connectTimeout, fmt.Errorf("%s: %w", what, err))
 	}
@@ -309,6 +328,14 @@ func (s *session) backendLogin(conn net.Conn, br *bufio.Reader, t *target, snap 
 		Attrs:           s.attrs,
 	}
 	seq := byte(1)
+	if tc := rc.backendTLSConfig(t); tc != nil {
+		resp.Capabilities |= mysql.CLIENT_SSL
+		c, next, merr := backendStartTLS(conn, br, h, resp.Capabilities, tc, t, s)
+		if merr != nil {
+			return nil, 0, false, merr
+		}
+		conn, *cp, seq = c, c, next
+	}
 	if err := writePacket(conn, seq, mysqlproto.AppendHandshakeResponse(nil, &resp)); err != nil {
 		return nil, 0, false, ioErr("sending login", err)
 	}

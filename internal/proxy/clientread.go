@@ -90,8 +90,8 @@ func (s *session) dropReader() {
 // It returns true when the session parked instead (idlepark.go): the
 // caller's goroutine must return and leave the session open.
 func (s *session) awaitCommand() bool {
-	if s.raw == nil {
-		s.takeReader() // not a socket: keep one reader for the session
+	if s.raw == nil || s.tls {
+		s.takeReader() // not a socket, or TLS (tls.go): keep one reader for the session
 		return false
 	}
 	if in := s.cin; in != nil {

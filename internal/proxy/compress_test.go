@@ -217,3 +217,48 @@ func TestCompressSwitchover(t *testing.T) {
 		t.Fatalf("%v statements refused", n)
 	}
 }
+
+// Compression on top of TLS: go-sql-driver with a TLS config and
+// compress=true through rw reads a 20,000-row result and a 5 MB row, and
+// the proxy counts the session as both.
+func TestCompressOverTLS(t *testing.T) {
+	h := newHarness(t, nil)
+	cfg, err := mysql.ParseDSN(h.dsn("rw", "sbtest", compressed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TLS = tlsClientConfig(t, h.c.TLS().CA, nil)
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	var n, total int
+	if err := db.QueryRow("SELECT COUNT(*), SUM(LENGTH(s)) FROM (SELECT CONCAT(seq, REPEAT('t', 100)) s FROM seq_1_to_20000) x").Scan(&n, &total); err != nil || n != 20000 {
+		t.Fatalf("over TLS and compression: %d rows, %v", n, err)
+	}
+	rows, err := db.Query("SELECT CONCAT(seq, REPEAT('t', 100)) FROM seq_1_to_20000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, sum := 0, 0
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got++
+		sum += len(s)
+	}
+	if err := rows.Err(); err != nil || got != 20000 || sum != total {
+		t.Fatalf("20,000-row result over TLS and compression: %d rows, %d bytes (want %d), %v", got, sum, total, err)
+	}
+	var big []byte
+	if err := db.QueryRow("SELECT REPEAT('b', 5<<20)").Scan(&big); err != nil || len(big) != 5<<20 {
+		t.Fatalf("5 MB row: %d bytes, %v", len(big), err)
+	}
+	if c, z := counterValue(t, h, "switchyard_proxy_tls_sessions_total"), counterValue(t, h, "switchyard_proxy_compressed_sessions_total"); c < 1 || z < 1 {
+		t.Fatalf("tls sessions %v, compressed sessions %v", c, z)
+	}
+}

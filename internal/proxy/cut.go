@@ -214,7 +214,7 @@ func (s *Server) heardFrom(cluster, node string) (time.Duration, bool) {
 		var d time.Duration
 		ok := false
 		if sess.fl.on && be != nil && be.t.node == node {
-			d, ok = sinceLastAck(be.conn)
+			d, ok = sinceLastAck(be.sock())
 		}
 		sess.fl.mu.Unlock()
 		if ok && (best < 0 || d < best) {

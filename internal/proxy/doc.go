@@ -149,14 +149,20 @@
 // session ER_NO_SUCH_THREAD; the own id closes the session. A KILL never
 // reaches a backend with an id the backend would read differently.
 //
+// TLS (tls.go). A listener with listeners[].tls offers CLIENT_SSL and
+// switches a client that sends an SSLRequest to TLS before its
+// credentials; a TLS session reads and writes through its *tls.Conn and
+// does not park idle. Backend connections of a cluster with clusters[].tls
+// send the SSLRequest after the server's greeting and log in over TLS.
+//
 // Compression (compress.go). CLIENT_COMPRESS (zlib) is offered to every
 // client whatever the backend offers: the proxy frames the client side
 // itself (mysqlproto.Compressor, Decompressor) once the login OK is sent,
-// and backend connections stay uncompressed, so the relay is the same for
-// every client; an uncompressed session carries no compression state. No
-// zstd: MariaDB has none. SHOW STATUS LIKE 'Compression' is answered by the
-// proxy for compressed sessions (the backend would describe its own
-// connection).
+// on top of TLS when both are on, and backend connections stay
+// uncompressed, so the relay is the same for every client; an uncompressed
+// session carries no compression state. No zstd: MariaDB has none. SHOW
+// STATUS LIKE 'Compression' is answered by the proxy for compressed
+// sessions (the backend would describe its own connection).
 //
 // MariaDB extended capabilities. When the backend's greeting clears
 // CLIENT_MYSQL the proxy's does too and offers the extended capabilities it
@@ -170,8 +176,7 @@
 // whose re-prepared statement has other result columns than the client
 // holds is refused.
 //
-// Not supported yet: TLS (CLIENT_SSL is not offered; a client that insists
-// gets an error), COM_MULTI and bulk unit results (not offered),
+// Not supported yet: COM_MULTI and bulk unit results (not offered),
 // authentication plugins towards backends other than mysql_native_password
 // and client_ed25519,
 // KILL QUERY ID and KILL USER (relayed to the session's backend unchanged),

@@ -467,7 +467,11 @@ func (s *Server) failsafeProbe(ctx context.Context, cfg *config.Config, cl *conf
 	if timeout <= 0 {
 		timeout = failsafeTimeoutMax
 	}
-	cred := probe.Credentials{User: cfg.Credentials.Monitor.User, Password: pw}
+	tc, err := config.BackendTLS(cl.TLS, "")
+	if err != nil {
+		return nil, fmt.Errorf("clusters[].tls of %s: %w", cl.Name, err)
+	}
+	cred := probe.Credentials{User: cfg.Credentials.Monitor.User, Password: pw, TLS: tc}
 	probes := make(map[string]topo.Probe, len(cl.Nodes))
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -256,7 +256,7 @@ func (s *session) follow(snap *routeSnapshot, cmd byte) (bool, string) {
 	rc := s.srv.rc.Load()
 	fallback := rc.fallback(s.l.cluster)
 	if s.be != nil && !s.detached && snap.valid(s.l.role, fallback, s.be) {
-		if !peerClosed(s.be.conn) {
+		if !peerClosed(s.be.sock()) {
 			if snap.hold == nil || s.l.role != rolePrimary {
 				s.snap = snap
 			}

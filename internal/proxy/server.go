@@ -67,6 +67,7 @@ type Server struct {
 	markerLog   rateLog
 	now         func() time.Time
 	metrics     *metrics
+	tlsM        *tlsMetrics
 
 	rc  atomic.Pointer[runtimeConfig]
 	cfg atomic.Pointer[config.Config]
@@ -119,7 +120,8 @@ type Server struct {
 // listener is one client-facing endpoint.
 type listener struct {
 	name, cluster, role, address string
-	pooling                      string // config.PoolingSession or config.PoolingTransaction
+	pooling                      string       // config.PoolingSession or config.PoolingTransaction
+	tls                          *listenerTLS // client-side TLS (tls.go); nil: plaintext only
 	ln                           net.Listener
 	route                        *clusterRoute
 	sessions                     atomic.Int64
@@ -156,12 +158,17 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	tm, err := newTLSMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		log:          log,
 		id:           id,
 		markerOwner:  newMarkerOwner(id),
 		now:          now,
 		metrics:      m,
+		tlsM:         tm,
 		clusters:     make(map[string]*clusterRoute),
 		sessions:     make(map[*session]struct{}),
 		backends:     make(map[string]*backendCounter),
@@ -218,10 +225,15 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("proxy: listeners[%d] (%s).cluster %q is not a configured cluster", i, lc.Name, lc.Cluster)
 		}
 		seen[lc.Name] = true
+		lt, err := newListenerTLS(lc.Name, i, lc.TLS, log, tm)
+		if err != nil {
+			return nil, err
+		}
 		s.listeners = append(s.listeners, &listener{
 			name: lc.Name, cluster: lc.Cluster, role: lc.Role, address: lc.Address, pooling: lc.Pooling,
 			route:   s.route(lc.Cluster),
 			queries: m.queries.WithLabelValues(lc.Name),
+			tls:     lt,
 		})
 	}
 	return s, nil

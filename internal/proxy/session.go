@@ -71,8 +71,11 @@ type session struct {
 	attrs     []byte
 	scramble  []byte
 	user      string
-	stage1    [mysqlproto.HashLen]byte
-	edKey     *[64]byte // SHA-512(pw) of an ed25519 user (auth.go); nil otherwise
+	// tls: the client switched to TLS at login (tls.go); client is then
+	// the *tls.Conn.
+	tls    bool
+	stage1 [mysqlproto.HashLen]byte
+	edKey  *[64]byte // SHA-512(pw) of an ed25519 user (auth.go); nil otherwise
 	// schema is the default database as far as the proxy knows (login,
 	// COM_INIT_DB, USE, session tracking); restored when the session moves.
 	schema string
@@ -393,6 +396,9 @@ func (s *session) login() string {
 		Status:          mysql.SERVER_STATUS_AUTOCOMMIT,
 		AuthPlugin:      mysql.AUTH_NATIVE_PASSWORD,
 	}
+	if s.l.tls != nil {
+		hs.Capabilities |= mysql.CLIENT_SSL
+	}
 	if err := s.writeDirect(0, mysqlproto.AppendHandshake(nil, &hs)); err != nil {
 		return closeClientGone
 	}
@@ -407,10 +413,11 @@ func (s *session) login() string {
 		s.log.Info("closing client: bad handshake response", "err", err)
 		return closeClientProtocol
 	}
-	if resp.SSLRequest {
-		s.writeError(seq+1, errUnknown("switchyard: TLS is not supported yet; connect without SSL (for example --ssl=0 or --ssl-mode=DISABLED)"))
-		s.log.Info("closing client: it asked for TLS, which is not supported")
-		return closeClientProtocol
+	// TLS (tls.go): an SSLRequest switches the client connection to TLS
+	// and resp becomes the handshake response read over it.
+	var reason string
+	if resp, seq, reason = s.clientTLS(resp, seq); reason != "" {
+		return reason
 	}
 	s.user = resp.User
 	s.caps = resp.Capabilities & hs.Capabilities

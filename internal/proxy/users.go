@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/ed25519"
+	"crypto/tls"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,9 @@ type runtimeConfig struct {
 	poolIdle      time.Duration // proxy.pool.idle_timeout
 	clusters      map[string]*config.Cluster
 	probeInterval time.Duration // probe.interval
+	// backendTLS is the client TLS configuration of backend connections
+	// by cluster (clusters[].tls, tls.go); absent: plaintext.
+	backendTLS map[string]*tls.Config
 }
 
 func (rc *runtimeConfig) nodeAddr(cluster, node string) string {
@@ -112,6 +116,11 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 		interval = time.Second
 	}
 	rc.tcp = newBackendTCP(rc.connectTimeout, interval)
+	bt, err := backendTLSBase(c)
+	if err != nil {
+		return nil, err
+	}
+	rc.backendTLS = bt
 	for i := range c.Clusters {
 		cl := c.Clusters[i]
 		rc.clusters[cl.Name] = &cl

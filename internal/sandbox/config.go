@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -14,7 +15,8 @@ const ClusterName = "main"
 // applied: cluster "main" (flavor mariadb) with every node (promotion
 // neutral), the monitor and replication credentials and the application user
 // with plaintext passwords, listeners "rw" (role primary) and "ro" (role
-// replica), the admin address and an embedded etcd with data dir Dir/etcd.
+// replica) offering TLS with the sandbox certificate (Dir/tls), the admin
+// address and an embedded etcd with data dir Dir/etcd.
 // It is what Up writes to ConfigPath.
 func (c *Cluster) Config() *config.Config {
 	nodes := make([]config.Node, len(c.Nodes))
@@ -44,6 +46,14 @@ func (c *Cluster) Config() *config.Config {
 			{Name: "rw", Address: c.ListenerRW, Cluster: ClusterName, Role: "primary"},
 			{Name: "ro", Address: c.ListenerRO, Cluster: ClusterName, Role: "replica"},
 		},
+	}
+	// The listeners offer TLS with the sandbox's server certificate (for
+	// 127.0.0.1) when it exists (sandboxes made before it have none).
+	tf := c.TLS()
+	if _, err := os.Stat(tf.ServerCert); err == nil {
+		for i := range cfg.Listeners {
+			cfg.Listeners[i].TLS = config.ListenerTLS{CertFile: tf.ServerCert, KeyFile: tf.ServerKey, CAFile: tf.CA}
+		}
 	}
 	cfg.ApplyDefaults()
 	return cfg

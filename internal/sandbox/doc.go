@@ -21,6 +21,10 @@
 //	D/nodeN/mariadbd.sock unix socket (in a short temporary directory instead
 //	                      when D is too long for a socket path)
 //	D/etcd                data dir configured for the embedded etcd
+//	D/tls                 the sandbox's CA, the server certificate (for
+//	                      127.0.0.1, ::1, localhost) every mariadbd and the
+//	                      rw/ro listeners present, and a client certificate
+//	                      (tlscerts.go; TLS offered, not required)
 //
 // Accounts: mariadb-install-db's anonymous and host-specific root accounts
 // are dropped; root@localhost and root@127.0.0.1 get a random password at the

@@ -214,6 +214,12 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	// plugin ships with mariadb-server. A server without the library
 	// starts anyway (it logs the failed plugin load).
 	kv("plugin-load-add", "metadata_lock_info")
+	// TLS offered (not required) with the sandbox's own CA (tlscerts.go):
+	// clients may use it, require_secure_transport stays OFF.
+	tf := c.TLS()
+	kv("ssl-ca", tf.CA)
+	kv("ssl-cert", tf.ServerCert)
+	kv("ssl-key", tf.ServerKey)
 	if c.SemiSync {
 		kv("rpl-semi-sync-master-wait-point", "AFTER_SYNC")
 		kv("rpl-semi-sync-slave-enabled", "ON")

@@ -322,6 +322,9 @@ func create(ctx context.Context, o Options, bins binaries, log *slog.Logger) (c 
 	if err := c.layout(o); err != nil {
 		return c, err
 	}
+	if err := WriteTLSFiles(c.TLS()); err != nil {
+		return c, err
+	}
 	if err := c.saveState(); err != nil {
 		return c, err
 	}

@@ -114,6 +114,13 @@ func runCompat(log *slog.Logger, dir, version, bin, run, skip string, targets []
 		{Name: "rw-session", Address: sessAddr, Cluster: sandbox.ClusterName, Role: config.RolePrimary, Pooling: config.PoolingSession},
 		{Name: "rw-transaction", Address: txAddr, Cluster: sandbox.ClusterName, Role: config.RolePrimary, Pooling: config.PoolingTransaction},
 	}
+	// Both listeners offer TLS with the sandbox certificate, as the
+	// sandbox's own listeners do, and backend connections use TLS too: the
+	// driver's TestTLS reads Ssl_cipher, which is the backend session's.
+	for i := range cfg.Listeners {
+		cfg.Listeners[i].TLS = c.Config().Listeners[0].TLS
+	}
+	cfg.Clusters[0].TLS = config.ClusterTLS{Enabled: true, CAFile: c.TLS().CA, Verify: config.VerifyFull}
 	data, err := cfg.Marshal()
 	if err != nil {
 		return 0, err
