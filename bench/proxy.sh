@@ -10,6 +10,9 @@
 # to the primary directly (mariadbd terminates TLS), through HAProxy L4
 # (TLS passed through to mariadbd) and through Switchyard (TLS terminated
 # at the rw listener, plaintext to the primary, the default clusters[].tls).
+# BENCH_COMPRESSION=on runs every client with protocol compression
+# (sysbench --mysql-compression=on): the server compresses for direct and
+# HAProxy, Switchyard compresses itself (its backend side stays plain).
 # Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +20,7 @@ TLS=${BENCH_TLS:-0}
 if [ "${1:-}" = "--tls" ]; then TLS=1; shift; fi
 SECS=${1:-${BENCH_SECONDS:-20}}
 THREADS=${BENCH_THREADS:-8}
+COMPRESSION=${BENCH_COMPRESSION:-off}
 SY=$PWD/bin/switchyard
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
@@ -70,6 +74,7 @@ RW_PORT=${SWITCHYARD_RW##*:}
 common=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user="$SWITCHYARD_APP_USER" --mysql-password="$SWITCHYARD_APP_PASSWORD"
         --mysql-db=sbtest --tables=4 --table-size=10000 --rand-type=uniform)
 sysbench oltp_read_write "${common[@]}" --mysql-port="$PRIMARY_PORT" prepare >/dev/null
+common+=(--mysql-compression="$COMPRESSION")
 
 # sysbench 1.0 with --mysql-ssl=on loads client-key.pem, client-cert.pem
 # and cacert.pem from its working directory: the sandbox's own.
@@ -105,7 +110,7 @@ run() {
 }
 
 mode="plaintext"; [ "$TLS" = 1 ] && mode="TLS (--mysql-ssl=on)"
-echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default), clients: $mode"
+echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default), clients: $mode, compression $COMPRESSION"
 for wl in oltp_point_select oltp_read_write; do
   run direct "$PRIMARY_PORT" "$wl" ""
   run haproxy "$HAPORT" "$wl" "$HAPID"

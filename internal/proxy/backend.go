@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -179,7 +180,7 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 
 // remember caches a backend greeting for the cluster and returns the info.
 func (cr *clusterRoute) remember(h *mysqlproto.Handshake) *greetingInfo {
-	g := &greetingInfo{version: h.ServerVersion, caps: h.Capabilities, charset: h.Charset}
+	g := &greetingInfo{version: h.ServerVersion, caps: h.Capabilities, ext: h.ExtCapabilities, charset: h.Charset}
 	if old := cr.greeting.Load(); old == nil || *old != *g {
 		cr.greeting.Store(g)
 	}
@@ -290,6 +291,10 @@ func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *
 		return nil, 0, false, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) lacks capabilities this session negotiated (%s); reconnect",
 			t.node, t.addr, capNames(missing)))
 	}
+	if missing := s.ext &^ h.ExtCapabilities; missing != 0 {
+		return nil, 0, false, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) lacks MariaDB capabilities this session negotiated (%s); reconnect",
+			t.node, t.addr, extCapNames(missing)))
+	}
 	if h.Capabilities&mysql.CLIENT_PROTOCOL_41 == 0 || h.Capabilities&mysql.CLIENT_SECURE_CONNECTION == 0 {
 		return nil, 0, false, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) does not speak protocol 4.1", t.node, t.addr))
 	}
@@ -307,15 +312,20 @@ func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *
 	if s.attrs != nil && h.Capabilities&mysql.CLIENT_CONNECT_ATTRS != 0 {
 		caps |= mysql.CLIENT_CONNECT_ATTRS
 	}
+	if s.ext != 0 {
+		// Extended capabilities travel only with CLIENT_MYSQL clear.
+		caps &^= mysql.CLIENT_LONG_PASSWORD
+	}
 	resp := mysqlproto.HandshakeResponse{
-		Capabilities:  caps,
-		MaxPacketSize: s.maxPacket,
-		Charset:       s.charset,
-		User:          s.user,
-		AuthResponse:  s.nativeToken(h.Scramble),
-		Database:      s.schema,
-		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
-		Attrs:         s.attrs,
+		Capabilities:    caps,
+		ExtCapabilities: s.ext,
+		MaxPacketSize:   s.maxPacket,
+		Charset:         s.charset,
+		User:            s.user,
+		AuthResponse:    s.nativeToken(h.Scramble),
+		Database:        s.schema,
+		AuthPlugin:      mysql.AUTH_NATIVE_PASSWORD,
+		Attrs:           s.attrs,
 	}
 	seq := byte(1)
 	if tc := rc.backendTLSConfig(t); tc != nil {
@@ -399,6 +409,29 @@ func firstByte(p []byte) byte {
 		return 0
 	}
 	return p[0]
+}
+
+// extCapNames names MariaDB extended capability bits.
+func extCapNames(c uint32) string {
+	names := map[uint32]string{
+		mysqlproto.MariaDBClientProgress:           "MARIADB_CLIENT_PROGRESS",
+		mysqlproto.MariaDBClientComMulti:           "MARIADB_CLIENT_COM_MULTI",
+		mysqlproto.MariaDBClientStmtBulkOperations: "MARIADB_CLIENT_STMT_BULK_OPERATIONS",
+		mysqlproto.MariaDBClientExtendedTypeInfo:   "MARIADB_CLIENT_EXTENDED_TYPE_INFO",
+		mysqlproto.MariaDBClientCacheMetadata:      "MARIADB_CLIENT_CACHE_METADATA",
+		mysqlproto.MariaDBClientBulkUnitResults:    "MARIADB_CLIENT_BULK_UNIT_RESULTS",
+	}
+	var out []string
+	for bit := uint32(1); bit != 0; bit <<= 1 {
+		if c&bit != 0 {
+			n, ok := names[bit]
+			if !ok {
+				n = fmt.Sprintf("bit %d", bits.TrailingZeros32(bit)+mysqlproto.MariaDBExtCapsShift)
+			}
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func capNames(c uint32) string {

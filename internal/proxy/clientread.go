@@ -60,6 +60,10 @@ func (s *session) takeReader() {
 func (s *session) bindReader(in *clientIn) {
 	in.src.c = s.client
 	s.cin, s.cr = in, in.r
+	if s.z != nil {
+		s.z.d.Reset(&in.src)
+		in.r.Reset(&s.z.d)
+	}
 }
 
 // dropReader returns the session's client reader to the pool. Only called
@@ -91,7 +95,7 @@ func (s *session) awaitCommand() bool {
 		return false
 	}
 	if in := s.cin; in != nil {
-		if in.r.Buffered() > 0 || in.src.off < in.src.n || in.src.err != nil {
+		if in.r.Buffered() > 0 || in.src.off < in.src.n || in.src.err != nil || (s.z != nil && s.z.d.Buffered() > 0) {
 			return false
 		}
 		s.dropReader()

@@ -27,14 +27,16 @@ const (
 )
 
 // kindOf maps a command byte to its response shape. Commands the proxy does
-// not relay (replication, shutdown, MariaDB COM_MULTI/bulk which are never
-// negotiated) are rejected; COM_PROCESS_KILL and COM_CHANGE_USER are
-// answered by the proxy before kindOf is asked.
+// not relay (replication, shutdown, MariaDB COM_MULTI which is never
+// negotiated) are rejected, and so is COM_STMT_BULK_EXECUTE from a client
+// that did not negotiate MARIADB_CLIENT_STMT_BULK_OPERATIONS (command);
+// COM_PROCESS_KILL and COM_CHANGE_USER are answered by the proxy before
+// kindOf is asked.
 func kindOf(cmd byte) responseKind {
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_PROCESS_INFO:
 		return respResults
-	case mysql.COM_STMT_EXECUTE:
+	case mysql.COM_STMT_EXECUTE, mysqlproto.ComStmtBulkExecute:
 		return respBinary
 	case mysql.COM_STMT_PREPARE:
 		return respPrepare
@@ -160,6 +162,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return s.processKill()
 	}
 	kind := kindOf(cmd)
+	if cmd == mysqlproto.ComStmtBulkExecute && s.ext&mysqlproto.MariaDBClientStmtBulkOperations == 0 {
+		kind = respRejected
+	}
 	if kind == respRejected {
 		if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
 			return clientReason(err)
@@ -176,6 +181,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
 	trackSet := false  // a SET that may change the client's tracking settings (trackvars.go)
 	s.cls = classOther
+	s.execStmt = nil
 	s.cursorReq = false
 	switch cmd {
 	case mysql.COM_INIT_DB:
@@ -185,6 +191,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		s.cls = classUse
 	case mysql.COM_QUERY:
 		if p := s.peekPayload(h); p != nil {
+			if s.z != nil && compressionStatusQuery(p[1:]) {
+				return s.answerCompressionStatus()
+			}
 			payload = p
 			s.noteQuery(p[1:])
 			if s.txPool {
@@ -233,21 +242,31 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				s.st.markOpaque("sent a long statement that may take user locks or set user variables")
 			}
 		}
-	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA:
+	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA,
+		mysqlproto.ComStmtBulkExecute:
 		p := s.peekPayload(h)
 		if p == nil {
-			// Only SEND_LONG_DATA and EXECUTE with long values get here.
-			if hb, err := s.cr.Peek(mysqlproto.HeaderSize + 5); err == nil {
+			// Only SEND_LONG_DATA, EXECUTE with long values and bulk
+			// executes get here; a bulk execute's parameter types are
+			// read from the part the buffer holds (bulkTypes).
+			n := mysqlproto.HeaderSize + 5
+			if cmd == mysqlproto.ComStmtBulkExecute {
+				n = s.cr.Size()
+			}
+			if hb, err := s.cr.Peek(n); err == nil {
 				p = hb[mysqlproto.HeaderSize:]
 			}
 		}
 		stmtID, stmt = s.stmtOf(p)
+		if cmd == mysql.COM_STMT_EXECUTE {
+			s.execStmt = stmt
+		}
 		if s.xlate {
 			s.translateID()
 		}
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
-			if s.txPool && cmd == mysql.COM_STMT_EXECUTE {
+			if s.txPool && (cmd == mysql.COM_STMT_EXECUTE || cmd == mysqlproto.ComStmtBulkExecute) {
 				calc = mentions(stmt.text, "sql_calc_found_rows")
 				if merr := s.beforeStatement(stmt.text); merr != nil {
 					return s.refuseCommand(merr)
@@ -264,13 +283,16 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if cmd == mysql.COM_STMT_EXECUTE && p != nil && mysqlproto.HeaderSize+h.Len <= s.cr.Size() {
 			payload = p
 		}
-		if cmd == mysql.COM_STMT_EXECUTE {
+		switch cmd {
+		case mysql.COM_STMT_EXECUTE:
 			s.keepExecForLoss(payload, stmtID, stmt)
 			// Command byte, id (4), flags (1): the low three bits of the
 			// flags ask for a cursor (https://mariadb.com/kb/en/com_stmt_execute/).
 			if fb, err := s.cr.Peek(mysqlproto.HeaderSize + 6); err == nil {
 				s.cursorReq = fb[mysqlproto.HeaderSize+5]&0x07 != 0
 			}
+		case mysqlproto.ComStmtBulkExecute:
+			s.rerun, s.commitSent = s.rerun[:0], false // a write: never run again
 		}
 	}
 	// Transaction replay (replay.go): record the statement before it is
@@ -305,6 +327,8 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		err = s.readPrepare()
 	case cmd == mysql.COM_STMT_EXECUTE && stmt != nil && stmt.rebind:
 		err = s.forwardRebound(stmt)
+	case cmd == mysqlproto.ComStmtBulkExecute && stmt != nil && stmt.rebind:
+		err = s.forwardReboundBulk(stmt)
 	case long:
 		err = s.forwardRecorded()
 	case cmd == mysql.COM_QUERY && s.rewritten != nil:
@@ -338,6 +362,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	default:
 		err = s.relay(cmd, kind)
 	}
+	s.execStmt = nil
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
@@ -424,6 +449,10 @@ func (s *session) noteStmtCommand(cmd byte, id uint32, st *stmtInfo, p []byte) {
 		if st.class == classSelect {
 			s.sampleExecute(st, p)
 		}
+	case mysqlproto.ComStmtBulkExecute:
+		st.longData = false
+		st.bulkTypes(p)
+		s.cls = st.class
 	case mysql.COM_STMT_CLOSE:
 		delete(s.stmts, id)
 		if len(s.stmts) == 0 {

@@ -85,7 +85,7 @@ func (g clientGate) Write(p []byte) (int, error) {
 	if fl.cut != "" {
 		return 0, errCutWrite
 	}
-	n, err := g.s.client.Write(p)
+	n, err := g.s.clientWrite(p)
 	if n > 0 {
 		fl.wrote = true
 	}

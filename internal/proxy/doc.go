@@ -155,10 +155,30 @@
 // does not park idle. Backend connections of a cluster with clusters[].tls
 // send the SSLRequest after the server's greeting and log in over TLS.
 //
-// Not supported yet: protocol compression (CLIENT_COMPRESS is not offered),
-// MariaDB extended capabilities (progress reports, bulk execution, metadata
-// caching are not offered), authentication plugins towards backends other
-// than mysql_native_password and client_ed25519,
+// Compression (compress.go). CLIENT_COMPRESS (zlib) is offered to every
+// client whatever the backend offers: the proxy frames the client side
+// itself (mysqlproto.Compressor, Decompressor) once the login OK is sent,
+// on top of TLS when both are on, and backend connections stay
+// uncompressed, so the relay is the same for every client; an uncompressed
+// session carries no compression state. No zstd: MariaDB has none. SHOW
+// STATUS LIKE 'Compression' is answered by the proxy for compressed
+// sessions (the backend would describe its own connection).
+//
+// MariaDB extended capabilities. When the backend's greeting clears
+// CLIENT_MYSQL the proxy's does too and offers the extended capabilities it
+// relays (relayExtCaps: progress reports, bulk execution, extended type
+// info, metadata caching); a session logs into its backend with the
+// client's choice and pools are keyed by it. Progress reports (ERR 0xFFFF)
+// mid-response are relayed without ending it; COM_STMT_BULK_EXECUTE is
+// relayed like an execute (statement ids translated, types put back after
+// a move) and never replayed; column counts carry the metadata-follows
+// byte and executes may omit definitions the client caches, so a move
+// whose re-prepared statement has other result columns than the client
+// holds is refused.
+//
+// Not supported yet: COM_MULTI and bulk unit results (not offered),
+// authentication plugins towards backends other than mysql_native_password
+// and client_ed25519,
 // KILL QUERY ID and KILL USER (relayed to the session's backend unchanged),
 // and KILL of threads not opened through this proxy.
 // Listener changes need a restart (SetConfig applies users and limits only).

@@ -302,14 +302,16 @@ func (s *Server) answerTooMany(l *listener, c net.Conn) {
 	if err != nil {
 		return
 	}
+	caps, ext := g.offer()
 	hs := mysqlproto.Handshake{
-		ServerVersion: g.version,
-		ConnectionID:  s.nextConnID.Add(1),
-		Scramble:      scramble,
-		Capabilities:  proxyCaps | (relayCaps & g.caps),
-		Charset:       g.charset,
-		Status:        mysql.SERVER_STATUS_AUTOCOMMIT,
-		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
+		ServerVersion:   g.version,
+		ConnectionID:    s.nextConnID.Add(1),
+		Scramble:        scramble,
+		Capabilities:    caps,
+		ExtCapabilities: ext,
+		Charset:         g.charset,
+		Status:          mysql.SERVER_STATUS_AUTOCOMMIT,
+		AuthPlugin:      mysql.AUTH_NATIVE_PASSWORD,
 	}
 	buf, _ := mysqlproto.AppendPacket(nil, 0, mysqlproto.AppendHandshake(nil, &hs))
 	if _, err := c.Write(buf); err != nil {

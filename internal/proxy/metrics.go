@@ -28,6 +28,7 @@ const (
 type metrics struct {
 	clientConns      *prometheus.GaugeVec
 	clientConnsTotal *prometheus.CounterVec
+	compressed       *prometheus.CounterVec
 	authFailures     *prometheus.CounterVec
 	queries          *prometheus.CounterVec
 	backendConns     *prometheus.GaugeVec
@@ -77,6 +78,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		clientConnsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_client_connections_total",
 			Help: "Client connections accepted, by listener.",
+		}, []string{"listener"}),
+		compressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_compressed_sessions_total",
+			Help: "Client sessions that negotiated protocol compression (CLIENT_COMPRESS), by listener.",
 		}, []string{"listener"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_auth_failures_total",
@@ -221,6 +226,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	reg2(&m.clientConns)
 	reg1(&m.clientConnsTotal)
+	reg1(&m.compressed)
 	reg1(&m.authFailures)
 	reg1(&m.queries)
 	reg2(&m.backendConns)

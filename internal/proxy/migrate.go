@@ -146,19 +146,33 @@ func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uin
 	if err != nil {
 		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): bad answer preparing a statement again: %v", t.node, t.addr, err))
 	}
-	for _, n := range []uint16{ok.Params, ok.Columns} {
+	var cols metaSum
+	for i, n := range []uint16{ok.Params, ok.Columns} {
 		if n == 0 {
 			continue
 		}
-		k := int(n)
-		if !s.deprecateEOF() {
-			k++
-		}
-		for range k {
-			if _, _, err := mysqlproto.ReadPacket(br, nil, 0); err != nil {
+		for j := range int(n) + 1 {
+			if j == int(n) && s.deprecateEOF() {
+				break
+			}
+			p, _, err := mysqlproto.ReadPacket(br, nil, 0)
+			if err != nil {
 				return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
 			}
+			if i == 1 && j < int(n) && s.cacheMeta() {
+				cols.add(s.srv.metaSeed, p, s.ext)
+			}
 		}
+	}
+	if s.cacheMeta() && cols != st.meta {
+		// The server would leave the metadata out of the next execute
+		// (it sent it with this prepare, to the proxy), while the client
+		// holds other metadata: its rows would be decoded with the wrong
+		// columns (MARIADB_CLIENT_CACHE_METADATA). ER_NEED_REPREPARE, not
+		// 1105: this is no connect failure to wait out.
+		return 0, &mysql.MyError{Code: mysql.ER_NEED_REPREPARE, State: mysql.DEFAULT_MYSQL_STATE, Message: fmt.Sprintf(
+			"switchyard: backend %s (%s) prepares a statement of this session with other result columns than the client knows; reconnect",
+			t.node, t.addr)}
 	}
 	if ok.Params != st.params {
 		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) prepares a statement of this session with %d parameters, not %d as before",

@@ -449,11 +449,14 @@ func (s *session) queryOne(br *bufio.Reader, be *backend, q []byte) (val string,
 		}
 		return "", false, uint16(p[1]) | uint16(p[2])<<8, s.status, nil
 	}
-	ncols, _, ok := mysqlproto.ReadLenEnc(p)
+	ncols, meta, ok := mysqlproto.ColumnCount(p, s.cacheMeta())
 	if !ok {
 		return "", false, 0, 0, fmt.Errorf("bad column count packet")
 	}
 	skip := int(ncols)
+	if !meta {
+		skip = 0
+	}
 	if !s.deprecateEOF() {
 		skip++
 	}

@@ -63,6 +63,7 @@ import (
 type poolKey struct {
 	user    string
 	caps    uint32 // the session's relayCaps
+	ext     uint32 // the session's MariaDB extended capabilities (relayExtCaps)
 	charset byte
 }
 
@@ -99,7 +100,7 @@ const (
 
 // poolKey returns the session's pool key.
 func (s *session) poolKey() poolKey {
-	return poolKey{user: s.user, caps: s.caps & relayCaps, charset: s.charset}
+	return poolKey{user: s.user, caps: s.caps & relayCaps, ext: s.ext, charset: s.charset}
 }
 
 // gauges returns the pool's state gauges (created on first use).

@@ -49,6 +49,10 @@ func (s *session) copyLogical() (mysqlproto.Packet, error) {
 
 func (s *session) deprecateEOF() bool { return s.caps&mysql.CLIENT_DEPRECATE_EOF != 0 }
 
+// cacheMeta reports whether column counts carry MariaDB's "metadata
+// follows" byte (MARIADB_CLIENT_CACHE_METADATA).
+func (s *session) cacheMeta() bool { return s.ext&mysqlproto.MariaDBClientCacheMetadata != 0 }
+
 // relay relays the backend's response to a command of the given kind.
 func (s *session) relay(cmd byte, kind responseKind) error {
 	switch kind {
@@ -207,6 +211,9 @@ func (s *session) relayResults(infile bool) error {
 		if p.Payload == nil || p.Len == mysqlproto.MaxPacketPayload {
 			return backendProtocol("oversized first packet of a result (%d bytes)", p.Len)
 		}
+		if p.First == mysql.ERR_HEADER && s.ext&mysqlproto.MariaDBClientProgress != 0 && mysqlproto.IsProgress(p.Payload) {
+			continue // a progress report: the response goes on
+		}
 		if r := s.rlog; r != nil && r.hashing {
 			r.sumFirst(p, infile)
 		}
@@ -231,21 +238,24 @@ func (s *session) relayResults(infile bool) error {
 			}
 			continue
 		}
-		ncols, _, ok := mysqlproto.ReadLenEnc(p.Payload)
-		if !ok || len(p.Payload) > 9 {
+		ncols, meta, ok := mysqlproto.ColumnCount(p.Payload, s.cacheMeta())
+		if !ok {
 			return backendProtocol("bad column count packet")
 		}
-		more, err := s.relayResultSet(ncols)
+		more, err := s.relayResultSet(ncols, meta)
 		if err != nil || !more {
 			return err
 		}
 	}
 }
 
-// relayResultSet relays ncols column definitions, the EOF after them (unless
-// CLIENT_DEPRECATE_EOF) and the rows, and reports whether another result
-// follows. When the server opened a cursor (SERVER_STATUS_CURSOR_EXISTS) no
-// rows follow; the client fetches them with COM_STMT_FETCH.
+// relayResultSet relays ncols column definitions (none when meta is false:
+// the server left them out, MARIADB_CLIENT_CACHE_METADATA), the EOF after
+// them (unless CLIENT_DEPRECATE_EOF) and the rows, and reports whether
+// another result follows. When the server opened a cursor
+// (SERVER_STATUS_CURSOR_EXISTS) no rows follow; the client fetches them with
+// COM_STMT_FETCH. Column definitions are copied whole, so the extended type
+// information of MARIADB_CLIENT_EXTENDED_TYPE_INFO passes as it is.
 //
 // An ERR in place of a column definition or of the EOF after them (MariaDB
 // sends one when evaluating the first row fails in a cursor execute, error
@@ -257,8 +267,17 @@ func (s *session) relayResults(infile bool) error {
 // (BEGIN NOT ATOMIC ... OPEN c; FETCH c ...; SELECT ...) reports
 // SERVER_STATUS_CURSOR_EXISTS in the same EOF and then sends its rows
 // (MariaDB sql/protocol.cc Protocol::send_eof writes the session's status).
-func (s *session) relayResultSet(ncols uint64) (bool, error) {
+func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
 	s.rows = 0
+	if !meta {
+		ncols = 0
+	}
+	ms := s.execStmt
+	if ms != nil && ncols > 0 && s.cacheMeta() {
+		ms.meta = metaSum{} // the client caches these instead
+	} else {
+		ms = nil
+	}
 	for range ncols {
 		p, err := s.copyLogical()
 		if err != nil {
@@ -268,6 +287,9 @@ func (s *session) relayResultSet(ncols uint64) (bool, error) {
 		if p.First == mysql.ERR_HEADER && p.Len < mysqlproto.MaxPacketPayload {
 			s.lastOK = false
 			return false, nil
+		}
+		if ms != nil {
+			ms.meta.addPacket(s.srv.metaSeed, p, s.ext)
 		}
 	}
 	if !s.deprecateEOF() {
@@ -375,14 +397,18 @@ func (s *session) relayPrepare() error {
 	if backendID == 0 {
 		clientID, backendID = ok.StatementID, ok.StatementID
 	}
-	s.addStmt(clientID, backendID, ok, text)
-	for _, n := range []uint16{ok.Params, ok.Columns} {
+	st := s.addStmt(clientID, backendID, ok, text)
+	for i, n := range []uint16{ok.Params, ok.Columns} {
 		if n == 0 {
 			continue
 		}
 		for range n {
-			if _, err := s.copyLogical(); err != nil {
+			p, err := s.copyLogical()
+			if err != nil {
 				return err
+			}
+			if i == 1 && s.cacheMeta() {
+				st.meta.addPacket(s.srv.metaSeed, p, s.ext)
 			}
 		}
 		if !s.deprecateEOF() {

@@ -187,6 +187,14 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 		}
 		r.fl.kind = kindWrite
 		return false
+	case mysqlproto.ComStmtBulkExecute:
+		// Not recorded: its packet is as large as its rows, and its
+		// result (one OK for all rows) checksums nothing row by row.
+		if inTx {
+			r.breakTx("it ran a bulk execute (COM_STMT_BULK_EXECUTE)")
+		}
+		r.fl.kind = kindWrite
+		return false
 	case mysql.COM_STMT_FETCH:
 		if inTx {
 			r.breakTx("it read from a cursor")

@@ -402,17 +402,23 @@ func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte,
 			}
 			continue
 		case mysql.ERR_HEADER:
+			if mysqlproto.IsProgress(p) && s.ext&mysqlproto.MariaDBClientProgress != 0 {
+				continue
+			}
 			sumErr(h, p)
 			return h.Sum64(), s.status, buf, nil
 		case mysql.LocalInFile_HEADER:
 			return 0, 0, buf, errors.New("the server asked for a LOCAL INFILE")
 		}
-		ncols, _, ok := mysqlproto.ReadLenEnc(p)
+		ncols, meta, ok := mysqlproto.ColumnCount(p, s.cacheMeta())
 		if !ok {
 			return 0, 0, buf, errors.New("bad column count packet")
 		}
 		sumCols(h, ncols)
 		skip := int(ncols)
+		if !meta {
+			skip = 0
+		}
 		if !s.deprecateEOF() {
 			skip++
 		}

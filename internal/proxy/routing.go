@@ -95,7 +95,21 @@ type clusterRoute struct {
 type greetingInfo struct {
 	version string
 	caps    uint32
+	ext     uint32 // MariaDB extended capabilities (0 unless CLIENT_MYSQL is clear)
 	charset byte
+}
+
+// offer returns the capabilities the proxy announces to clients from g:
+// its own (proxyCaps), the relayed ones the backend has and, when the
+// backend is a MariaDB server announcing extended capabilities (CLIENT_MYSQL
+// clear), CLIENT_MYSQL clear too and the relayed extended ones
+// (relayExtCaps) it has: a client sees what it would see from the backend.
+func (g *greetingInfo) offer() (caps, ext uint32) {
+	caps = proxyCaps | (relayCaps & g.caps)
+	if g.caps&mysql.CLIENT_LONG_PASSWORD != 0 || g.caps&mysql.CLIENT_PROTOCOL_41 == 0 {
+		return caps, 0
+	}
+	return caps &^ mysql.CLIENT_LONG_PASSWORD, g.ext & relayExtCaps
 }
 
 func buildSnapshot(st topo.ClusterState, addrOf func(node string) string, drained map[string]bool) *routeSnapshot {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"slices"
@@ -85,6 +86,7 @@ type Server struct {
 
 	wg           sync.WaitGroup
 	nextConnID   atomic.Uint32
+	metaSeed     maphash.Seed // for metaSum (stmts.go)
 	epochChanged chan struct{}
 
 	reach reachState // backend reachability as this proxy sees it (reachability.go)
@@ -112,6 +114,7 @@ type Server struct {
 	// client's defaults, trackvars.go), by cluster + "/" + node.
 	trackDefaults sync.Map
 	writers       sync.Pool // *bufio.Writer of clientWriteBuf bytes
+	zpools        zpools    // compression state lent to compressed sessions (compress.go)
 }
 
 // listener is one client-facing endpoint.
@@ -199,6 +202,8 @@ func New(o Options) (*Server, error) {
 	s.clientIns.New = newClientIn
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, backendReadBuf) }
 	s.writers.New = func() any { return bufio.NewWriterSize(nil, clientWriteBuf) }
+	s.zpools.init()
+	s.metaSeed = maphash.MakeSeed()
 	rc, err := newRuntimeConfig(o.Config, nil)
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ import (
 // connection phase), whatever the backend supports.
 const proxyCaps = mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_CONNECT_WITH_DB | mysql.CLIENT_PROTOCOL_41 |
 	mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA |
-	mysql.CLIENT_CONNECT_ATTRS
+	mysql.CLIENT_CONNECT_ATTRS | mysql.CLIENT_COMPRESS
 
 // Capabilities that change what the backend sends or accepts after login.
 // Bytes are relayed raw, so client and backend must agree on them: the proxy
@@ -32,6 +32,17 @@ const relayCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIEN
 	mysql.CLIENT_IGNORE_SPACE | mysql.CLIENT_INTERACTIVE | mysql.CLIENT_TRANSACTIONS |
 	mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS | mysql.CLIENT_PS_MULTI_RESULTS |
 	mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF
+
+// MariaDB extended capabilities relayed like relayCaps: offered when the
+// backend offers them, asked for on the backend login when the client asked.
+// Each changes what the relay reads: progress reports mid-response
+// (relayResults), COM_STMT_BULK_EXECUTE (command.go), extended type info
+// in column definitions (relayed as they are: the relay counts them, never
+// parses them), the "metadata follows" byte of column counts
+// (mysqlproto.ColumnCount). COM_MULTI (not in 10.11) and bulk unit results
+// (11.5) are not offered.
+const relayExtCaps = mysqlproto.MariaDBClientProgress | mysqlproto.MariaDBClientStmtBulkOperations |
+	mysqlproto.MariaDBClientExtendedTypeInfo | mysqlproto.MariaDBClientCacheMetadata
 
 // session is one client connection and the backend connection it owns.
 // Only the session's goroutine touches its fields, except shutdown (from
@@ -50,9 +61,11 @@ type session struct {
 	fd     int                // raw's descriptor (-1 if none), for parking (idlepark.go)
 	idle   atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
 	log    sessionLog
+	z      *zlink // compressed protocol (compress.go); nil for uncompressed clients
 
 	// Negotiated at login.
 	caps      uint32
+	ext       uint32 // MariaDB extended capabilities (relayExtCaps)
 	charset   byte
 	maxPacket uint32
 	attrs     []byte
@@ -162,6 +175,7 @@ type session struct {
 	xlate      bool       // some client statement id differs from its backend id
 	nextStmtID uint32     // last client id handed out while xlate
 	prepPacket []byte     // COM_STMT_PREPARE being relayed (command byte + text)
+	execStmt   *stmtInfo  // the statement of the COM_STMT_EXECUTE being relayed
 	okBuf      []byte     // scratch for rewritten OK packets
 	samples    uint32     // read statements seen, for sampling (hotreads.go)
 	rlog       *replayLog // the open transaction's record (replay.go); nil unless failover.transaction_replay
@@ -298,7 +312,7 @@ func (s *session) setBackend(be *backend) (*backend, bool) {
 // the pooled writer).
 func (s *session) writeDirect(seq byte, payload []byte) error {
 	s.scratch, _ = mysqlproto.AppendPacket(s.scratch[:0], seq, payload)
-	_, err := s.client.Write(s.scratch)
+	_, err := s.clientWrite(s.scratch)
 	return err
 }
 
@@ -371,14 +385,16 @@ func (s *session) login() string {
 		return closeServer
 	}
 	s.scramble = scramble
+	caps, ext := g.offer()
 	hs := mysqlproto.Handshake{
-		ServerVersion: g.version,
-		ConnectionID:  s.id,
-		Scramble:      scramble,
-		Capabilities:  proxyCaps | (relayCaps & g.caps),
-		Charset:       g.charset,
-		Status:        mysql.SERVER_STATUS_AUTOCOMMIT,
-		AuthPlugin:    mysql.AUTH_NATIVE_PASSWORD,
+		ServerVersion:   g.version,
+		ConnectionID:    s.id,
+		Scramble:        scramble,
+		Capabilities:    caps,
+		ExtCapabilities: ext,
+		Charset:         g.charset,
+		Status:          mysql.SERVER_STATUS_AUTOCOMMIT,
+		AuthPlugin:      mysql.AUTH_NATIVE_PASSWORD,
 	}
 	if s.l.tls != nil {
 		hs.Capabilities |= mysql.CLIENT_SSL
@@ -414,6 +430,7 @@ func (s *session) login() string {
 		return deferredReason
 	}
 	s.caps = resp.Capabilities & hs.Capabilities
+	s.ext = resp.ExtCapabilities & hs.ExtCapabilities
 	s.charset = resp.Charset
 	s.maxPacket = resp.MaxPacketSize
 	s.attrs = resp.Attrs
@@ -437,6 +454,9 @@ func (s *session) login() string {
 	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
+	}
+	if s.caps&mysql.CLIENT_COMPRESS != 0 {
+		s.startCompression()
 	}
 	if s.txPool {
 		s.txBoundary()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"sort"
 	"strconv"
@@ -41,6 +42,10 @@ type stmtInfo struct {
 	cursor    bool // a cursor is open (SERVER_STATUS_CURSOR_EXISTS)
 	types     []byte
 	digest    string // of text, for hot-read sampling (computed on first sample)
+	// meta sums the result column definitions the client holds for the
+	// statement, under MARIADB_CLIENT_CACHE_METADATA only: from its
+	// prepare, or the last execute that sent them again.
+	meta metaSum
 	// rebind: prepared again on a new backend, which has no parameter
 	// types yet; the next COM_STMT_EXECUTE must carry them (clients send
 	// them only with the first execute after binding).
@@ -104,7 +109,7 @@ func (s *session) clientID(backendID uint32) uint32 {
 }
 
 // addStmt records a statement prepared by the backend.
-func (s *session) addStmt(clientID, backendID uint32, ok mysqlproto.StmtPrepareOK, text []byte) {
+func (s *session) addStmt(clientID, backendID uint32, ok mysqlproto.StmtPrepareOK, text []byte) *stmtInfo {
 	if s.stmts == nil {
 		s.stmts = make(map[uint32]*stmtInfo)
 	}
@@ -112,6 +117,7 @@ func (s *session) addStmt(clientID, backendID uint32, ok mysqlproto.StmtPrepareO
 		class: classify(text)}
 	st.userLock, st.userVar = stickyState(text)
 	s.stmts[clientID] = st
+	return st
 }
 
 // dropStmts forgets every prepared statement (COM_RESET_CONNECTION,
@@ -335,4 +341,106 @@ func substitute(text []byte, vals []string) (string, error) {
 		return "", errUnrenderable
 	}
 	return string(out), nil
+}
+
+// bulkOff is where the parameter types (or, without them, the rows) start
+// in a COM_STMT_BULK_EXECUTE payload: command, statement id (4), flags (2).
+const bulkOff = 7
+
+// bulkTypes records the parameter types of a COM_STMT_BULK_EXECUTE payload
+// when it sends them (MariaDBBulkSendTypes), in the layout of
+// COM_STMT_EXECUTE's (2 bytes each: type, unsigned flag).
+func (st *stmtInfo) bulkTypes(p []byte) {
+	n := int(st.params)
+	flags, ok := mysqlproto.BulkFlags(p)
+	if n == 0 || !ok || flags&mysqlproto.MariaDBBulkSendTypes == 0 || len(p) < bulkOff+2*n {
+		return
+	}
+	st.types = append(st.types[:0], p[bulkOff:bulkOff+2*n]...)
+}
+
+// forwardReboundBulk forwards the pending COM_STMT_BULK_EXECUTE of st, a
+// statement prepared again on a new backend: without parameter types
+// (MariaDBBulkSendTypes clear) the new server has none, so the types the
+// client sent last are put in and the flag set. st.rebind stays set: a
+// later COM_STMT_EXECUTE without types still gets them (forwardRebound).
+func (s *session) forwardReboundBulk(st *stmtInfo) error {
+	payload, _, err := mysqlproto.ReadPacket(s.cr, nil, 0)
+	if err != nil {
+		return fail(clientReason(err), err)
+	}
+	s.in += mysqlproto.HeaderSize + len(payload)
+	n := int(st.params)
+	if flags, ok := mysqlproto.BulkFlags(payload); ok && n > 0 && flags&mysqlproto.MariaDBBulkSendTypes == 0 && len(st.types) == 2*n {
+		out := make([]byte, 0, len(payload)+2*n)
+		out = append(out, payload[:bulkOff]...)
+		binary.LittleEndian.PutUint16(out[5:], flags|mysqlproto.MariaDBBulkSendTypes)
+		out = append(out, st.types...)
+		out = append(out, payload[bulkOff:]...)
+		payload = out
+	}
+	if _, err := mysqlproto.WritePacket(s.be.conn, 0, payload); err != nil {
+		return fail(closeBackendLost, err)
+	}
+	return nil
+}
+
+// metaSum is a checksum of a statement's result column definitions, as a
+// client that caches metadata holds them (MARIADB_CLIENT_CACHE_METADATA): a
+// statement prepared again on another connection must have the same, since
+// that server then leaves them out of its executes. unknown is set when a
+// definition was too large to be summed (it never matches then).
+//
+// Of the collation id only "binary (63) or not" is summed: a restored
+// session has the same character_set_results, in which the server sends
+// every text column (and names its collation in the definition), but not
+// always the same collation of it (a statement prepared after SET NAMES
+// latin1 COLLATE latin1_bin reports latin1_bin, 47, on its first server
+// and latin1_swedish_ci, 8, prepared again on a restored one); two
+// collations of one character set decode the same bytes.
+type metaSum struct {
+	sum     uint64
+	n       int
+	unknown bool
+}
+
+// add sums one column definition payload; ext are the session's MariaDB
+// extended capabilities (MARIADB_CLIENT_EXTENDED_TYPE_INFO adds a block
+// before the fixed-length fields).
+func (m *metaSum) add(seed maphash.Seed, def []byte, ext uint32) {
+	m.n++
+	strs := 6
+	if ext&mysqlproto.MariaDBClientExtendedTypeInfo != 0 {
+		strs++
+	}
+	pos := 0
+	for range strs {
+		l, k, ok := mysqlproto.ReadLenEnc(def[pos:])
+		if !ok || pos+k+int(l) > len(def) {
+			m.sum = m.sum*31 + maphash.Bytes(seed, def)
+			return
+		}
+		pos += k + int(l)
+	}
+	// def[pos] is the fixed fields' length (0x0c), then the collation id.
+	if pos+3 > len(def) {
+		m.sum = m.sum*31 + maphash.Bytes(seed, def)
+		return
+	}
+	isBin := byte(0)
+	if def[pos+1] == 63 && def[pos+2] == 0 {
+		isBin = 1
+	}
+	m.sum = m.sum*31 + maphash.Bytes(seed, def[:pos+1])
+	m.sum = m.sum*31 + maphash.Bytes(seed, append([]byte{isBin}, def[pos+3:]...))
+}
+
+// addPacket adds a relayed definition (p.Payload is nil when it was
+// larger than the relay buffer).
+func (m *metaSum) addPacket(seed maphash.Seed, p mysqlproto.Packet, ext uint32) {
+	if p.Payload == nil {
+		m.unknown = true
+		return
+	}
+	m.add(seed, p.Payload, ext)
 }

@@ -387,7 +387,11 @@ func backendStartTLS(conn net.Conn, br *bufio.Reader, h *mysqlproto.Handshake, c
 	if br.Buffered() > 0 {
 		return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) sent data before the SSLRequest", t.node, t.addr))
 	}
-	req := mysqlproto.HandshakeResponse{Capabilities: caps | mysql.CLIENT_SSL, MaxPacketSize: s.maxPacket, Charset: s.charset, SSLRequest: true}
+	// The SSLRequest carries the MariaDB extended capabilities too: the
+	// server takes them from it (the response after the TLS handshake
+	// repeats them).
+	req := mysqlproto.HandshakeResponse{Capabilities: caps | mysql.CLIENT_SSL, ExtCapabilities: s.ext, MaxPacketSize: s.maxPacket,
+		Charset: s.charset, SSLRequest: true}
 	if err := writePacket(conn, 1, mysqlproto.AppendHandshakeResponse(nil, &req)); err != nil {
 		return nil, 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): sending SSLRequest: %v", t.node, t.addr, err))
 	}

@@ -388,7 +388,10 @@ func (s *session) backendRow(q string) ([]string, error) {
 	case mysql.ERR_HEADER:
 		return nil, mysqlproto.ParseERR(p)
 	}
-	n, _, _ := mysqlproto.ReadLenEnc(p)
+	n, meta, _ := mysqlproto.ColumnCount(p, s.cacheMeta())
+	if !meta {
+		n = 0
+	}
 	for range n {
 		if _, err := next(); err != nil {
 			return nil, err

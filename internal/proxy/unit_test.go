@@ -168,13 +168,14 @@ func TestParseUse(t *testing.T) {
 func TestKindOf(t *testing.T) {
 	relayed := []byte{mysql.COM_QUERY, mysql.COM_STMT_EXECUTE, mysql.COM_STMT_PREPARE, mysql.COM_STMT_FETCH,
 		mysql.COM_FIELD_LIST, mysql.COM_INIT_DB, mysql.COM_PING, mysql.COM_STMT_RESET, mysql.COM_SET_OPTION,
-		mysql.COM_RESET_CONNECTION, mysql.COM_STATISTICS, mysql.COM_STMT_CLOSE, mysql.COM_STMT_SEND_LONG_DATA}
+		mysql.COM_RESET_CONNECTION, mysql.COM_STATISTICS, mysql.COM_STMT_CLOSE, mysql.COM_STMT_SEND_LONG_DATA,
+		mysqlproto.ComStmtBulkExecute}
 	for _, c := range relayed {
 		if kindOf(c) == respRejected {
 			t.Errorf("command 0x%02x rejected", c)
 		}
 	}
-	for _, c := range []byte{mysql.COM_SHUTDOWN, mysql.COM_BINLOG_DUMP, mysql.COM_PROCESS_KILL, mysql.COM_REGISTER_SLAVE, 0xfe, 0xfa} {
+	for _, c := range []byte{mysql.COM_SHUTDOWN, mysql.COM_BINLOG_DUMP, mysql.COM_PROCESS_KILL, mysql.COM_REGISTER_SLAVE, 0xfe} {
 		if kindOf(c) != respRejected {
 			t.Errorf("command 0x%02x relayed", c)
 		}
@@ -214,5 +215,21 @@ func TestNewRejectsBadListeners(t *testing.T) {
 	err := s2.Start()
 	if err == nil || !strings.Contains(err.Error(), `listener "rw"`) || !strings.Contains(err.Error(), c2.Listeners[0].Address) {
 		t.Fatalf("bind failure: %v", err)
+	}
+}
+
+func TestCompressionStatusQuery(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SHOW STATUS LIKE 'Compression'":              true,
+		"show session status like 'compression' ;":    true,
+		"  SHOW LOCAL\tSTATUS LIKE \"Compression\"\n": true,
+		"SHOW GLOBAL STATUS LIKE 'Compression'":       false,
+		"SHOW STATUS LIKE 'Compress%'":                false,
+		"SHOW STATUS":                                 false,
+		"SELECT 'SHOW STATUS LIKE ''Compression'''":   false,
+	} {
+		if got := compressionStatusQuery([]byte(q)); got != want {
+			t.Errorf("compressionStatusQuery(%q) = %v", q, got)
+		}
 	}
 }
