@@ -251,8 +251,16 @@ func (s *session) relayTrackSet() error {
 		s.inTrackSet = false
 	}
 	prev := s.trk
-	if st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 && s.tracked {
+	switch {
+	case !s.tracked:
+	case st&mysql.SERVER_MORE_RESULTS_EXISTS == 0:
 		s.retrack()
+	case s.trk != nil:
+		// A multi-statement: until the values are read back at the
+		// end, the server's own tracking decides for what the SET
+		// assigned (this OK included).
+		s.trk = s.trk.passAssigned(trackAssigned(firstStatement(s.setText)))
+		s.updateTrackFilter()
 	}
 	out := payload
 	switch {
@@ -326,6 +334,20 @@ func (s *session) retrack() {
 	}
 }
 
+// passAssigned returns a copy of ts that lets pass every entry of the
+// trackers the variables in assigned rule: in the rest of a multi-statement
+// opened by the client's SET of them, the server itself tracks those with
+// the client's values, the others still with the proxy's.
+func (ts *trackSettings) passAssigned(assigned map[string]bool) *trackSettings {
+	c := *ts
+	if assigned[tvSysVars] {
+		c.all, c.names = true, nil
+	}
+	c.stateChange = c.stateChange || assigned[tvStateChange]
+	c.schema = c.schema || assigned[tvSchema]
+	return &c
+}
+
 func boolText(v bool) string {
 	if v {
 		return "ON"
@@ -363,6 +385,27 @@ func trackAssigned(q []byte) map[string]bool {
 		i = j - 1
 	}
 	return out
+}
+
+// firstStatement returns q up to its first ';' outside quotes (all of q
+// when there is none).
+func firstStatement(q []byte) []byte {
+	for i := 0; i < len(q); i++ {
+		switch c := q[i]; c {
+		case ';':
+			return q[:i]
+		case '\'', '"', '`':
+			j := i + 1
+			for j < len(q) && q[j] != c {
+				if q[j] == '\\' && c != '`' {
+					j++
+				}
+				j++
+			}
+			i = j
+		}
+	}
+	return q
 }
 
 // backendRow runs q on the session's backend (between commands) and
@@ -474,11 +517,30 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 	}
 	first, _ := firstWord(q[skipSpace(q):])
 	sel := eqFold(first, "select")
+	// In a multi-statement, a statement after a SET of tracking
+	// variables reads the values that SET gave the server's session,
+	// which are the client's (relayTrackSet sets the proxy's own again
+	// only after the last result): assigned gathers them, statement by
+	// statement.
+	var assigned map[string]bool
 	var out []byte
-	last, depth := 0, 0
+	last, depth, stmt := 0, 0, 0
 	for i := 0; i < len(q); i++ {
 		c := q[i]
 		switch c {
+		case ';':
+			if depth == 0 {
+				if w, _ := firstWord(q[stmt+skipSpace(q[stmt:]) : i]); eqFold(w, "set") {
+					for v := range trackAssigned(q[stmt:i]) {
+						if assigned == nil {
+							assigned = map[string]bool{}
+						}
+						assigned[v] = true
+					}
+				}
+				stmt = i + 1
+			}
+			continue
 		case '(':
 			depth++
 			continue
@@ -523,8 +585,9 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 				tv = v
 			}
 		}
-		if tv == "" || (!sel && assigns(q[j:])) {
-			// Not a tracking variable, or the target of a SET.
+		if tv == "" || (!sel && assigns(q[j:])) || assigned[tv] {
+			// Not a tracking variable, the target of a SET, or one
+			// the server holds the client's value of.
 			i = j - 1
 			continue
 		}
