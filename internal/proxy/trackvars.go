@@ -29,7 +29,10 @@ import (
 //     information_schema.SESSION_VARIABLES with the client's values;
 //   - lets a client's SET of them run on the server (which checks the
 //     value), reads back the values it left and sets its own again
-//     (relayTrackSet).
+//     (relayTrackSet), after the last result of a multi-statement that
+//     starts with the SET: until then the server's own tracking decides
+//     for what the first SET assigned (passAssigned) and reads after a
+//     SET of a variable in the same text are left to the server.
 // Reads through prepared statements, stored programs or
 // information_schema queries the client writes itself still see the
 // proxy's settings.
@@ -539,6 +542,8 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 					}
 				}
 				stmt = i + 1
+				w, _ := firstWord(q[stmt+skipSpace(q[stmt:]):])
+				sel = eqFold(w, "select")
 			}
 			continue
 		case '(':
