@@ -199,7 +199,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			if s.txPool {
 				calc = mentions(p[1:], "sql_calc_found_rows")
 				s.rewritten = nil
-				if s.diagLost && s.rlog == nil && readsDiagnostics(p[1:]) {
+				if s.diagLost && !s.replayRecords() && readsDiagnostics(p[1:]) {
 					s.rewritten = rewriteDiagnostics(p[1:], s.rowCount, s.foundRows)
 				}
 				if merr := s.beforeStatement(p[1:]); merr != nil {
@@ -216,10 +216,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			}
 			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
 				s.rewritten = s.trk.rewriteTrackRefs(p[1:])
-				// Transaction replay hashes results as relayed: its
-				// SETs of tracking variables keep the old way (the
-				// session is then not movable).
-				trackSet = s.cls == classSet && s.rlog == nil
+				// With transaction replay on, a SET is never hashed:
+				// outside a transaction it is not recorded, inside one
+				// it ends the replay (recordBegin).
+				trackSet = s.cls == classSet
 			}
 			s.keepForLoss(p)
 			switch s.cls {

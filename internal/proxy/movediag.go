@@ -73,7 +73,7 @@ func calcFoundRows(q []byte) bool {
 func (s *session) afterMove(q []byte, text bool) *mysql.MyError {
 	switch {
 	case readsDiagnostics(q):
-		if text && s.rlog == nil {
+		if text && !s.replayRecords() {
 			if out := rewriteDiagnostics(q, s.rowCount, s.foundRows); out != nil {
 				s.rewritten = out
 				return nil
@@ -85,6 +85,13 @@ func (s *session) afterMove(q []byte, text bool) *mysql.MyError {
 		return errUnknown(fmt.Sprintf("switchyard: the session moved to %s before this statement; the warnings and errors of the previous statement stayed on the old connection", nodeName(s.be)))
 	}
 	return nil
+}
+
+// replayRecords reports whether transaction replay records the next
+// statement (recordBegin): an answer the proxy writes in its place
+// (rewriteDiagnostics) would not be what replaying it gives.
+func (s *session) replayRecords() bool {
+	return s.rlog != nil && (s.inTx() || s.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0)
 }
 
 // readsWarnings reports whether q may read the previous statement's

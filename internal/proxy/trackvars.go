@@ -29,7 +29,10 @@ import (
 //     information_schema.SESSION_VARIABLES with the client's values;
 //   - lets a client's SET of them run on the server (which checks the
 //     value), reads back the values it left and sets its own again
-//     (relayTrackSet).
+//     (relayTrackSet), after the last result of a multi-statement that
+//     starts with the SET: until then the server's own tracking decides
+//     for what the first SET assigned (passAssigned) and reads after a
+//     SET of a variable in the same text are left to the server.
 // Reads through prepared statements, stored programs or
 // information_schema queries the client writes itself still see the
 // proxy's settings.
@@ -251,8 +254,16 @@ func (s *session) relayTrackSet() error {
 		s.inTrackSet = false
 	}
 	prev := s.trk
-	if st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 && s.tracked {
+	switch {
+	case !s.tracked:
+	case st&mysql.SERVER_MORE_RESULTS_EXISTS == 0:
 		s.retrack()
+	case s.trk != nil:
+		// A multi-statement: until the values are read back at the
+		// end, the server's own tracking decides for what the SET
+		// assigned (this OK included).
+		s.trk = s.trk.passAssigned(trackAssigned(firstStatement(s.setText)))
+		s.updateTrackFilter()
 	}
 	out := payload
 	switch {
@@ -326,6 +337,20 @@ func (s *session) retrack() {
 	}
 }
 
+// passAssigned returns a copy of ts that lets pass every entry of the
+// trackers the variables in assigned rule: in the rest of a multi-statement
+// opened by the client's SET of them, the server itself tracks those with
+// the client's values, the others still with the proxy's.
+func (ts *trackSettings) passAssigned(assigned map[string]bool) *trackSettings {
+	c := *ts
+	if assigned[tvSysVars] {
+		c.all, c.names = true, nil
+	}
+	c.stateChange = c.stateChange || assigned[tvStateChange]
+	c.schema = c.schema || assigned[tvSchema]
+	return &c
+}
+
 func boolText(v bool) string {
 	if v {
 		return "ON"
@@ -363,6 +388,27 @@ func trackAssigned(q []byte) map[string]bool {
 		i = j - 1
 	}
 	return out
+}
+
+// firstStatement returns q up to its first ';' outside quotes (all of q
+// when there is none).
+func firstStatement(q []byte) []byte {
+	for i := 0; i < len(q); i++ {
+		switch c := q[i]; c {
+		case ';':
+			return q[:i]
+		case '\'', '"', '`':
+			j := i + 1
+			for j < len(q) && q[j] != c {
+				if q[j] == '\\' && c != '`' {
+					j++
+				}
+				j++
+			}
+			i = j
+		}
+	}
+	return q
 }
 
 // backendRow runs q on the session's backend (between commands) and
@@ -477,11 +523,32 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 	}
 	first, _ := firstWord(q[skipSpace(q):])
 	sel := eqFold(first, "select")
+	// In a multi-statement, a statement after a SET of tracking
+	// variables reads the values that SET gave the server's session,
+	// which are the client's (relayTrackSet sets the proxy's own again
+	// only after the last result): assigned gathers them, statement by
+	// statement.
+	var assigned map[string]bool
 	var out []byte
-	last, depth := 0, 0
+	last, depth, stmt := 0, 0, 0
 	for i := 0; i < len(q); i++ {
 		c := q[i]
 		switch c {
+		case ';':
+			if depth == 0 {
+				if w, _ := firstWord(q[stmt+skipSpace(q[stmt:]) : i]); eqFold(w, "set") {
+					for v := range trackAssigned(q[stmt:i]) {
+						if assigned == nil {
+							assigned = map[string]bool{}
+						}
+						assigned[v] = true
+					}
+				}
+				stmt = i + 1
+				w, _ := firstWord(q[stmt+skipSpace(q[stmt:]):])
+				sel = eqFold(w, "select")
+			}
+			continue
 		case '(':
 			depth++
 			continue
@@ -526,8 +593,9 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 				tv = v
 			}
 		}
-		if tv == "" || (!sel && assigns(q[j:])) {
-			// Not a tracking variable, or the target of a SET.
+		if tv == "" || (!sel && assigns(q[j:])) || assigned[tv] {
+			// Not a tracking variable, the target of a SET, or one
+			// the server holds the client's value of.
 			i = j - 1
 			continue
 		}

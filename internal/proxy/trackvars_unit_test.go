@@ -22,6 +22,12 @@ func TestRewriteTrackRefs(t *testing.T) {
 		{"SELECT IF(@@session_track_state_change, 'y', 'n')", "SELECT IF(0, 'y', 'n')"},
 		{"SET @@session.session_track_schema = 0", ""},
 		{"SET @a = @@session_track_schema", "SET @a = 1"},
+		// After a SET of a variable in a multi-statement the server
+		// holds the client's value.
+		{"SET session_track_schema=OFF; SELECT @@session_track_schema, @@session_track_state_change",
+			"SET session_track_schema=OFF; SELECT @@session_track_schema, 0 AS `@@session_track_state_change`"},
+		{"SET @x=';'; SELECT @@session_track_schema; SET session_track_schema=0; SELECT @@session_track_schema",
+			"SET @x=';'; SELECT 1 AS `@@session_track_schema`; SET session_track_schema=0; SELECT @@session_track_schema"},
 	}
 	for _, c := range cases {
 		got := ts.rewriteTrackRefs([]byte(c.q))
