@@ -16,7 +16,14 @@ import (
 // closed, as it is outside a transaction: it never goes on without its
 // temporary table.
 func TestLostTxUnmovableSessionCloses(t *testing.T) {
-	rh := newReplayHarness(t, 8)
+	t.Run("replay", func(t *testing.T) { lostTxUnmovable(t, newReplayHarness(t, 8)) })
+	t.Run("no_replay", func(t *testing.T) {
+		h := newHarness(t, nil)
+		lostTxUnmovable(t, &replayHarness{harness: h, root: h.direct(0)})
+	})
+}
+
+func lostTxUnmovable(t *testing.T, rh *replayHarness) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := rh.db("rw", "sbtest", func(c *mysql.Config) { c.InterpolateParams = true })
@@ -35,6 +42,7 @@ func TestLostTxUnmovableSessionCloses(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "temporary tables") || !strings.Contains(err.Error(), "the session is closed, reconnect") {
 		t.Fatalf("COMMIT after the backend was lost: %v, want the session-closed error naming the temporary tables", err)
 	}
+	t.Logf("COMMIT: %v", err)
 	var n int
 	err = conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM tt").Scan(&n)
 	if err == nil || strings.Contains(err.Error(), "1146") {
