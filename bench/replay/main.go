@@ -299,7 +299,8 @@ func (l *errorLog) record(r slog.Record) {
 	case "COMMIT in flight when the primary was lost: not committed; replaying the transaction":
 		l.count(l.commits, "absent")
 		return
-	case "primary lost while a statement ending a transaction ran: its outcome is unknown":
+	case "primary lost while a statement ending a transaction ran: its outcome is unknown",
+		"primary lost while a write ran: its outcome is unknown":
 		if st := attr("statement"); strings.EqualFold(st, "COMMIT") {
 			class = errCommit
 		} else {

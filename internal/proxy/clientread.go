@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 )
 
 // clientIn is a client read buffer: a bufio.Reader of clientReadBuf bytes
@@ -92,6 +93,7 @@ func (s *session) dropReader() {
 func (s *session) awaitCommand() bool {
 	if s.raw == nil || s.tls {
 		s.takeReader() // not a socket, or TLS (tls.go): keep one reader for the session
+		s.waitStart = time.Now()
 		return false
 	}
 	if in := s.cin; in != nil {

@@ -85,6 +85,15 @@ func (s *session) loop() string {
 			s.ended = true
 			return closeQuit
 		}
+		if !s.waitStart.IsZero() && time.Since(s.waitStart) >= idleParkAfter {
+			// A session that never parks (TLS) and waited as long as a
+			// parked one: its server may have closed its idle connection
+			// meanwhile (wait_timeout), in or out of a transaction.
+			s.waitStart = time.Time{}
+			if reason := s.afterIdle(); reason != "" {
+				return reason
+			}
+		}
 		if s.txEnded != nil {
 			// The proxy ended the transaction while the client sent a
 			// command without a response: this command gets its error

@@ -134,12 +134,33 @@ func errPrimaryRefused(cluster, node, cause, why string) *mysql.MyError {
 		orText(node, "(none)"), cluster, cause, why))
 }
 
-// errLostInFlight is the error of a statement in flight when its primary's
-// connection died, whose outcome the proxy cannot know: MySQL error 1105.
-func errLostInFlight(cluster, node string) *mysql.MyError {
-	return errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this statement ran; "+
-		"its outcome is unknown (it may or may not have been committed): check the table before retrying; the session continues on the primary the controller names",
-		node, cluster))
+// errLostInFlight is the error of a statement in flight (what: its first
+// keyword, see lostKeyword) when its primary's connection died, whose
+// outcome the proxy cannot know: MySQL error 1105, worded as
+// errOutcomeUnknown.
+func errLostInFlight(what, cluster, node string) *mysql.MyError {
+	return errOutcomeUnknown(what, cluster, node, "")
+}
+
+// lostKeyword names the statement in flight when the primary was lost,
+// for errLostInFlight: its first keyword in capitals (from the replay
+// record, or the copy kept to run it again), else "the statement".
+func (s *session) lostKeyword() string {
+	if r := s.rlog; r != nil && r.fl.active && r.fl.wlen > 0 {
+		return r.fl.keyword()
+	}
+	var text []byte
+	if len(s.rerun) > 1 && s.rerun[0] == mysql.COM_QUERY {
+		text = s.rerun[1:]
+	} else if len(s.rerun) >= execHeader && s.rerun[0] == mysql.COM_STMT_EXECUTE {
+		if st := s.stmts[binary.LittleEndian.Uint32(s.rerun[1:])]; st != nil {
+			text = st.text
+		}
+	}
+	if w, _ := firstWord(text); len(w) > 0 {
+		return strings.ToUpper(string(w))
+	}
+	return "the statement"
 }
 
 // errReadAbandoned is the error of a read in flight when its primary's
@@ -296,7 +317,7 @@ func (s *session) primaryBackendLost(cmd byte, err error) string {
 	s.srv.metrics.primaryLostInFlight.WithLabelValues(s.l.cluster).Inc()
 	s.log.Warn("primary connection lost with a statement in flight; its outcome is unknown", "node", node)
 	if kindOf(cmd) != respNone {
-		s.writeError(1, errLostInFlight(s.l.cluster, node))
+		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, node))
 	}
 	return ""
 }
@@ -368,7 +389,7 @@ func (s *session) rerunExecute(lost string) string {
 	}
 	st := s.stmts[id]
 	if st == nil {
-		s.writeError(1, errLostInFlight(s.l.cluster, lost))
+		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, lost))
 		return ""
 	}
 	p := s.rerun
@@ -386,7 +407,7 @@ func (s *session) rerunExecute(lost string) string {
 		st.rebind = false
 	}
 	if !s.beginRelay() {
-		s.writeError(1, errLostInFlight(s.l.cluster, lost))
+		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, lost))
 		return ""
 	}
 	s.log.Info("sending a prepared statement the lost primary never ran to the new primary", "lost", lost, "node", s.be.t.node)

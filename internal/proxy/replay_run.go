@@ -107,10 +107,19 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		case fl.kind == kindEnds, fl.kind == kindBegin && fl.inTx, !inTx && fl.kind == kindWrite:
 			s.dropLost()
 			r.reset()
-			s.rejoinPrimary(lost)
 			s.srv.metrics.outcomeUnknown.WithLabelValues(s.l.name).Inc()
-			s.log.Warn("primary lost while a statement ending a transaction ran: its outcome is unknown", "node", lost,
+			what := "a statement ending a transaction ran"
+			if !inTx {
+				what = "a write ran"
+			}
+			s.log.Warn("primary lost while "+what+": its outcome is unknown", "node", lost,
 				"statement", fl.keyword(), "cause", cause)
+			if reason, closing := s.closeUnmovable(cmd, fmt.Sprintf(
+				"the outcome of %s is unknown: the primary %s of cluster %s was lost while it ran (%s); check before retrying",
+				fl.keyword(), orText(lost, "?"), s.l.cluster, cause)); closing {
+				return true, true, reason
+			}
+			s.rejoinPrimary(lost)
 			s.writeError(1, errOutcomeUnknown(fl.keyword(), s.l.cluster, lost, cause))
 			return true, true, ""
 		}
@@ -151,6 +160,11 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	}
 	s.dropLost()
 	r.reset()
+	if reason, closing := s.closeUnmovable(cmd, fmt.Sprintf(
+		"your transaction was rolled back: the primary %s of cluster %s was lost while it was open", orText(lost, "?"), s.l.cluster)); closing {
+		s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
+		return true, true, reason
+	}
 	if result != replayNoPrimary && result != replayConnect {
 		s.rejoinPrimary(lost)
 	}
@@ -176,6 +190,29 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	}
 	answered, reason = s.endTx(cmd, e)
 	return true, answered, reason
+}
+
+// closeUnmovable ends a session that lost its primary connection (its
+// transaction already dropped, dropLost) when its state cannot be rebuilt
+// on another connection (unmigratable: temporary tables, a user lock, SQL
+// prepared statements...): going on would run its next statements without
+// that state, as a session that cannot move when its route changes is
+// closed (migrate). The pending command cmd gets one error, what happened
+// (what) and why the session cannot go on, unless it has no response; it
+// returns closeRouteChanged and true. It returns false when the session
+// can go on.
+func (s *session) closeUnmovable(cmd byte, what string) (string, bool) {
+	why := s.unmigratable()
+	if why == "" {
+		return "", false
+	}
+	s.srv.metrics.migrationsFailed.WithLabelValues(s.l.name, "state").Inc()
+	s.log.Info("closing session: its primary connection was lost and its state cannot be moved", "why", why)
+	if kindOf(cmd) != respNone {
+		s.writeError(1, errUnknown(fmt.Sprintf(
+			"switchyard: %s; this session cannot be moved to another connection: it %s; the session is closed, reconnect", what, why)))
+	}
+	return closeRouteChanged, true
 }
 
 // dropPending forgets the last recorded statement when its response had
@@ -579,13 +616,19 @@ func (r *replayLog) describe(s *session, e *replayEntry) string {
 }
 
 // errOutcomeUnknown is the error a client gets when the statement in
-// flight when its primary was lost ended a transaction (or was an
-// autocommit write): MySQL error 1105 (ER_UNKNOWN_ERROR, SQLSTATE HY000).
-// It is never replayed: the primary may have committed it (with semi-sync,
-// a replica may have it and the new primary with it).
+// flight when its primary was lost ended a transaction or was an
+// autocommit write (what names it: its first keyword, "the statement"
+// when unknown): MySQL error 1105 (ER_UNKNOWN_ERROR, SQLSTATE HY000).
+// cause says what the proxy saw, "" for nothing more. It is never replayed:
+// the primary may have committed it (with semi-sync, a replica may have it
+// and the new primary with it).
 func errOutcomeUnknown(what, cluster, lost, cause string) *mysql.MyError {
-	return errUnknown(fmt.Sprintf("switchyard: the outcome of %s is unknown: the primary was lost while it ran; check before retrying "+
-		"(primary %s of cluster %s: %s; the session continues on the new primary)", what, orText(lost, "?"), cluster, cause))
+	if cause != "" {
+		cause = " (" + strings.TrimPrefix(cause, "switchyard: ") + ")"
+	}
+	return errUnknown(fmt.Sprintf("switchyard: the outcome of %s is unknown (it may or may not have been committed): "+
+		"the connection to primary %s of cluster %s was lost while it ran%s; check before retrying; the session continues on the primary the controller names",
+		what, orText(lost, "?"), cluster, cause))
 }
 
 // errReplayFailed is the error a client gets when its transaction was

@@ -319,7 +319,7 @@ func TestTransactionReplay(t *testing.T) {
 		}
 		mustExec(t, lock, "UNLOCK TABLES")
 		code, msg := mysqlErr(cerr)
-		if code != 1105 || !strings.Contains(msg, "the outcome of COMMIT is unknown: the primary was lost while it ran; check before retrying") {
+		if code != 1105 || !strings.Contains(msg, "the outcome of COMMIT is unknown (it may or may not have been committed): the connection to primary") {
 			t.Fatalf("COMMIT in flight when the primary changed: %v, want 1105 saying its outcome is unknown", cerr)
 		}
 		if d := ctrValue(rh.srv.metrics.outcomeUnknown.WithLabelValues("rw")) - unknown; d != 1 {

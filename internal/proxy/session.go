@@ -152,6 +152,11 @@ type session struct {
 	// guarded by the parker's mu).
 	hupBe  *backend
 	parkFd int
+	// waitStart is when a session that never parks (TLS, idlepark.go)
+	// began waiting for its current command: one that waited at least
+	// idleParkAfter has its backend checked as a parked one is
+	// (idleclose.go).
+	waitStart time.Time
 	// txEnded is the error of a transaction the proxy ended while the
 	// pending command had no response to carry it (COM_STMT_CLOSE,
 	// COM_STMT_SEND_LONG_DATA): the next command that has a response

@@ -12,7 +12,11 @@ import (
 // was rolled back by the loss of the primary — or, for a COMMIT in flight
 // (inflight and s.commitSent), that its outcome is unknown. With inflight
 // the command was already forwarded (its packet is consumed); otherwise
-// its packet is consumed here. A command without a response
+// its packet is consumed here. A session whose state cannot move to
+// another connection (temporary tables, a user lock...: unmigratable)
+// gets one error saying why and is closed instead (closeUnmovable), as
+// when its route changes outside a transaction (migrate). A command
+// without a response
 // (COM_STMT_CLOSE) cannot carry the error: the client's next command gets
 // it (endTx). The backend connection is dropped, the
 // session continues and its next command waits for the new primary
@@ -36,12 +40,22 @@ func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reaso
 	s.st.locked = false
 	s.snap, s.detached = nil, false
 	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
-	var e *mysql.MyError
 	if inflight && s.commitSent {
 		s.log.Warn("primary connection lost while COMMIT ran; its outcome is unknown", "node", node)
-		e = errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while COMMIT ran; "+
-			"the transaction's outcome is unknown (it may or may not have been committed): check the table before retrying; the session continues on the primary the controller names",
-			node, s.l.cluster))
+		if reason, closing := s.closeUnmovable(cmd, fmt.Sprintf(
+			"the outcome of COMMIT is unknown: the connection to primary %s of cluster %s was lost while it ran; check before retrying",
+			orText(node, "(unknown)"), s.l.cluster)); closing {
+			s.commitSent = false
+			return true, reason
+		}
+	} else if reason, closing := s.closeUnmovable(cmd, fmt.Sprintf(
+		"your transaction was rolled back by the loss of primary %s of cluster %s", orText(node, "(unknown)"), s.l.cluster)); closing {
+		s.commitSent = false
+		return true, reason
+	}
+	var e *mysql.MyError
+	if inflight && s.commitSent {
+		e = errOutcomeUnknown("COMMIT", s.l.cluster, node, "")
 	} else {
 		s.log.Info("transaction ended by the loss of the primary", "node", node, "in_flight", inflight)
 		what := "the statement was not run"
