@@ -116,7 +116,8 @@ func (s *session) idleCloseOnly(be *backend, code uint16) string {
 	}
 	snap := s.l.route.snap.Load()
 	switch {
-	case snap == nil || snap != s.snap:
+	case snap == nil || s.snap == nil:
+		// s.snap nil: the session's next command checks the route.
 		return "route changed"
 	case snap.hold != nil:
 		return "switchover hold"
