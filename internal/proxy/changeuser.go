@@ -14,7 +14,12 @@ import (
 // COM_CHANGE_USER implies (prepared statements, variables and temporary
 // tables are gone). The new user's plugin is served as at login
 // (authClient; a switch to another plugin gets a fresh scramble). A failed
-// verification answers ER_ACCESS_DENIED_ERROR and closes the session.
+// verification answers ER_ACCESS_DENIED_ERROR and keeps the session open
+// as the previous user, its state reset on a fresh backend connection with
+// its schema and charset, as MariaDB does (sql_parse.cc COM_CHANGE_USER
+// resets the session with THD::change_user before acl_authenticate and
+// restores the saved security context, schema and charset when that fails).
+// Protocol or I/O failures during the exchange still close it.
 // https://dev.mysql.com/doc/dev/mysql-server/latest/page_protocol_com_change_user.html
 func (s *session) changeUser() string {
 	payload, _, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
@@ -30,28 +35,46 @@ func (s *session) changeUser() string {
 	}
 	rc := s.srv.rc.Load()
 	auth, seq, reason := s.authClient(rc, cu.User, cu.AuthPlugin, cu.AuthResponse, s.scramble, 1, true)
+	if reason == closeAuthFailed {
+		// The ERR is written; the previous user gets its session reset on a
+		// fresh backend connection, with its schema and charset.
+		s.log.Info("COM_CHANGE_USER refused; the session continues as the previous user", "user", cu.User, "previous", s.user)
+		return s.relogin(rc, seq, s.user, s.stage1, s.edKey, s.schema, 0, nil, false)
+	}
 	if reason != "" {
 		return reason
 	}
-	u, stage1 := auth.u, auth.stage1
+	return s.relogin(rc, seq, auth.u.name, auth.stage1, auth.edKey, cu.Database, cu.Charset, cu.Attrs, true)
+}
+
+// relogin gives the session a new backend connection logged in as user
+// (stage1, edKey) with schema, charset (0: unchanged) and attrs (nil:
+// unchanged), dropping the session state; with answer it writes the OK (or
+// the error) at sequence id seq, else the client was already answered.
+func (s *session) relogin(rc *runtimeConfig, seq byte, user string, stage1 [mysqlproto.HashLen]byte, edKey *[64]byte,
+	schema string, charset uint16, attrs []byte, answer bool) string {
 	snap := s.l.route.snap.Load()
 	t, merr := snap.pick(s.l.role, rc.fallback(s.l.cluster))
 	if merr != nil {
-		s.writeError(seq, merr)
+		if answer {
+			s.writeError(seq, merr)
+		}
 		return closeNoRoute
 	}
 	prevUser, prevStage1, prevKey, prevSchema, prevCharset, prevAttrs := s.user, s.stage1, s.edKey, s.schema, s.charset, s.attrs
-	s.user, s.stage1, s.edKey, s.schema = u.name, stage1, auth.edKey, cu.Database
-	if cu.Charset != 0 {
-		s.charset = byte(cu.Charset)
+	s.user, s.stage1, s.edKey, s.schema = user, stage1, edKey, schema
+	if charset != 0 {
+		s.charset = byte(charset)
 	}
-	if cu.Attrs != nil {
-		s.attrs = cu.Attrs
+	if attrs != nil {
+		s.attrs = attrs
 	}
 	be, okPayload, merr := s.connect(t, snap, rc, false)
 	if merr != nil {
 		s.user, s.stage1, s.edKey, s.schema, s.charset, s.attrs = prevUser, prevStage1, prevKey, prevSchema, prevCharset, prevAttrs
-		s.writeError(seq, merr)
+		if answer {
+			s.writeError(seq, merr)
+		}
 		return closeBackendConnect
 	}
 	old, ok := s.setBackend(be)
@@ -69,6 +92,9 @@ func (s *session) changeUser() string {
 	s.setTracking(be, okPayload)
 	s.initTracking()
 	s.srv.setOwner(s, s.user)
+	if !answer {
+		return ""
+	}
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
 	}

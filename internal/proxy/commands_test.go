@@ -247,16 +247,55 @@ func TestChangeUserAndHashOnlyUser(t *testing.T) {
 		t.Fatalf("hash-only user login: %v", err)
 	}
 	rc2.Close()
-	// Wrong password on COM_CHANGE_USER: 1045 and the session is closed.
-	bad := mysqlproto.ChangeUser{User: h.c.AppUser, AuthResponse: mysqlproto.NativeToken(rc.scramble, mysqlproto.NativeStage1("wrong")),
-		Charset: 45, AuthPlugin: mysql.AUTH_NATIVE_PASSWORD}
-	rc.write(0, mysqlproto.AppendChangeUser(nil, &bad, rc.caps))
-	p := rc.next()
-	if e := mysqlproto.ParseERR(p); p[0] != mysql.ERR_HEADER || e.Code != mysql.ER_ACCESS_DENIED_ERROR || e.State != "28000" {
-		t.Fatalf("bad change user: %s", describe(p))
+	// Wrong password on COM_CHANGE_USER: 1045, and the session stays open
+	// as the previous user with its state reset (user variables gone); a
+	// second COM_CHANGE_USER with the right password succeeds. The same sequence straight against the server
+	// shows what MariaDB does.
+	dc, err := dialRaw(t, h.c.Nodes[0].Address, h.c.AppUser, h.c.AppPassword, "", mysql.CLIENT_DEPRECATE_EOF, "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, _, err := mysqlproto.ReadPacket(rc.r, nil, 0); err == nil {
-		t.Fatal("session still open after a refused COM_CHANGE_USER")
+	defer dc.Close()
+	// changeTo sends COM_CHANGE_USER for the app user with pw, answers an
+	// AuthSwitchRequest (MariaDB restarts the exchange with a fresh
+	// scramble), and returns the final OK or ERR.
+	changeTo := func(rc *rawConn, pw string) []byte {
+		cu := mysqlproto.ChangeUser{User: h.c.AppUser, AuthResponse: mysqlproto.NativeToken(rc.scramble, mysqlproto.NativeStage1(pw)),
+			Charset: 45, AuthPlugin: mysql.AUTH_NATIVE_PASSWORD}
+		rc.write(0, mysqlproto.AppendChangeUser(nil, &cu, rc.caps))
+		p := rc.next()
+		if p[0] == 0xfe && len(p) > 1 {
+			i := 1 + strings.IndexByte(string(p[1:]), 0) + 1
+			data := p[i:]
+			if n := len(data); n > 0 && data[n-1] == 0 {
+				data = data[:n-1]
+			}
+			rc.write(2, mysqlproto.NativeToken(data, mysqlproto.NativeStage1(pw)))
+			p = rc.next()
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name string
+		rc   *rawConn
+		prev string // the user before the refused change
+	}{{"server", dc, h.c.AppUser}, {"proxy", rc, "app2"}} {
+		c.rc.query("SET @kept = 1")
+		p := changeTo(c.rc, "wrong")
+		if e := mysqlproto.ParseERR(p); p[0] != mysql.ERR_HEADER || e.Code != mysql.ER_ACCESS_DENIED_ERROR || e.State != "28000" {
+			t.Fatalf("%s: bad change user: %s", c.name, describe(p))
+		}
+		if rows := c.rc.query("SELECT CURRENT_USER(), @kept"); !strings.HasPrefix(rows[0][0], c.prev+"@") || rows[0][1] != "<nil>" {
+			t.Fatalf("%s: after the refused COM_CHANGE_USER: %v", c.name, rows)
+		} else {
+			t.Logf("%s: after the refused COM_CHANGE_USER: %v", c.name, rows)
+		}
+		if p := changeTo(c.rc, h.c.AppPassword); p[0] != mysql.OK_HEADER {
+			t.Fatalf("%s: second COM_CHANGE_USER: %s", c.name, describe(p))
+		}
+		if rows := c.rc.query("SELECT CURRENT_USER()"); !strings.HasPrefix(rows[0][0], h.c.AppUser+"@") {
+			t.Fatalf("%s: after the second COM_CHANGE_USER: %v", c.name, rows)
+		}
 	}
 }
 

@@ -79,9 +79,9 @@ func (s *session) afterIdle() string {
 	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
 		code = mysqlproto.ParseERR(pkt).Code
 	}
-	if !s.idleCloseOnly(be, code) {
+	if why := s.idleCloseOnly(be, code); why != "" {
 		s.log.Info("backend connection closed by the server while the session was idle; the next command finds it lost",
-			"node", be.t.node, "error", code)
+			"node", be.t.node, "error", code, "because", why)
 		return ""
 	}
 	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
@@ -108,20 +108,30 @@ func (s *session) readParting(be *backend) ([]byte, byte) {
 
 // idleCloseOnly reports whether a close of be's connection (with the
 // error code the server sent, 0 if none) was the server ending one idle
-// connection, not the node going away or a route change.
-func (s *session) idleCloseOnly(be *backend, code uint16) bool {
+// connection, not the node going away or a route change: "" when it was,
+// else what says otherwise (for the log).
+func (s *session) idleCloseOnly(be *backend, code uint16) string {
 	if code == mysql.ER_SERVER_SHUTDOWN {
-		return false
+		return "server shutdown"
 	}
 	snap := s.l.route.snap.Load()
-	if snap == nil || snap != s.snap || snap.hold != nil || s.detached ||
-		!snap.valid(s.l.role, s.srv.rc.Load().fallback(s.l.cluster), be) || !s.srv.reachable(be.t) {
-		return false
+	switch {
+	case snap == nil || s.snap == nil:
+		// s.snap nil: the session's next command checks the route.
+		return "route changed"
+	case snap.hold != nil:
+		return "switchover hold"
+	case s.detached:
+		return "detached"
+	case !snap.valid(s.l.role, s.srv.rc.Load().fallback(s.l.cluster), be):
+		return "node left the route"
+	case !s.srv.reachable(be.t):
+		return "node unreachable"
 	}
 	c, err := net.DialTimeout("tcp", be.t.addr, s.srv.rc.Load().connectTimeout)
 	if err != nil {
-		return false
+		return "node refuses connections"
 	}
 	_ = c.Close()
-	return true
+	return ""
 }

@@ -60,6 +60,22 @@ func TestIdleTimeoutClosesClient(t *testing.T) {
 			// 1 s of wait_timeout, plus the idle sweep (1 s) and margin.
 			t.Logf("closed %v after the last statement", waitClosed(t, rc, 6*time.Second))
 		})
+		t.Run(at.name+"/wait_timeout_state_republished", func(t *testing.T) {
+			// The topology is published again, unchanged (a new snapshot
+			// of the same route), while the session is idle: the server's
+			// close still reaches the client.
+			rc, err := dialRaw(t, at.addr, at.user, at.password, "sbtest", 0, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			rc.query("SET SESSION wait_timeout=2")
+			if at.name == "proxy" {
+				time.Sleep(500 * time.Millisecond)
+				h.srv.SetClusterState(sandboxState(h.c, 1, 0, 1, 2))
+			}
+			t.Logf("closed %v after the last statement", waitClosed(t, rc, 7*time.Second))
+		})
 		t.Run(at.name+"/kill", func(t *testing.T) {
 			rc, err := dialRaw(t, at.addr, at.user, at.password, "sbtest", 0, "")
 			if err != nil {
