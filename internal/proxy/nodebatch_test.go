@@ -86,7 +86,7 @@ type nodeBatchResult struct {
 // and straight to the primary: all rows inserted through few commands
 // (COM_STMT_BULK_EXECUTE, not one execute per row), and the JSON and POINT
 // columns keep the type names of the extended metadata; a compressed
-// connection (with CLIENT_DEPRECATE_EOF and metadata caching) reports
+// connection (with CLIENT_DEPRECATE_EOF) reports
 // Compression ON and reads a prepared result. Times are logged.
 func TestNodeConnectorBatch(t *testing.T) {
 	run := nodeBatch(t)

@@ -40,9 +40,14 @@ const relayCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIEN
 // in column definitions (relayed as they are: the relay counts them, never
 // parses them), the "metadata follows" byte of column counts
 // (mysqlproto.ColumnCount). COM_MULTI (not in 10.11) and bulk unit results
-// (11.5) are not offered.
+// (11.5) are not offered, nor is metadata caching
+// (MARIADB_CLIENT_CACHE_METADATA): after a session move the new server
+// takes the metadata of the statement prepared again as sent to the client
+// and may leave it out of the next execute while the client holds the
+// metadata of its last execute on the old server, so a move could refuse
+// or misdecode a statement. Without it every execute carries its metadata.
 const relayExtCaps = mysqlproto.MariaDBClientProgress | mysqlproto.MariaDBClientStmtBulkOperations |
-	mysqlproto.MariaDBClientExtendedTypeInfo | mysqlproto.MariaDBClientCacheMetadata
+	mysqlproto.MariaDBClientExtendedTypeInfo
 
 // session is one client connection and the backend connection it owns.
 // Only the session's goroutine touches its fields, except shutdown (from
