@@ -431,6 +431,11 @@ func (s *session) noteQuery(q []byte) {
 	switch s.cls {
 	case classSet:
 		s.setText = append(s.setText[:0], q...)
+		if containsFold(q, "global") {
+			// SET GLOBAL x / SET @@global.x: clean pooled connections
+			// keep the old values as their session values (pool.go).
+			s.srv.globalsGen.Add(1)
+		}
 		if !s.tracked {
 			s.st.markOpaque("set variables on a server without session tracking")
 		}

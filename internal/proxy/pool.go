@@ -489,7 +489,11 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 		be.sameState = true
 		kind = checkoutSame
 	default:
-		reset := !be.clean
+		// A clean connection took its session variables from the global
+		// values at its login or last reset; a SET GLOBAL relayed since
+		// (noteQuery) makes it reset, as a new connection to the server
+		// would start from the new global values.
+		reset := !be.clean || be.globals != s.srv.globalsGen.Load()
 		if reset {
 			kind = checkoutReset
 		}
