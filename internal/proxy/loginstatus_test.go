@@ -6,6 +6,7 @@ import (
 	gmysql "github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
 
 // TestLoginStatusFollowsGlobalAutocommit: the login OK's
@@ -65,5 +66,41 @@ func TestLoginStatusFollowsGlobalAutocommit(t *testing.T) {
 			h.waitIdle(node, 1)
 		}
 		adm.Close()
+	}
+}
+
+// TestChangeUserReleasesUserLock: after COM_CHANGE_USER the previous
+// login's GET_LOCK is free at once, as on the server, where the change
+// resets the session (mariadb-client-test test_bug31418); the previous
+// connection goes back to the pool with its own schema.
+func TestChangeUserReleasesUserLock(t *testing.T) {
+	h := newHarness(t, nil)
+	addr := h.srv.ListenerAddr("rw")
+	for i := range 5 {
+		rc, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "sbtest", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows := rc.query("SELECT GET_LOCK('cu_lock', 1)"); rows[0][0] != "1" {
+			t.Fatalf("round %d: GET_LOCK: %v", i, rows)
+		}
+		cu := mysqlproto.ChangeUser{User: h.c.AppUser, AuthResponse: mysqlproto.NativeToken(rc.scramble, mysqlproto.NativeStage1(h.c.AppPassword)),
+			Charset: 45, AuthPlugin: gmysql.AUTH_NATIVE_PASSWORD}
+		rc.write(0, mysqlproto.AppendChangeUser(nil, &cu, rc.caps))
+		rc.expectOK()
+		if rows := rc.query("SELECT IS_FREE_LOCK('cu_lock'), DATABASE()"); rows[0][0] != "1" || rows[0][1] != "<nil>" {
+			t.Fatalf("round %d: after COM_CHANGE_USER: IS_FREE_LOCK, DATABASE() = %v, want 1, NULL", i, rows)
+		}
+		rc.Close()
+		// The previous login's connection, pooled again, still has its
+		// schema: a login with that schema gets it there.
+		c2, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "sbtest", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows := c2.query("SELECT DATABASE()"); rows[0][0] != "sbtest" {
+			t.Fatalf("round %d: pooled login with schema sbtest: DATABASE() = %v", i, rows)
+		}
+		c2.Close()
 	}
 }
