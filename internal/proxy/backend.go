@@ -33,8 +33,13 @@ type backend struct {
 	threadID uint32
 	// gen is the route's primary generation when it was opened (see
 	// routeSnapshot.gen).
-	gen    uint64
-	closed atomic.Bool
+	gen uint64
+	// globals is Server.globalsGen when the connection last took its
+	// session variables from the server's global values (its login or a
+	// COM_RESET_CONNECTION): a clean connection whose globals is older is
+	// reset at checkout (pool.go preparePooled).
+	globals uint64
+	closed  atomic.Bool
 	// tracked: the server reports session state (CLIENT_SESSION_TRACK).
 	tracked bool
 	// status is the server status after the setup statement.
@@ -247,12 +252,13 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 		s.srv.readers.Put(br)
 	}()
 	sock := conn
+	globals := s.srv.globalsGen.Load()
 	okp, threadID, tracked, merr := s.backendLogin(&conn, br, t, snap, rc)
 	if merr != nil {
 		_ = conn.Close()
 		return nil, nil, merr
 	}
-	be := &backend{conn: conn, fd: connFD(sock), t: t, threadID: threadID, tracked: tracked}
+	be := &backend{conn: conn, fd: connFD(sock), t: t, threadID: threadID, tracked: tracked, globals: globals}
 	if conn != sock {
 		be.raw = sock
 	}

@@ -83,7 +83,12 @@ func (s *session) relogin(rc *runtimeConfig, seq byte, user string, stage1 [mysq
 		return closeServer
 	}
 	if old != nil {
-		old.close(true)
+		// Reset before the OK (giveBack: COM_RESET_CONNECTION, answered
+		// once the server has released the old session's user locks and
+		// table locks), not closed: a close is seen by the server later,
+		// and the client's next statement could still find the old
+		// session's GET_LOCK held (mariadb-client-test test_bug31418).
+		s.giveBackIn(old, true, prevSchema)
 	}
 	s.snap = nil // the next command checks the route (and holds during a switchover)
 	s.lastBe = be

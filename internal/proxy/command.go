@@ -377,6 +377,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.srv.bytesIn.Add(float64(s.in))
 	s.srv.bytesOut.Add(float64(s.out))
+	if cmd == mysql.COM_QUERY && s.cls == classSet && setsGlobal(s.setText) {
+		// Again once the server answered: a connection reset meanwhile
+		// (giveBack) may have read the count before the SET took effect.
+		s.srv.globalsGen.Add(1)
+	}
 	if cap(s.prepPacket) > 4<<10 || cap(s.setText) > 4<<10 || cap(s.rerun) > 4<<10 {
 		// Idle sessions keep small buffers only.
 		s.prepPacket, s.setText, s.rerun = nil, nil, nil
@@ -431,6 +436,11 @@ func (s *session) noteQuery(q []byte) {
 	switch s.cls {
 	case classSet:
 		s.setText = append(s.setText[:0], q...)
+		if setsGlobal(q) {
+			// SET GLOBAL x / SET @@global.x: clean pooled connections
+			// keep the old values as their session values (pool.go).
+			s.srv.globalsGen.Add(1)
+		}
 		if !s.tracked {
 			s.st.markOpaque("set variables on a server without session tracking")
 		}

@@ -53,6 +53,7 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 	be.setupWarned = false
 	var ids []uint32
 	var out []byte
+	globals := s.srv.globalsGen.Load()
 	if o.reset {
 		out, _ = mysqlproto.AppendPacket(out, 0, []byte{mysql.COM_RESET_CONNECTION})
 	}
@@ -107,6 +108,9 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 	}
 	if o.reset {
 		readOK("COM_RESET_CONNECTION", false)
+		if first == nil {
+			be.globals = globals
+		}
 	}
 	if o.initDB != "" {
 		readOK("the default schema", true)

@@ -489,7 +489,11 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 		be.sameState = true
 		kind = checkoutSame
 	default:
-		reset := !be.clean
+		// A clean connection took its session variables from the global
+		// values at its login or last reset; a SET GLOBAL relayed since
+		// (noteQuery) makes it reset, as a new connection to the server
+		// would start from the new global values.
+		reset := !be.clean || be.globals != s.srv.globalsGen.Load()
 		if reset {
 			kind = checkoutReset
 		}
@@ -543,6 +547,12 @@ func (s *session) hasState() bool {
 // pool as a clean connection; closed when that fails or the session did
 // not end between commands.
 func (s *session) giveBack(be *backend, reusable bool) {
+	s.giveBackIn(be, reusable, s.schema)
+}
+
+// giveBackIn is giveBack for a connection whose default schema is schema
+// (COM_CHANGE_USER gives back the connection of the previous login).
+func (s *session) giveBackIn(be *backend, reusable bool, schema string) {
 	if !reusable || be.counter == nil || be.closed.Load() || be.broken() {
 		be.close(true)
 		return
@@ -561,7 +571,7 @@ func (s *session) giveBack(be *backend, reusable bool) {
 		return
 	}
 	be.clean, be.owner = true, 0
-	be.schema = s.schema
+	be.schema = schema
 	be.counter.putIdle(be, time.Now())
 }
 

@@ -23,6 +23,8 @@ type rawConn struct {
 	caps     uint32
 	scramble []byte
 	greeting *mysqlproto.Handshake
+	// loginStatus is the server status of the login OK.
+	loginStatus uint16
 }
 
 const rawCaps = mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SECURE_CONNECTION |
@@ -76,6 +78,7 @@ func dialRaw(t testing.TB, addr, user, password, db string, caps uint32, plugin 
 		}
 		switch p[0] {
 		case mysql.OK_HEADER:
+			rc.loginStatus, _ = mysqlproto.OKStatus(p)
 			return rc, nil
 		case mysql.ERR_HEADER:
 			c.Close()

@@ -69,6 +69,11 @@ type Server struct {
 	metrics     *metrics
 	tlsM        *tlsMetrics
 
+	// globalsGen counts the SET statements naming GLOBAL that sessions
+	// sent: a pooled connection reset (or logged in) under an older count
+	// may have session variables from old global values (pool.go).
+	globalsGen atomic.Uint64
+
 	rc  atomic.Pointer[runtimeConfig]
 	cfg atomic.Pointer[config.Config]
 

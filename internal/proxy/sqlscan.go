@@ -515,3 +515,37 @@ func spaces(q []byte) int {
 	}
 	return i
 }
+
+// setsGlobal reports whether the SET statement q assigns a global value:
+// the keyword GLOBAL (SET GLOBAL x = ...) or @@global.x followed by "=" or
+// ":=". Reading a global value (SET @v = @@global.x) is not one. Quoted
+// text is not skipped: a false positive only costs a pooled connection a
+// reset.
+func setsGlobal(q []byte) bool {
+	const kw = "global"
+	for i := 0; i+len(kw) <= len(q); i++ {
+		if q[i]|0x20 != 'g' || !eqFold(q[i:i+len(kw)], kw) || (i > 0 && isWordByte(q[i-1])) {
+			continue
+		}
+		j := i + len(kw)
+		if j < len(q) && isWordByte(q[j]) {
+			continue
+		}
+		if i >= 2 && q[i-1] == '@' && q[i-2] == '@' {
+			if j < len(q) && q[j] == '.' {
+				k := j + 1
+				for k < len(q) && (isWordByte(q[k]) || q[k] == '`') {
+					k++
+				}
+				if assigns(q[k:]) {
+					return true
+				}
+			}
+			continue
+		}
+		if (i == 0 || (q[i-1] != '@' && q[i-1] != '.')) && (j >= len(q) || q[j] != '.') {
+			return true
+		}
+	}
+	return false
+}

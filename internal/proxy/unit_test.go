@@ -233,3 +233,21 @@ func TestCompressionStatusQuery(t *testing.T) {
 		}
 	}
 }
+
+func TestSetsGlobal(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SET GLOBAL autocommit=0":                           true,
+		"set global max_connect_errors=@saved":              true,
+		"SET @@global.max_connect_errors=3":                 true,
+		"set @@global.general_log = on":                     true,
+		"SET a=1, GLOBAL b=2":                               true,
+		"SET @save_autocommit=@@global.autocommit":          false,
+		"set @save_global_general_log=@@global.general_log": false,
+		"SET autocommit=0":                                  false,
+		"SET @@session.autocommit=0":                        false,
+	} {
+		if got := setsGlobal([]byte(q)); got != want {
+			t.Errorf("setsGlobal(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
