@@ -453,13 +453,7 @@ func (s *session) queryOne(br *bufio.Reader, be *backend, q []byte) (val string,
 	if !ok {
 		return "", false, 0, 0, fmt.Errorf("bad column count packet")
 	}
-	skip := int(ncols)
-	if !meta {
-		skip = 0
-	}
-	if !s.deprecateEOF() {
-		skip++
-	}
+	skip := s.defPackets(ncols, meta)
 	for range skip {
 		if _, _, err = mysqlproto.ReadPacket(br, nil, 0); err != nil {
 			return "", false, 0, 0, err

@@ -53,6 +53,20 @@ func (s *session) deprecateEOF() bool { return s.caps&mysql.CLIENT_DEPRECATE_EOF
 // follows" byte (MARIADB_CLIENT_CACHE_METADATA).
 func (s *session) cacheMeta() bool { return s.ext&mysqlproto.MariaDBClientCacheMetadata != 0 }
 
+// defPackets is how many packets follow a result's column count before
+// its rows: the ncols column definitions when meta says they were sent,
+// plus the EOF after them without CLIENT_DEPRECATE_EOF.
+func (s *session) defPackets(ncols uint64, meta bool) int {
+	n := 0
+	if meta {
+		n = int(ncols)
+	}
+	if !s.deprecateEOF() {
+		n++
+	}
+	return n
+}
+
 // relay relays the backend's response to a command of the given kind.
 func (s *session) relay(cmd byte, kind responseKind) error {
 	switch kind {

@@ -452,13 +452,7 @@ func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte,
 			return 0, 0, buf, errors.New("bad column count packet")
 		}
 		sumCols(h, ncols)
-		skip := int(ncols)
-		if !meta {
-			skip = 0
-		}
-		if !s.deprecateEOF() {
-			skip++
-		}
+		skip := s.defPackets(ncols, meta)
 		for range skip {
 			if p, _, err = mysqlproto.ReadPacket(br, buf, 0); err != nil {
 				return 0, 0, buf, err
