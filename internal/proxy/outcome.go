@@ -107,6 +107,7 @@ const replayCommitWait = 500 * time.Millisecond
 // as they blocked the original, until the bound). Only the order changes;
 // every replay is still checked against what its client saw.
 func (s *session) awaitReplays() {
+	s.awaitSnapshots()
 	deadline := time.Now().Add(replayCommitWait)
 	for s.l.route.replaying.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)

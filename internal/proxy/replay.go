@@ -74,6 +74,13 @@ type replayLog struct {
 	// primary; its COMMIT waits for the cluster's other replays
 	// (awaitReplays).
 	replayed bool
+	// pendSnap: the session is counted in its route's unsnapped
+	// (replay_snap.go). snapGTID is @@gtid_binlog_state on the new primary
+	// when the replay took its snapshot, and mismatchArgs the parameters
+	// of the replayed statement whose result differed, for the log.
+	pendSnap     bool
+	snapGTID     string
+	mismatchArgs string
 }
 
 // replayEntry is one recorded statement.
@@ -179,6 +186,11 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 		r.reset()
 	}
 	r.fl = flight{cmd: cmd, inTx: inTx, active: true}
+	if !inTx {
+		// A new transaction or an autocommit statement commits after
+		// the replays of the cluster have taken their snapshots.
+		s.awaitSnapshots()
+	}
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_STMT_EXECUTE:
 	case mysql.COM_STMT_SEND_LONG_DATA:

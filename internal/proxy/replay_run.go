@@ -79,7 +79,9 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	}
 	inTx := fl.inTx || r.active()
 	absent := false // a COMMIT in flight found not committed: replay and commit
+	defer s.snapTaken()
 	if inflight && fl.commit && r.mk.sent {
+		s.pendSnapshot() // it may replay: count it while it waits for the primary
 		committed, notCommitted, reason, why := s.resolveCommit(lost)
 		switch {
 		case committed:
@@ -124,6 +126,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 			return true, true, ""
 		}
 	}
+	s.pendSnapshot()
 	s.srv.metrics.replayAttempts.WithLabelValues(s.l.name).Inc()
 	start := time.Now()
 	// A COM_STMT_PREPARE in flight is not recorded (it changes nothing in
@@ -133,6 +136,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		(len(r.entries) == 0 || r.entries[len(r.entries)-1].done)
 	s.l.route.replaying.Add(1)
 	result, why := s.replayTx(lost, inflight && !prepInFlight, absent)
+	s.snapTaken()
 	s.l.route.replaying.Add(-1)
 	reran := false
 	switch {
@@ -178,7 +182,8 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		return true, true, ""
 	}
 	s.srv.metrics.txAborted.WithLabelValues(s.l.name).Inc()
-	s.log.Info("transaction not replayed: rolled back", "lost", lost, "result", result, "why", why, "cause", cause)
+	s.log.Info("transaction not replayed: rolled back", "lost", lost, "result", result, "why", why, "cause", cause,
+		"args", r.mismatchArgs, "snapshot_gtid", r.snapGTID)
 	e := errReplayFailed(s.l.cluster, lost, why, inflight)
 	if inflight {
 		if kindOf(cmd) != respNone {
@@ -295,23 +300,51 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 	}()
 	_ = be.conn.SetDeadline(time.Now().Add(restoreTimeout))
 	defer func() { _ = be.conn.SetDeadline(time.Time{}) }()
+	// The replay takes its snapshot at its opener when nothing after it
+	// depends on data committed later (replay_snap.go); else once all of
+	// it ran again (the caller's snapTaken).
+	opener, csText, found, cs := r.snapshotOpener(n)
+	r.snapGTID, r.mismatchArgs = "", ""
 	var buf []byte
 	for i := 0; i < n; i++ {
 		e := &r.entries[i]
 		if !e.done {
 			return replayNotReplayable, "a statement of the transaction had not completed"
 		}
-		id, temp, merr := s.replayStmtID(br, be, e)
-		if merr != nil {
-			return replayLostAgain, merr.Message
+		var err error
+		var id uint32
+		temp := false
+		if cs && i == opener {
+			err = writePacket(be.conn, 0, append([]byte{mysql.COM_QUERY}, csText...))
+		} else {
+			var merr *mysql.MyError
+			if id, temp, merr = s.replayStmtID(br, be, e); merr != nil {
+				return replayLostAgain, merr.Message
+			}
+			err = s.sendRecorded(be, e, id)
 		}
-		if err := s.sendRecorded(be, e, id); err != nil {
+		if err != nil {
 			return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
 		}
 		sum, status, b, err := s.readSum(br, buf)
 		buf = b
 		if err != nil {
 			return replayLostAgain, fmt.Sprintf("replaying on %s: %v", be.t.node, err)
+		}
+		if found && i == opener && sum == e.sum {
+			// What the new primary had committed when the replay's
+			// snapshot was taken (for the log of a mismatch); a
+			// variable read opens no InnoDB read view.
+			v, _, code, _, qerr := s.queryOne(br, be, []byte("SELECT @@gtid_binlog_state"))
+			if qerr != nil {
+				return replayLostAgain, fmt.Sprintf("replaying on %s: %v", be.t.node, qerr)
+			}
+			if code == 0 {
+				r.snapGTID = v
+			}
+			if cs {
+				s.snapTaken()
+			}
 		}
 		if temp {
 			// COM_STMT_CLOSE has no response.
@@ -323,6 +356,7 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 			}
 		}
 		if sum != e.sum {
+			r.mismatchArgs = r.describeArgs(e)
 			return replayMismatch, fmt.Sprintf("statement %d of the transaction (%s) returned a different result when replayed on %s",
 				i+1, r.describe(s, e), be.t.node)
 		}

@@ -81,6 +81,11 @@ type clusterRoute struct {
 	// re-executing its statements): a replayed COMMIT waits, briefly,
 	// until none is (outcome.go awaitReplays).
 	replaying atomic.Int64
+	// unsnapped counts the sessions of the cluster that will replay a
+	// transaction and whose replay has not taken its snapshot yet
+	// (replay_snap.go): statements outside transactions wait, briefly,
+	// until none is.
+	unsnapped atomic.Int64
 
 	mu       sync.Mutex
 	state    *topo.ClusterState

@@ -1,0 +1,252 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
+)
+
+// Replays and their snapshots. Under REPEATABLE READ (InnoDB's default) a
+// transaction reads from the snapshot taken at its first consistent read.
+// Everything committed on the lost primary before the crash is on the new
+// one before any replay starts (the failover applies the relay log first),
+// so a replay whose snapshot is taken before anything else commits on the
+// new primary reads exactly what the original read, unless another
+// transaction committed rows it read between its first read and the crash
+// (that difference is real, and the replay is refused for it). What the
+// proxy can keep out of the replays' snapshots is what commits on the new
+// primary after the failover: the statements held during it, the sessions
+// that go on there (a COMMIT resolved committed, a replay rolled back), and
+// the replays' own COMMITs. So:
+//
+//   - a session that lost its primary in a transaction it will replay is
+//     counted in the cluster route's unsnapped from the loss (before the
+//     wait for the new primary) until its replay has taken its snapshot;
+//   - a replay whose recorded statements are all plain reads (no write, no
+//     locking read: nothing it runs depends on data committed after its
+//     snapshot, and nothing reads its own writes) and that was opened by a
+//     plain BEGIN / START TRANSACTION is opened with START TRANSACTION WITH
+//     CONSISTENT SNAPSHOT instead: its snapshot is taken then
+//     (https://mariadb.com/kb/en/start-transaction/; InnoDB ignores the
+//     clause, with a warning, outside REPEATABLE READ, where every read
+//     takes a fresh view or locks anyway). Any other replay counts as
+//     snapshotted only once all its recorded statements have run again;
+//   - a statement outside a transaction on a primary listener, and a
+//     replayed transaction's COMMIT, wait until no replay of the cluster
+//     is unsnapped, at most replaySnapshotWait each.
+//
+// The order only changes for transactions that began after the loss of
+// the primary; every replay is still compared with what its client saw.
+
+// replaySnapshotWait bounds how long a statement outside a transaction (or
+// a replayed COMMIT) waits for the cluster's replays to take their
+// snapshots.
+const replaySnapshotWait = time.Second
+
+// pendSnapshot counts the session in its route's unsnapped replays (once).
+func (s *session) pendSnapshot() {
+	if r := s.rlog; r != nil && !r.pendSnap {
+		r.pendSnap = true
+		s.l.route.unsnapped.Add(1)
+	}
+}
+
+// snapTaken ends pendSnapshot (no-op when not counted).
+func (s *session) snapTaken() {
+	if r := s.rlog; r != nil && r.pendSnap {
+		r.pendSnap = false
+		s.l.route.unsnapped.Add(-1)
+	}
+}
+
+// awaitSnapshots waits, at most replaySnapshotWait, until every replay of
+// the session's cluster has taken its snapshot. It reports whether the
+// bound ran out first (the statement then goes on anyway).
+func (s *session) awaitSnapshots() (timedOut bool) {
+	if s.l.route.unsnapped.Load() <= 0 {
+		return false
+	}
+	start := time.Now()
+	deadline := start.Add(replaySnapshotWait)
+	for s.l.route.unsnapped.Load() > 0 {
+		if !time.Now().Before(deadline) {
+			s.log.Info("statement released before every replay took its snapshot", "cluster", s.l.cluster,
+				"unsnapped", s.l.route.unsnapped.Load(), "waited", time.Since(start))
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// snapshotOpener returns the index of the recorded statement that opened
+// the transaction, a plain BEGIN [WORK] or START TRANSACTION [READ ONLY |
+// READ WRITE], as text or prepared (after a SET TRANSACTION, if any):
+// found is false for any other start (the first statement under
+// autocommit=0, other clauses).
+// cs reports that the replay of the first n recorded statements takes its
+// snapshot there, with text (WITH CONSISTENT SNAPSHOT added) replayed in
+// its place: the statements after it are plain reads.
+func (r *replayLog) snapshotOpener(n int) (idx int, text []byte, found, cs bool) {
+	if n == 0 {
+		return 0, nil, false, false
+	}
+	if n > 1 && r.entries[0].st == nil && isSetTx(r.entryText(&r.entries[0])) {
+		idx = 1
+	}
+	e := &r.entries[idx]
+	if e.st != nil && e.st.params != 0 {
+		return 0, nil, false, false
+	}
+	// A prepared BEGIN (sysbench prepares its BEGIN and COMMIT) is
+	// replayed as text in that case: both answer with a plain OK.
+	q := strings.ToUpper(strings.Join(strings.Fields(strings.TrimRight(string(r.entryText(e)), "; \t\r\n")), " "))
+	switch q {
+	case "BEGIN", "BEGIN WORK", "START TRANSACTION":
+		q = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
+	case "START TRANSACTION READ ONLY", "START TRANSACTION READ WRITE":
+		q += ", WITH CONSISTENT SNAPSHOT"
+	default:
+		return 0, nil, false, false
+	}
+	var fl flight
+	for i := idx + 1; i < n; i++ {
+		t := r.entryText(&r.entries[i])
+		if txKind(t, &fl) != kindRead || lockingRead(t) {
+			return idx, nil, true, false
+		}
+	}
+	return idx, []byte(q), true, true
+}
+
+// entryText is the SQL text of recorded statement e (of its prepared
+// statement for an execute).
+func (r *replayLog) entryText(e *replayEntry) []byte {
+	if e.st != nil {
+		return e.st.text
+	}
+	return r.payload(e)[1:]
+}
+
+func isSetTx(q []byte) bool {
+	w, rest := firstWord(q)
+	w2, _ := firstWord(rest)
+	return eqFold(w, "set") && eqFold(w2, "transaction")
+}
+
+// lockingRead reports whether q has a locking clause (FOR UPDATE, LOCK IN
+// SHARE MODE, FOR SHARE) or reads into variables or a file: not a plain
+// consistent read.
+func lockingRead(q []byte) bool {
+	norm := strings.ToUpper(strings.Join(strings.Fields(string(q)), " "))
+	return strings.Contains(norm, "FOR UPDATE") || strings.Contains(norm, "LOCK IN SHARE MODE") ||
+		strings.Contains(norm, "FOR SHARE") || strings.Contains(norm, " INTO ")
+}
+
+// describeArgs renders the parameters of a recorded COM_STMT_EXECUTE (the
+// recorded packet always carries their types, addExecute) for the log:
+// "(1, 'abc', NULL)", "" for a text statement. Types it does not decode
+// end the list with "…".
+func (r *replayLog) describeArgs(e *replayEntry) string {
+	if e.st == nil || e.st.params == 0 {
+		return ""
+	}
+	p := r.payload(e)
+	n := int(e.st.params)
+	nullOff := 10
+	off := nullOff + (n+7)/8
+	if len(p) <= off || p[off] != 1 || len(p) < off+1+2*n {
+		return "(?)"
+	}
+	types := p[off+1 : off+1+2*n]
+	v := p[off+1+2*n:]
+	var b strings.Builder
+	b.WriteByte('(')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if p[nullOff+i/8]&(1<<(i%8)) != 0 {
+			b.WriteString("NULL")
+			continue
+		}
+		unsigned := types[2*i+1]&0x80 != 0
+		size := 0
+		switch types[2*i] {
+		case mysql.MYSQL_TYPE_TINY:
+			size = 1
+		case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+			size = 2
+		case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT:
+			size = 4
+		case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
+			size = 8
+		case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB,
+			mysql.MYSQL_TYPE_TINY_BLOB, mysql.MYSQL_TYPE_MEDIUM_BLOB, mysql.MYSQL_TYPE_LONG_BLOB,
+			mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_NEWDECIMAL:
+			l, k, ok := mysqlproto.ReadLenEnc(v)
+			if !ok || k+int(l) > len(v) {
+				b.WriteString("…)")
+				return b.String()
+			}
+			sv := string(v[k : k+int(l)])
+			if len(sv) > 24 {
+				sv = sv[:21] + "..."
+			}
+			b.WriteString(strconv.Quote(sv))
+			v = v[k+int(l):]
+			continue
+		default:
+			b.WriteString("…)")
+			return b.String()
+		}
+		if len(v) < size {
+			b.WriteString("…)")
+			return b.String()
+		}
+		var u uint64
+		switch size {
+		case 1:
+			u = uint64(v[0])
+			if !unsigned {
+				u = uint64(int64(int8(v[0])))
+			}
+		case 2:
+			u = uint64(binary.LittleEndian.Uint16(v))
+			if !unsigned {
+				u = uint64(int64(int16(u)))
+			}
+		case 4:
+			u = uint64(binary.LittleEndian.Uint32(v))
+			if types[2*i] == mysql.MYSQL_TYPE_FLOAT {
+				b.WriteString(strconv.FormatFloat(float64(math.Float32frombits(uint32(u))), 'g', -1, 32))
+				v = v[size:]
+				continue
+			}
+			if !unsigned {
+				u = uint64(int64(int32(u)))
+			}
+		case 8:
+			u = binary.LittleEndian.Uint64(v)
+			if types[2*i] == mysql.MYSQL_TYPE_DOUBLE {
+				b.WriteString(strconv.FormatFloat(math.Float64frombits(u), 'g', -1, 64))
+				v = v[size:]
+				continue
+			}
+		}
+		if unsigned {
+			b.WriteString(strconv.FormatUint(u, 10))
+		} else {
+			b.WriteString(strconv.FormatInt(int64(u), 10))
+		}
+		v = v[size:]
+	}
+	b.WriteByte(')')
+	return b.String()
+}
