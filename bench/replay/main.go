@@ -65,6 +65,7 @@ type options struct {
 	trials, threads, seconds, tables, tableSize int
 	killAt, interval, maxHold                   time.Duration
 	ignoreErrors, commitOutcome                 string
+	verbose                                     bool
 }
 
 type trial struct {
@@ -79,6 +80,9 @@ type trial struct {
 	// switchyard_proxy_commit_outcome_resolved_total).
 	inFlight, committed, absent, absentReplayed, unresolved int
 	fatal                                                   string // sysbench's FATAL line, "" if none
+	mismatches                                              []mismatch
+	early                                                   int    // statements released before every replay's snapshot
+	events                                                  string // the controller's events from the kill on
 }
 
 func main() {
@@ -93,6 +97,7 @@ func main() {
 	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
 	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
 	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
+	flag.BoolVar(&o.verbose, "v", false, "print the controller's events after the kill in every trial (else only when the failover took over 3 s)")
 	flag.Parse()
 	if o.ignoreErrors != "1105" && o.ignoreErrors != "none" {
 		fmt.Fprintln(os.Stderr, "replay: -ignore-errors must be 1105 or none")
@@ -132,7 +137,16 @@ func main() {
 		if tr.fatal != "" {
 			fatal = "yes (" + tr.fatal + ")"
 		}
-		fmt.Printf("trial %d: %s; mismatches %d; sysbench FATAL: %s\n", i, tr.errorLine(), tr.mismatches(), fatal)
+		fmt.Printf("trial %d: %s; mismatches %d; sysbench FATAL: %s\n", i, tr.errorLine(), tr.mismatchCount(), fatal)
+		causes := map[string]int{}
+		for _, m := range tr.mismatches {
+			causes[m.cause]++
+			fmt.Printf("trial %d: rolled back: %s %s on %s: %s; %s\n", i, m.stmt, m.args, m.node, m.before, m.cause)
+		}
+		fmt.Printf("trial %d: rolled-back replays by cause %v; statements released before every replay's snapshot (bound ran out) %d\n", i, causes, tr.early)
+		if tr.failover > 3*time.Second || o.verbose {
+			fmt.Printf("trial %d: controller events from the kill:\n    %s\n", i, tr.events)
+		}
 		if sum := tr.classified(); tr.fatal == "" && tr.sysbenchErrors != sum {
 			fmt.Fprintf(os.Stderr, "trial %d: sysbench saw %d errors, the proxy accounts for %d (%v)\n", i, tr.sysbenchErrors, sum, tr.classes)
 			os.Exit(1)
@@ -140,8 +154,13 @@ func main() {
 	}
 	var att, rep, fl float64
 	var inFlight, committed, absent, absentReplayed, unresolved, fatals int
-	classes := map[string]int{}
+	classes, causes := map[string]int{}, map[string]int{}
+	early := 0
 	for _, tr := range all {
+		early += tr.early
+		for _, m := range tr.mismatches {
+			causes[m.cause]++
+		}
 		att, rep, fl = att+tr.attempts, rep+tr.replayed, fl+tr.fail
 		inFlight, committed, absent, absentReplayed, unresolved = inFlight+tr.inFlight, committed+tr.committed, absent+tr.absent,
 			absentReplayed+tr.absentReplayed, unresolved+tr.unresolved
@@ -153,8 +172,8 @@ func main() {
 		}
 	}
 	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back; COMMITs in flight %d: committed %d, not committed %d (replayed %d), unresolved %d; "+
-		"client errors by class %v; sysbench FATAL in %d of %d trials\n",
-		att, rep, 100*rep/max(att, 1), fl, inFlight, committed, absent, absentReplayed, unresolved, classes, fatals, len(all))
+		"client errors by class %v; rolled-back replays by cause %v; released before every snapshot %d; sysbench FATAL in %d of %d trials\n",
+		att, rep, 100*rep/max(att, 1), fl, inFlight, committed, absent, absentReplayed, unresolved, classes, causes, early, fatals, len(all))
 }
 
 // Client error classes.
@@ -174,9 +193,9 @@ func (tr *trial) classified() int {
 	return n
 }
 
-// mismatches is the number of transactions rolled back because a replayed
+// mismatchCount is the number of transactions rolled back because a replayed
 // statement returned a different result.
-func (tr *trial) mismatches() int {
+func (tr *trial) mismatchCount() int {
 	n := 0
 	for c, v := range tr.classes {
 		if strings.HasPrefix(c, errMismatch) {
@@ -233,6 +252,20 @@ type errorLog struct {
 	classes map[string]int
 	commits map[string]int // COMMITs in flight, by resolution
 	attrs   []slog.Attr
+	// mismatches: each replay rolled back because a statement returned
+	// another result; early: statements the proxy released before every
+	// replay had taken its snapshot (its bound ran out).
+	mismatches []mismatch
+	early      int
+}
+
+// mismatch is one replay rolled back because a replayed statement returned
+// a different result.
+type mismatch struct {
+	stmt, args, node string
+	snapshotGTID     string // @@gtid_binlog_state on the new primary at the replay's snapshot
+	cause            string // filled in by diagnose
+	before           string // what the new primary had committed before the snapshot
 }
 
 func newErrorLog() *errorLog { return &errorLog{classes: map[string]int{}, commits: map[string]int{}} }
@@ -277,7 +310,10 @@ var stmtKinds = []struct{ prefix, kind string }{
 	{"SELECT", "other select"},
 }
 
-var mismatchStmt = regexp.MustCompile(`statement \d+ of the transaction \("((?:[^"\\]|\\.)*)`)
+var (
+	mismatchStmt = regexp.MustCompile(`statement \d+ of the transaction \("((?:[^"\\]|\\.)*)`)
+	replayedOn   = regexp.MustCompile(`returned a different result when replayed on (\S+)`)
+)
 
 func (l *errorLog) record(r slog.Record) {
 	attr := func(k string) string {
@@ -315,8 +351,18 @@ func (l *errorLog) record(r slog.Record) {
 			break
 		}
 		class = errMismatch + "unknown statement"
+		mm := mismatch{args: attr("args"), snapshotGTID: attr("snapshot_gtid")}
+		if m := replayedOn.FindStringSubmatch(why); m != nil {
+			mm.node = m[1]
+		}
+		defer func() {
+			l.mu.Lock()
+			l.mismatches = append(l.mismatches, mm)
+			l.mu.Unlock()
+		}()
 		if m := mismatchStmt.FindStringSubmatch(why); m != nil {
 			q := strings.ReplaceAll(m[1], `\"`, `"`)
+			mm.stmt = q
 			for _, k := range stmtKinds {
 				if strings.HasPrefix(strings.TrimSpace(q), k.prefix) {
 					class = errMismatch + k.kind
@@ -334,6 +380,11 @@ func (l *errorLog) record(r slog.Record) {
 				}
 			}
 		}
+	case "statement released before every replay took its snapshot":
+		l.mu.Lock()
+		l.early++
+		l.mu.Unlock()
+		return
 	case "primary lost: statement refused":
 		class = errOther + "refused (" + attr("reason") + ")"
 	default:
@@ -352,6 +403,12 @@ func (l *errorLog) commitCounts() (committed, absent int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.commits["committed"], l.commits["absent"]
+}
+
+func (l *errorLog) details() ([]mismatch, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]mismatch(nil), l.mismatches...), l.early
 }
 
 func (l *errorLog) snapshot() map[string]int {
@@ -418,6 +475,11 @@ func runTrial(o options) (tr trial, err error) {
 			return tr, fmt.Errorf("no failover: %w", err)
 		}
 		tr.failover, tr.newPrimary = time.Since(killed), st.Primary
+		defer func() {
+			if err == nil {
+				tr.events = failoverEvents(ctx, s, killed)
+			}
+		}()
 	}
 	serr = <-done
 	if f := regexp.MustCompile(`FATAL: .*`).FindString(out.String()); f != "" {
@@ -443,6 +505,10 @@ func runTrial(o options) (tr trial, err error) {
 	tr.committed, tr.absent = s.errs.commitCounts()
 	tr.unresolved = tr.classes[errCommit]
 	tr.inFlight = tr.committed + tr.absent + tr.unresolved
+	tr.mismatches, tr.early = s.errs.details()
+	if err := diagnose(ctx, s.sb, tr.newPrimary, tr.mismatches); err != nil {
+		return tr, err
+	}
 	return tr, nil
 }
 
