@@ -217,6 +217,7 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 		}
 		if first {
 			first = false
+			s.l.route.markLost(lost)
 			s.srv.metrics.primaryLostHeld.WithLabelValues(cluster).Inc()
 			s.log.Info("primary lost: holding the statement for the failover", "cluster", cluster, "node", lost, "max_hold", maxHold)
 		}

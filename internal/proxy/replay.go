@@ -79,6 +79,7 @@ type replayLog struct {
 	// when the replay took its snapshot, and mismatchArgs the parameters
 	// of the replayed statement whose result differed, for the log.
 	pendSnap     bool
+	gen          *txGen // where the open transaction is counted (nil: not counted)
 	snapGTID     string
 	mismatchArgs string
 }
@@ -126,6 +127,7 @@ func newReplayLog(maxBytes, maxStmts int) *replayLog {
 func (r *replayLog) reset() {
 	r.fl.active = false
 	r.wrote, r.mk.sent, r.mk.answer, r.replayed = false, false, markUnread, false
+	r.uncount()
 	r.entries = r.entries[:0]
 	r.broken, r.limit = "", false
 	if cap(r.buf) > 64<<10 {
@@ -285,6 +287,10 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 			break
 		}
 		r.add(p, 0, nil)
+	}
+	if r.gen == nil && len(r.entries) > 0 && s.be != nil {
+		r.gen = s.l.route.txGenFor(s.be.t.node)
+		r.gen.n.Add(1)
 	}
 	if !long && r.broken == "" {
 		r.cur = len(r.entries) - 1

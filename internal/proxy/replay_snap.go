@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -28,6 +29,9 @@ import (
 //   - a session that lost its primary in a transaction it will replay is
 //     counted in the cluster route's unsnapped from the loss (before the
 //     wait for the new primary) until its replay has taken its snapshot;
+//     before it notices the loss (its client has sent nothing since), its
+//     open transaction is counted by the node it began on (txGen), which
+//     the first session held for the failover marks lost;
 //   - a replay whose recorded statements are all plain reads (no write, no
 //     locking read: nothing it runs depends on data committed after its
 //     snapshot, and nothing reads its own writes) and that was opened by a
@@ -39,7 +43,11 @@ import (
 //     snapshotted only once all its recorded statements have run again;
 //   - a statement outside a transaction on a primary listener, and a
 //     replayed transaction's COMMIT, wait until no replay of the cluster
-//     is unsnapped, at most replaySnapshotWait each.
+//     is unsnapped and no transaction is open on a lost node, at most
+//     replaySnapshotWait each; a lost node's open transactions are waited
+//     for only until replaySnapshotWait after the first statement that
+//     waited for them (a client idle in a transaction delays the others
+//     once, not at every statement).
 //
 // The order only changes for transactions that began after the loss of
 // the primary; every replay is still compared with what its client saw.
@@ -57,32 +65,125 @@ func (s *session) pendSnapshot() {
 	}
 }
 
-// snapTaken ends pendSnapshot (no-op when not counted).
+// snapTaken ends pendSnapshot (no-op when not counted). The session's
+// transaction stops counting among those open on its old node.
 func (s *session) snapTaken() {
-	if r := s.rlog; r != nil && r.pendSnap {
+	r := s.rlog
+	if r == nil {
+		return
+	}
+	r.uncount()
+	if r.pendSnap {
 		r.pendSnap = false
 		s.l.route.unsnapped.Add(-1)
 	}
+}
+
+// txGen counts the sessions of a route with a recorded transaction open
+// that began on node. Until the deadline (unix nanoseconds, 0: none yet,
+// set by the first statement that waits for it), statements outside
+// transactions on another node wait until n is 0: a session in a
+// transaction when its primary was lost is counted there from the start,
+// even before it notices the loss.
+type txGen struct {
+	node     string
+	n        atomic.Int64
+	deadline atomic.Int64
+	lost     atomic.Bool // a session held for a failover after losing node (awaitPrimary)
+}
+
+// markLost notes that node was lost as the primary (a session waits for
+// the failover): its open transactions are replays to come.
+func (rt *clusterRoute) markLost(node string) {
+	for _, g := range [2]*txGen{rt.txCur.Load(), rt.txPrev.Load()} {
+		if g != nil && g.node == node {
+			g.lost.Store(true)
+		}
+	}
+}
+
+// txGenFor returns the route's count for transactions beginning on node,
+// making it the current one (the one before becomes the previous) when
+// the current one is another node's.
+func (rt *clusterRoute) txGenFor(node string) *txGen {
+	for {
+		cur := rt.txCur.Load()
+		if cur != nil && cur.node == node {
+			return cur
+		}
+		g := &txGen{node: node}
+		if rt.txCur.CompareAndSwap(cur, g) {
+			if cur != nil {
+				rt.txPrev.Store(cur)
+			}
+			return g
+		}
+	}
+}
+
+// uncount removes the open transaction from its count.
+func (r *replayLog) uncount() {
+	if r.gen != nil {
+		r.gen.n.Add(-1)
+		r.gen = nil
+	}
+}
+
+// staleTx is the number of sessions with a transaction open on a lost
+// node other than node, counted in a txGen whose deadline has not passed
+// (starting it when unset). A planned switchover loses no node: its
+// sessions never wait here.
+func (rt *clusterRoute) staleTx(node string, now time.Time) int64 {
+	var n int64
+	for _, g := range [2]*txGen{rt.txCur.Load(), rt.txPrev.Load()} {
+		if g == nil || g.node == node || !g.lost.Load() {
+			continue
+		}
+		k := g.n.Load()
+		if k <= 0 {
+			continue
+		}
+		d := g.deadline.Load()
+		if d == 0 {
+			d = now.Add(replaySnapshotWait).UnixNano()
+			if !g.deadline.CompareAndSwap(0, d) {
+				d = g.deadline.Load()
+			}
+		}
+		if now.UnixNano() < d {
+			n += k
+		}
+	}
+	return n
 }
 
 // awaitSnapshots waits, at most replaySnapshotWait, until every replay of
 // the session's cluster has taken its snapshot. It reports whether the
 // bound ran out first (the statement then goes on anyway).
 func (s *session) awaitSnapshots() (timedOut bool) {
-	if s.l.route.unsnapped.Load() <= 0 {
-		return false
+	rt := s.l.route
+	node := ""
+	if s.be != nil {
+		node = s.be.t.node
 	}
 	start := time.Now()
+	if rt.unsnapped.Load() <= 0 && rt.staleTx(node, start) <= 0 {
+		return false
+	}
 	deadline := start.Add(replaySnapshotWait)
-	for s.l.route.unsnapped.Load() > 0 {
-		if !time.Now().Before(deadline) {
+	for {
+		now := time.Now()
+		un, stale := rt.unsnapped.Load(), rt.staleTx(node, now)
+		if un <= 0 && stale <= 0 {
+			return false
+		}
+		if !now.Before(deadline) {
 			s.log.Info("statement released before every replay took its snapshot", "cluster", s.l.cluster,
-				"unsnapped", s.l.route.unsnapped.Load(), "waited", time.Since(start))
+				"unsnapped", un, "open_elsewhere", stale, "waited", now.Sub(start))
 			return true
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return false
 }
 
 // snapshotOpener returns the index of the recorded statement that opened

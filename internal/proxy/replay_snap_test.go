@@ -24,7 +24,10 @@ import (
 // transaction WITH CONSISTENT SNAPSHOT and B's UPDATE and C's COMMIT wait
 // until it has: A reads what it read before the crash (10, 20) and
 // commits, B's and C's writes land after it. Before, B's UPDATE committed
-// while A's replay slept and A was rolled back as a mismatch. With a
+// while A's replay slept and A was rolled back as a mismatch. D, in a
+// transaction that read row 1, sends nothing until 150 ms after the new
+// primary is published: B's UPDATE waits for it too (it was counted as a
+// transaction open on the lost node), and its replay reads 10. With a
 // write in A's transaction (after its reads) the replay cannot take its
 // snapshot at its opener: B and C then wait until it has run again.
 func TestReplaySnapshotBeforeHeldStatements(t *testing.T) {
@@ -52,7 +55,7 @@ func replaySnapshotScenario(t *testing.T, write bool) {
 	}
 	node2 := replicaWithTable(t, h, 1, "sbtest.rs_t")
 	waitRows(t, node2, "SELECT COUNT(*) FROM sbtest.rs_t", 3)
-	conns := make([]*sql.Conn, 3)
+	conns := make([]*sql.Conn, 4)
 	for i := range conns {
 		c, err := db.Conn(ctx)
 		if err != nil {
@@ -61,7 +64,7 @@ func replaySnapshotScenario(t *testing.T, write bool) {
 		defer c.Close()
 		conns[i] = c
 	}
-	a, b, c := conns[0], conns[1], conns[2]
+	a, b, c, d := conns[0], conns[1], conns[2], conns[3]
 	read := func(conn *sql.Conn, q string) (int, error) {
 		var v int
 		err := conn.QueryRowContext(ctx, q).Scan(&v)
@@ -84,6 +87,10 @@ func replaySnapshotScenario(t *testing.T, write bool) {
 	}
 	mustExec(t, c, "BEGIN")
 	mustExec(t, c, "UPDATE rs_t SET v = 21 WHERE id = 2")
+	mustExec(t, d, "BEGIN")
+	if v, err := read(d, "SELECT v FROM rs_t WHERE id = 1"); err != nil || v != 10 {
+		t.Fatalf("D's read before the kill: %d, %v", v, err)
+	}
 	waitRows(t, node2, "SELECT COUNT(*) FROM sbtest.rs_t WHERE v IN (10, 20)", 2)
 
 	held := ctrValue(h.srv.metrics.primaryLostHeld.WithLabelValues("main"))
@@ -121,6 +128,16 @@ func replaySnapshotScenario(t *testing.T, write bool) {
 	failing, published := failoverStates(h)
 	h.srv.SetClusterState(failing)
 	h.srv.SetClusterState(published)
+	// D sends nothing until after the new primary is published: it
+	// learns of the loss only then, but it was counted from the start.
+	time.Sleep(150 * time.Millisecond)
+	dv, derr := read(d, "SELECT v FROM rs_t WHERE id = 1")
+	if derr == nil {
+		_, derr = d.ExecContext(ctx, "COMMIT")
+	}
+	if derr != nil || dv != 10 {
+		t.Fatalf("D after the failover: row 1 = %d, %v; want 10 (its replay's snapshot taken before B's UPDATE committed)", dv, derr)
+	}
 
 	wait := func(ch <-chan error, what string) error {
 		select {

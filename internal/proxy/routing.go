@@ -86,6 +86,11 @@ type clusterRoute struct {
 	// (replay_snap.go): statements outside transactions wait, briefly,
 	// until none is.
 	unsnapped atomic.Int64
+	// txCur and txPrev count the sessions with a recorded transaction
+	// open, by the node it began on (the current and the previous one):
+	// a replay-to-be that has not noticed the loss of its primary yet
+	// is still counted there (replay_snap.go).
+	txCur, txPrev atomic.Pointer[txGen]
 
 	mu       sync.Mutex
 	state    *topo.ClusterState

@@ -281,6 +281,10 @@ func (s *session) finish(reason string) {
 		s.giveBack(be, s.ended)
 	}
 	s.dropReader()
+	if s.rlog != nil {
+		s.rlog.uncount() // a transaction open at the end (replay_snap.go)
+		s.snapTaken()
+	}
 	s.l.sessions.Add(-1)
 	s.srv.metrics.clientConns.WithLabelValues(s.l.name).Dec()
 	s.srv.metrics.sessionsClosed.WithLabelValues(reason).Inc()
