@@ -185,7 +185,7 @@ func failoverEvents(ctx context.Context, s *stack, killed time.Time) string {
 			continue
 		}
 		msg := ev.Message
-		if len(msg) > 110 {
+		if len(msg) > 110 && ev.Code != "failover_done" { // its steps and their durations
 			msg = msg[:107] + "..."
 		}
 		out = append(out, fmt.Sprintf("%+.2fs %s %s", ev.At.Sub(killed).Seconds(), ev.Code, msg))
