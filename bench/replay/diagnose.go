@@ -264,3 +264,73 @@ func lastWriteBefore(w map[uint64]map[string][]int64, top uint64, table string, 
 	}
 	return -1
 }
+
+// relayBacklog is, for each replica, the number of transactions it had
+// received from the primary and not yet applied (Gtid_IO_Pos minus
+// @@gtid_slave_pos, domain 0), read right after the kill: what the
+// failover's "apply relay log" step has to apply first.
+func relayBacklog(ctx context.Context, sb *sandbox.Cluster) string {
+	var out []string
+	for i := 1; i < len(sb.Nodes); i++ {
+		db, err := sql.Open("mysql", sb.RootDSN(i))
+		if err != nil {
+			out = append(out, sb.Nodes[i].Name+" "+err.Error())
+			continue
+		}
+		var applied string
+		var io string
+		err = db.QueryRowContext(ctx, "SELECT @@gtid_slave_pos").Scan(&applied)
+		if err == nil {
+			io, err = ioPos(ctx, db)
+		}
+		db.Close()
+		if err != nil {
+			out = append(out, sb.Nodes[i].Name+" "+err.Error())
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %d", sb.Nodes[i].Name, seqOf(io)-seqOf(applied)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// ioPos reads Gtid_IO_Pos from SHOW SLAVE STATUS.
+func ioPos(ctx context.Context, db *sql.DB) (string, error) {
+	rows, err := db.QueryContext(ctx, "SHOW SLAVE STATUS")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", err
+	}
+	if !rows.Next() {
+		return "", fmt.Errorf("not a replica")
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return "", err
+	}
+	for i, c := range cols {
+		if c == "Gtid_IO_Pos" {
+			return string(vals[i]), nil
+		}
+	}
+	return "", fmt.Errorf("no Gtid_IO_Pos")
+}
+
+// seqOf is the sequence number of domain 0 in a GTID position.
+func seqOf(pos string) int64 {
+	for _, e := range strings.Split(pos, ",") {
+		p := strings.Split(strings.TrimSpace(e), "-")
+		if len(p) == 3 && p[0] == "0" {
+			n, _ := strconv.ParseInt(p[2], 10, 64)
+			return n
+		}
+	}
+	return 0
+}

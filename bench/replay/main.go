@@ -83,6 +83,7 @@ type trial struct {
 	mismatches                                              []mismatch
 	early                                                   int    // statements released before every replay's snapshot
 	events                                                  string // the controller's events from the kill on
+	backlog                                                 string // per replica, transactions received and not applied at the kill
 }
 
 func main() {
@@ -144,6 +145,7 @@ func main() {
 			fmt.Printf("trial %d: rolled back: %s %s on %s: %s; %s\n", i, m.stmt, m.args, m.node, m.before, m.cause)
 		}
 		fmt.Printf("trial %d: rolled-back replays by cause %v; statements released before every replay's snapshot (bound ran out) %d\n", i, causes, tr.early)
+		fmt.Printf("trial %d: relay log not yet applied at the kill: %s\n", i, tr.backlog)
 		if tr.failover > 3*time.Second || o.verbose {
 			fmt.Printf("trial %d: controller events from the kill:\n    %s\n", i, tr.events)
 		}
@@ -467,6 +469,7 @@ func runTrial(o options) (tr trial, err error) {
 			return tr, err
 		}
 		killed := time.Now()
+		tr.backlog = relayBacklog(ctx, s.sb)
 		var st topo.ClusterState
 		if err := benchkit.WaitFor(ctx, 30*time.Second, func() bool {
 			_, gerr := topo.GetJSON(ctx, s.store, s.keys.ClusterState("main"), &st)
