@@ -20,6 +20,17 @@
 // a trial whose sysbench error count differs from the classified errors
 // fails.
 //
+// Each replay rolled back because a statement differed is printed with the
+// statement, its parameters and its cause, from the new primary's binary
+// log (diagnose.go): (a) a transaction committed before the crash wrote
+// rows it read (the last such write is named: how many transactions before
+// the old primary's last one); (b) a transaction the new primary committed
+// itself wrote its table before the replay's snapshot; (c) anything else.
+// Each trial also prints each replica's relay log not yet applied at the
+// kill (transactions), which the failover applies before it promotes, and,
+// with -v or when the failover took over 3 s, the controller's events and
+// failover steps with their durations.
+//
 // -ignore-errors is passed to sysbench as --mysql-ignore-errors: none
 // (the default) makes any client error fatal: a trial then reports
 // whether sysbench ended in FATAL (at the first client error) and the
@@ -29,7 +40,7 @@
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
 // [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors none|1105]
-// [-commit-outcome marker|unknown] [-max-hold D]
+// [-commit-outcome marker|unknown] [-max-hold D] [-v]
 //
 // -kill-at 0 kills nothing: the transactions per trial then compare the
 // cost of the commit marker (-commit-outcome marker against unknown).
