@@ -326,9 +326,21 @@ func (s *session) writeDirect(seq byte, payload []byte) error {
 	return err
 }
 
-// writeError sends e to the client as an ERR packet with sequence id seq.
+// writeError sends e to the client as an ERR packet with sequence id seq:
+// with the '#' SQLSTATE marker, or without one when e.State is empty (a
+// server's error relayed in the form it was sent, serverERR).
 func (s *session) writeError(seq byte, e *mysql.MyError) {
-	_ = s.writeDirect(seq, mysqlproto.AppendError(nil, e))
+	_ = s.writeDirect(seq, appendERRAsSent(nil, e))
+}
+
+// appendERRAsSent appends e as an ERR payload; an empty e.State leaves
+// out the SQLSTATE marker (see serverERR).
+func appendERRAsSent(b []byte, e *mysql.MyError) []byte {
+	if e.State != "" {
+		return mysqlproto.AppendError(b, e)
+	}
+	b = append(b, mysql.ERR_HEADER, byte(e.Code), byte(e.Code>>8))
+	return append(b, e.Message...)
 }
 
 // login runs the connection phase: greeting, authentication (switching the
