@@ -131,6 +131,15 @@ type session struct {
 	// killed is set (from the killer's goroutine, kill.go) before the
 	// proxy kills the session's backend thread.
 	killed atomic.Bool
+	// A statement on its way to the backend, for KILL QUERY (killflight.go),
+	// under mu: stmtPhase, and the KILL QUERY that comes before the
+	// statement reached the backend (killCur: the command being handled;
+	// killNext: the command the client sent and the session has not read).
+	stmtPhase         int
+	killCur, killNext bool
+	// arrived: bytes of a command were read from the client socket (or are
+	// buffered) since the last command ended (readIdle, cmdDone).
+	arrived atomic.Bool
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
