@@ -175,6 +175,10 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
 		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("no server greeting: %w", err))
 	}
+	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		return nil, serverERR(p)
+	}
 	h, err := mysqlproto.ParseHandshake(p)
 	if err != nil {
 		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
@@ -190,6 +194,22 @@ func (cr *clusterRoute) remember(h *mysqlproto.Handshake) *greetingInfo {
 		cr.greeting.Store(g)
 	}
 	return cr.greeting.Load()
+}
+
+// serverERR returns the server's ERR payload p as an error to relay to the
+// client unchanged: its number, message and SQLSTATE, or an empty State
+// when p carries no '#' SQLSTATE marker (a server refusing a connection
+// before its greeting, e.g. MariaDB's 1040 past max_connections + 1, sends
+// none; the marker is optional in protocol 4.1 ERR packets). writeError
+// then sends it without a marker too, so the client reports the same text
+// as a direct one (go-sql-driver: "Error 1040: Too many connections").
+// https://mariadb.com/kb/en/err_packet/
+func serverERR(p []byte) *mysql.MyError {
+	e := mysqlproto.ParseERR(p)
+	if len(p) < 4 || p[3] != '#' {
+		e.State = ""
+	}
+	return e
 }
 
 // backendLoginError wraps a server's refusal (e.g. 1040 too many connections,
@@ -288,6 +308,11 @@ func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *
 	if err != nil {
 		return nil, 0, false, ioErr("no server greeting", err)
 	}
+	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
+		// Refused before the greeting (1040 past max_connections + 1,
+		// 1129 host blocked): relayed in the form the server sent.
+		return nil, 0, false, serverERR(p)
+	}
 	h, err := mysqlproto.ParseHandshake(p)
 	if err != nil {
 		return nil, 0, false, backendLoginError(t, err)
@@ -354,7 +379,7 @@ func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *
 		case len(p) > 0 && p[0] == mysql.OK_HEADER:
 			return append([]byte(nil), p...), h.ConnectionID, tracked, nil
 		case len(p) > 0 && p[0] == mysql.ERR_HEADER:
-			return nil, 0, false, backendLoginError(t, mysqlproto.ParseERR(p))
+			return nil, 0, false, serverERR(p)
 		case len(p) > 0 && p[0] == mysql.EOF_HEADER:
 			sw, err := mysqlproto.ParseAuthSwitchRequest(p)
 			var answer []byte

@@ -287,7 +287,7 @@ func TestMaxConnectionsPerBackend(t *testing.T) {
 	}
 	_, err := dialRaw(t, h.srv.ListenerAddr("rw"), h.c.AppUser, h.c.AppPassword, "", 0, "")
 	var me *mysql.MyError
-	if !errors.As(err, &me) || me.Code != mysql.ER_CON_COUNT_ERROR || !strings.Contains(me.Message, "max_connections_per_backend") {
+	if !errors.As(err, &me) || me.Code != mysql.ER_CON_COUNT_ERROR || me.State != "08004" || me.Message != "Too many connections" {
 		t.Fatalf("third connection: %v", err)
 	}
 	open[0].cmd(mysql.COM_QUIT)

@@ -138,6 +138,9 @@ func (s *session) readIdle(fd uintptr) bool {
 			in.src.err = io.EOF
 		}
 		in.src.off, in.src.n = 0, n
+		if n > 0 {
+			s.arrived.Store(true) // a command on its way (killflight.go)
+		}
 		s.bindReader(in)
 		return true
 	}

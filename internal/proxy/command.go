@@ -119,6 +119,7 @@ func (s *session) loop() string {
 				return reason
 			}
 			if answered {
+				s.cmdDone()
 				s.busy.Store(s.txBits())
 				continue
 			}
@@ -151,6 +152,7 @@ func (s *session) loop() string {
 		if reason != "" {
 			return reason
 		}
+		s.cmdDone()
 		if s.txPool {
 			s.txBoundary()
 		}
@@ -164,6 +166,7 @@ func (s *session) loop() string {
 // command handles one client command whose header h and first byte cmd are
 // buffered in cr.
 func (s *session) command(cmd byte, h mysqlproto.Header) string {
+	s.cmdStart()
 	switch cmd {
 	case mysql.COM_CHANGE_USER:
 		return s.changeUser()
@@ -186,9 +189,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	var trackSchema bool
 	var stmt *stmtInfo
 	var stmtID uint32
-	var payload []byte // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
-	calc := false      // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
-	trackSet := false  // a SET that may change the client's tracking settings (trackvars.go)
+	var payload []byte   // the pending COM_QUERY / COM_STMT_EXECUTE, when it fits in the read buffer
+	calc := false        // a SELECT SQL_CALC_FOUND_ROWS (transaction pooling)
+	idRewritten := false // CONNECTION_ID() replaced (transaction pooling, connid.go)
+	trackSet := false    // a SET that may change the client's tracking settings (trackvars.go)
 	s.cls = classOther
 	s.execStmt = nil
 	s.cursorReq = false
@@ -214,6 +218,10 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 				if merr := s.beforeStatement(p[1:]); merr != nil {
 					return s.refuseCommand(merr)
 				}
+				if s.rewritten == nil && s.cls != classKill {
+					s.rewritten = s.connIDRewrite(p) // connid.go
+					idRewritten = s.rewritten != nil
+				}
 			} else {
 				calc = s.cls == classSelect && calcFoundRows(p[1:])
 				if s.diagLost {
@@ -223,8 +231,14 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 					}
 				}
 			}
-			if s.trk != nil && s.rewritten == nil && hasTrackRef(p[1:]) {
-				s.rewritten = s.trk.rewriteTrackRefs(p[1:])
+			if s.trk != nil && (s.rewritten == nil || idRewritten) && hasTrackRef(p[1:]) {
+				q := p[1:]
+				if idRewritten {
+					q = s.rewritten[1:]
+				}
+				if out := s.trk.rewriteTrackRefs(q); out != nil || !idRewritten {
+					s.rewritten = out
+				}
 				// With transaction replay on, a SET is never hashed:
 				// outside a transaction it is not recorded, inside one
 				// it ends the replay (recordBegin).
@@ -304,6 +318,11 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			s.rerun, s.commitSent = s.rerun[:0], false // a write: never run again
 		}
 	}
+	if s.stmtSent(cmd) {
+		// A KILL QUERY came before the statement reached the backend.
+		s.rewritten = nil
+		return s.refuseCommand(errQueryInterrupted())
+	}
 	// Transaction replay (replay.go): record the statement before it is
 	// forwarded.
 	long, mark := false, false
@@ -354,6 +373,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		}
 		return s.failCommand(cmd, err)
 	}
+	s.stmtWritten()
 	s.l.queries.Inc()
 	if kind == respNone {
 		s.srv.bytesIn.Add(float64(s.in))

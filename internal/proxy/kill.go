@@ -45,7 +45,8 @@ import (
 //     lost" errors.
 //   - KILL QUERY n runs "KILL QUERY <thread>" on the target's backend node
 //     over a short-lived connection logged in as the user, and answers its
-//     result.
+//     result; a statement the target session has not yet forwarded is
+//     answered ER_QUERY_INTERRUPTED in place of running (killflight.go).
 //   - KILL [CONNECTION] n (and COM_PROCESS_KILL) kills the target's
 //     backend thread the same way and closes the target session; killing
 //     one's own id answers ER_CONNECTION_KILLED and closes the session, as
@@ -269,12 +270,14 @@ func (s *session) kill(k killStmt) string {
 		return ""
 	}
 	be := target.currentBackend()
-	verb := "KILL CONNECTION "
+	verb, found := "KILL CONNECTION ", ""
 	if k.query {
 		verb = "KILL QUERY "
+		// A statement still on its way is marked instead (killflight.go).
+		be, found = target.killQueryTarget()
 	}
 	s.log.Info("KILL through the proxy", "kill", verb, "id", k.id, "target_session", target.id,
-		"node", nodeName(be), "thread", threadOf(be))
+		"node", nodeName(be), "thread", threadOf(be), "statement", found)
 	if k.query {
 		if be != nil {
 			if merr := s.runAs(target.l, be.t, verb+strconv.FormatUint(uint64(be.threadID), 10)); merr != nil {

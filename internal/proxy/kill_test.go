@@ -350,8 +350,7 @@ func TestKillOnTxPoolListener(t *testing.T) {
 	b := dial()
 	bDone := sleeper(b, 3)
 	waitRunning(t, h, "SELECT SLEEP(3)")
-	// The thread b's statement runs on: what a's CONNECTION_ID() returns
-	// when a ran on that connection before.
+	// The thread b's statement runs on, which a ran on before.
 	var thread string
 	if err := h.direct(0).QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO = 'SELECT SLEEP(3)'").Scan(&thread); err != nil {
 		t.Fatal(err)

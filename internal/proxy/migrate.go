@@ -90,9 +90,9 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 		case err != nil:
 			merr = errUnknown(fmt.Sprintf("switchyard: backend %s (%s): setting up the session failed: %v", t.node, t.addr, err))
 		case len(p) > 0 && p[0] == mysql.ERR_HEADER:
-			e := mysqlproto.ParseERR(p)
+			e := serverERR(p)
 			if keep {
-				merr = backendLoginError(t, e)
+				merr = e
 			} else {
 				merr = errUnknown(fmt.Sprintf("switchyard: backend %s (%s) refused %s (error %d: %s)", t.node, t.addr, what, e.Code, e.Message))
 			}

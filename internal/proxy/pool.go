@@ -455,6 +455,13 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
 					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
 				}
+				if !restore {
+					// A login (or a change of user): answered as a server at
+					// its max_connections answers one after the handshake
+					// (MariaDB 10.11: ERR 1040, SQLSTATE 08004, "Too many
+					// connections"); the limit and the wait are in the log.
+					return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, "Too many connections")
+				}
 				return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
 					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend); none came free within %s (proxy.pool.wait_timeout)",
 					t.node, t.addr, rc.maxPerBackend, rc.poolWait))

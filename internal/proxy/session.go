@@ -131,6 +131,15 @@ type session struct {
 	// killed is set (from the killer's goroutine, kill.go) before the
 	// proxy kills the session's backend thread.
 	killed atomic.Bool
+	// A statement on its way to the backend, for KILL QUERY (killflight.go),
+	// under mu: stmtPhase, and the KILL QUERY that comes before the
+	// statement reached the backend (killCur: the command being handled;
+	// killNext: the command the client sent and the session has not read).
+	stmtPhase         int
+	killCur, killNext bool
+	// arrived: bytes of a command were read from the client socket (or are
+	// buffered) since the last command ended (readIdle, cmdDone).
+	arrived atomic.Bool
 
 	// busy is busyCmd|busyTx|busyDetached (hold.go), written by the
 	// session and read (or swapped, by the sweeper) from other goroutines.
@@ -330,9 +339,21 @@ func (s *session) writeDirect(seq byte, payload []byte) error {
 	return err
 }
 
-// writeError sends e to the client as an ERR packet with sequence id seq.
+// writeError sends e to the client as an ERR packet with sequence id seq:
+// with the '#' SQLSTATE marker, or without one when e.State is empty (a
+// server's error relayed in the form it was sent, serverERR).
 func (s *session) writeError(seq byte, e *mysql.MyError) {
-	_ = s.writeDirect(seq, mysqlproto.AppendError(nil, e))
+	_ = s.writeDirect(seq, appendERRAsSent(nil, e))
+}
+
+// appendERRAsSent appends e as an ERR payload; an empty e.State leaves
+// out the SQLSTATE marker (see serverERR).
+func appendERRAsSent(b []byte, e *mysql.MyError) []byte {
+	if e.State != "" {
+		return mysqlproto.AppendError(b, e)
+	}
+	b = append(b, mysql.ERR_HEADER, byte(e.Code), byte(e.Code>>8))
+	return append(b, e.Message...)
 }
 
 // login runs the connection phase: greeting, authentication (switching the

@@ -59,8 +59,11 @@ func (s *session) readPrepare() error {
 	if err != nil {
 		return fail(clientReason(err), err)
 	}
-	s.prepPacket = payload
 	s.in += mysqlproto.HeaderSize + len(payload)
+	if out := s.connIDRewrite(payload); out != nil { // connid.go
+		payload = append(payload[:0], out...)
+	}
+	s.prepPacket = payload
 	if _, err := mysqlproto.WritePacket(s.be.conn, 0, payload); err != nil {
 		return fail(closeBackendLost, err)
 	}

@@ -169,7 +169,7 @@ func TestTxPoolPinning(t *testing.T) {
 		{name: "temporary table", pin: []string{"CREATE TEMPORARY TABLE tmp_pin (x INT)", "INSERT INTO tmp_pin VALUES (7)"},
 			check: "SELECT x FROM tmp_pin", want: 7, closes: true},
 		{name: "GET_LOCK", pin: []string{"SELECT GET_LOCK('pin_lock', 0)"},
-			check: "SELECT IS_USED_LOCK('pin_lock') = CONNECTION_ID()", want: 1, closes: true},
+			check: "SELECT IS_USED_LOCK('pin_lock') = @@pseudo_thread_id", want: 1, closes: true},
 		{name: "user variable from an expression", pin: []string{"SET @pin_v = (SELECT MAX(v) FROM pin_t)"},
 			check: "SELECT @pin_v", want: 3, closes: true},
 		{name: "LOCK TABLES", pin: []string{"LOCK TABLES pin_t READ"},
@@ -263,7 +263,7 @@ func TestTxPoolDiagnosticsOnSharedConnection(t *testing.T) {
 	mustExec(t, h.direct(0), "CREATE TABLE sbtest.diag_t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
 	a := h.client("rwtx", "sbtest")
 	b := h.client("rwtx", "sbtest")
-	if ia, ib := a.int(t, "SELECT CONNECTION_ID()"), b.int(t, "SELECT CONNECTION_ID()"); ia != ib {
+	if ia, ib := a.int(t, "SELECT @@pseudo_thread_id"), b.int(t, "SELECT @@pseudo_thread_id"); ia != ib {
 		t.Fatalf("clients on backend connections %d and %d: the limit of 1 is not applied", ia, ib)
 	}
 	// LAST_INSERT_ID after an insert and a boundary, with the other
