@@ -138,8 +138,8 @@ func main() {
 	gskip := flag.String("gosqldriver-skip", "^(TestConnectorReturnsTimeout|TestConcurrent)$", "go test -skip pattern for the driver suite")
 	gtimeout := flag.Duration("gosqldriver-timeout", 10*time.Minute, "go test -timeout per target")
 	mtrTests := flag.String("mtr-tests", "", "mtr test names, space-separated (\"\" = the list in tools/compat/mtr-tests.txt)")
-	mtrTimeout := flag.Duration("mtr-timeout", 25*time.Minute, "time limit of one mtr run")
-	mtrTargets := flag.String("mtr-targets", "direct,session", "targets mtr runs on (each takes about 15 minutes on 2 cores)")
+	mtrTimeout := flag.Duration("mtr-timeout", 40*time.Minute, "time limit of mtr on one target (tests not started by then fail)")
+	mtrTargets := flag.String("mtr-targets", "direct,session", "targets mtr runs on (each takes about 10 minutes on a loaded 2-core machine)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -28,12 +28,14 @@ import (
 // connects as a passwordless root cannot run extern), once with the text
 // protocol and once with --cursor-protocol (every SELECT through a prepared
 // statement with a read-only cursor: COM_STMT_EXECUTE with CURSOR_TYPE_READ_ONLY
-// and COM_STMT_FETCH); tests are named main.x and cursor/main.x.
+// and COM_STMT_FETCH); tests are named main.x and cursor/main.x. Each test
+// runs in its own mariadb-test-run on a freshly reset server (freshServer),
+// mysqltest over TCP only.
 //
 // clienttest: mariadb-client-test, the C API's own test program
 // (tests/mysql_client_test.c), one process per test it lists with -T, each
-// against a client_test_db created anew; a test passes when the process exits
-// 0 within clientTestTimeout.
+// on a freshly reset server without client_test_db; a test passes when the
+// process exits 0 within clientTestTimeout.
 const (
 	mtrDir            = "/usr/share/mysql/mysql-test"
 	clientTestTimeout = time.Minute
