@@ -174,16 +174,66 @@ func (ca *clusterAccounts) find(name, ip string) *userEntry {
 
 // loadAccounts reads the accounts once and waits for the read (bounded
 // by twice proxy.connect_timeout); a read already running is waited for
-// instead, and with limited a read that started less than accountsMinGap
-// ago is not repeated.
+// instead. With limited (a login of an account the table does not have)
+// reads start at most once per accountsMinGap, and the caller waits for
+// one that started after it called — at most accountsMinGap more — so
+// that an account created just before a login is found even when another
+// login had the accounts read a moment earlier (mariadb-client-test's
+// test_bug31669 creates an account and changes to it at once).
 func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
+	asked := time.Now()
+	for limited {
+		ca.mu.Lock()
+		ch, started := ca.inflight, ca.started
+		ca.mu.Unlock()
+		var wait <-chan time.Time
+		switch {
+		case ch != nil && !started.Before(asked):
+			s.awaitAccounts(ch) // started after the login asked
+			return
+		case ch != nil:
+		case time.Since(started) >= accountsMinGap:
+			s.startAccountsRead(ca, true)
+			continue
+		default:
+			wait = time.After(accountsMinGap - time.Since(started))
+		}
+		select {
+		case <-ch: // nil when none runs: blocks
+		case <-wait: // nil while one runs: blocks
+		case <-time.After(2 * s.rc.Load().connectTimeout):
+			return
+		case <-s.closing:
+			return
+		}
+	}
+	if ch := s.startAccountsRead(ca, false); ch != nil {
+		s.awaitAccounts(ch)
+	}
+}
+
+// awaitAccounts waits for the read that closes ch (at most twice
+// proxy.connect_timeout).
+func (s *Server) awaitAccounts(ch chan struct{}) {
+	select {
+	case <-ch:
+	case <-time.After(2 * s.rc.Load().connectTimeout):
+	case <-s.closing:
+	}
+}
+
+// startAccountsRead starts a read of the accounts, or with onlyIfGap
+// does so only when none runs and the last one started accountsMinGap
+// ago or more; it returns the channel closed when the running read ends
+// (nil when none was started and none runs).
+func (s *Server) startAccountsRead(ca *clusterAccounts, onlyIfGap bool) chan struct{} {
 	rc := s.rc.Load()
 	ca.mu.Lock()
 	ch := ca.inflight
 	if ch == nil {
-		if limited && time.Since(ca.started) < accountsMinGap {
+		if onlyIfGap && time.Since(ca.started) < accountsMinGap {
 			ca.mu.Unlock()
-			return
+			return nil
 		}
 		ch = make(chan struct{})
 		ca.inflight, ca.started = ch, time.Now()
@@ -236,11 +286,7 @@ func (s *Server) loadAccounts(ca *clusterAccounts, limited bool) {
 		}()
 	}
 	ca.mu.Unlock()
-	select {
-	case <-ch:
-	case <-time.After(2 * rc.connectTimeout):
-	case <-s.closing:
-	}
+	return ch
 }
 
 // Reading the accounts. On MariaDB ≥ 10.4 mysql.global_priv holds each

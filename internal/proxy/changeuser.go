@@ -18,7 +18,10 @@ import (
 // as the previous user, its state reset on a fresh backend connection with
 // its schema and charset, as MariaDB does (sql_parse.cc COM_CHANGE_USER
 // resets the session with THD::change_user before acl_authenticate and
-// restores the saved security context, schema and charset when that fails).
+// restores the saved security context, schema and charset when that fails);
+// so does a change the server refuses after the proxy's verification (the
+// server's ERR, e.g. 1049 for a schema that does not exist or 1044 for one
+// the account may not use, is relayed).
 // Protocol or I/O failures during the exchange still close it.
 // https://dev.mysql.com/doc/dev/mysql-server/latest/page_protocol_com_change_user.html
 func (s *session) changeUser() string {
@@ -44,7 +47,17 @@ func (s *session) changeUser() string {
 	if reason != "" {
 		return reason
 	}
-	return s.relogin(rc, seq, auth.u.name, auth.stage1, auth.edKey, cu.Database, cu.Charset, cu.Attrs, true)
+	reason = s.relogin(rc, seq, auth.u.name, auth.stage1, auth.edKey, cu.Database, cu.Charset, cu.Attrs, true)
+	if reason == closeBackendConnect {
+		// The server refused the new account's login after the proxy
+		// verified it — a schema that does not exist (1049) or that the
+		// account may not use (1044) — and its ERR is written: as MariaDB
+		// does, the session continues as the previous user (relogin put
+		// its user and schema back).
+		s.log.Info("COM_CHANGE_USER refused by the server; the session continues as the previous user", "user", cu.User, "previous", s.user)
+		return s.relogin(rc, seq, s.user, s.stage1, s.edKey, s.schema, 0, nil, false)
+	}
+	return reason
 }
 
 // relogin gives the session a new backend connection logged in as user

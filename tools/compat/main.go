@@ -93,6 +93,8 @@ type env struct {
 	mtrTargets []string
 	// cliDirect holds direct's normalised mariadb outputs, by test, for the listeners' to be compared with.
 	cliDirect map[string]string
+	// baselines holds, by suite, the server state its tests start from (freshServer).
+	baselines map[string]*serverState
 }
 
 // suite runs against one target and returns each test's outcome.
@@ -136,13 +138,13 @@ func main() {
 	gskip := flag.String("gosqldriver-skip", "^(TestConnectorReturnsTimeout|TestConcurrent)$", "go test -skip pattern for the driver suite")
 	gtimeout := flag.Duration("gosqldriver-timeout", 10*time.Minute, "go test -timeout per target")
 	mtrTests := flag.String("mtr-tests", "", "mtr test names, space-separated (\"\" = the list in tools/compat/mtr-tests.txt)")
-	mtrTimeout := flag.Duration("mtr-timeout", 25*time.Minute, "time limit of one mtr run")
-	mtrTargets := flag.String("mtr-targets", "direct,session", "targets mtr runs on (each takes about 15 minutes on 2 cores)")
+	mtrTimeout := flag.Duration("mtr-timeout", 40*time.Minute, "time limit of mtr on one target (tests not started by then fail)")
+	mtrTargets := flag.String("mtr-targets", "direct,session", "targets mtr runs on (each takes about 10 minutes on a loaded 2-core machine)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e := &env{log: log, keep: *keep, gosql: gosqlOptions{version: *version, skip: *gskip, timeout: *gtimeout},
-		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, mtrTargets: strings.Split(*mtrTargets, ","), cliDirect: map[string]string{}}
+		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, mtrTargets: strings.Split(*mtrTargets, ","), cliDirect: map[string]string{}, baselines: map[string]*serverState{}}
 	if *run != "" {
 		re, err := regexp.Compile(*run)
 		if err != nil {
@@ -261,6 +263,10 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 	for i := range cfg.Listeners {
 		cfg.Listeners[i].TLS = c.Config().Listeners[0].TLS
 	}
+	// Pass-through accounts: mariadb-client-test and mtr create accounts
+	// at run time and log in or change user to them (test_change_user,
+	// test_bug31669, main.change_user); the static users still come first.
+	cfg.Proxy.BackendAccounts.Enabled = true
 	cfg.Clusters[0].TLS = config.ClusterTLS{Enabled: true, CAFile: c.TLS().CA, Verify: config.VerifyFull}
 	data, err := cfg.Marshal()
 	if err != nil {
