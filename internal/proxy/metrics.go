@@ -3,7 +3,11 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"syscall"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,8 +36,17 @@ type metrics struct {
 	authFailures     *prometheus.CounterVec
 	queries          *prometheus.CounterVec
 	backendConns     *prometheus.GaugeVec
-	backendErrors    *prometheus.CounterVec
+	backendErrors    *prometheus.CounterVec // and reason (connectReasons)
 	bytes            *prometheus.CounterVec
+	// queryDuration: one Observe per relayed command, by listener
+	// (pre-resolved in listener.latency).
+	queryDuration *prometheus.HistogramVec
+	// backendQueries: relayed commands by cluster and node (pre-resolved
+	// in backendCounter.queries).
+	backendQueries *prometheus.CounterVec
+	// clientErrors: ERR packets the proxy itself sent to clients, by
+	// listener and MySQL error number (clientErrorCodes pre-resolved).
+	clientErrors     *prometheus.CounterVec
 	routeChanges     *prometheus.CounterVec
 	migrations       *prometheus.CounterVec
 	sessionsClosed   *prometheus.CounterVec
@@ -97,12 +110,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"cluster", "node"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_backend_connect_errors_total",
-			Help: "Failed backend connection attempts (refused, timeout, login error, limit reached), by cluster and node.",
-		}, []string{"cluster", "node"}),
+			Help: "Failed backend connection attempts, by cluster, node and reason (refused, timeout, network, local_resource, protocol, server_max_connections, access_denied, host_blocked, login, pool_limit).",
+		}, []string{"cluster", "node", "reason"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_proxy_bytes_relayed_total",
+			Name: "switchyard_proxy_relayed_bytes_total",
 			Help: "Bytes relayed after login, by direction (client_to_backend, backend_to_client).",
 		}, []string{"direction"}),
+		queryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_proxy_query_duration_seconds",
+			Help:    "Time from a client command's arrival to the end of the backend's answer relayed to the client (holds and reconnects included), in seconds, by listener.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"listener"}),
+		backendQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_backend_queries_total",
+			Help: "Client commands relayed to a backend, by cluster and node.",
+		}, []string{"cluster", "node"}),
+		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_client_errors_total",
+			Help: "Error packets the proxy itself sent to clients (not errors relayed from a server), by listener and MySQL error number (1105 for proxy conditions such as no primary, 1290 writes fenced, 1040 too many connections, 1045 access denied, 2013 lost connection, ...).",
+		}, []string{"listener", "code"}),
 		routeChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_route_changes_total",
 			Help: "Routing snapshots that changed the primary or the set of serving replicas, by cluster.",
@@ -232,6 +258,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg2(&m.backendConns)
 	reg1(&m.backendErrors)
 	reg1(&m.bytes)
+	reg1(&m.backendQueries)
+	reg1(&m.clientErrors)
 	reg1(&m.routeChanges)
 	reg1(&m.migrations)
 	reg1(&m.sessionsClosed)
@@ -256,6 +284,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.poolCheckouts)
 	if err == nil {
 		m.poolWaitSecs, err = register(reg, m.poolWaitSecs)
+	}
+	if err == nil {
+		m.queryDuration, err = register(reg, m.queryDuration)
 	}
 	if err == nil {
 		m.holdSeconds, err = register(reg, m.holdSeconds)
@@ -285,4 +316,93 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error)
 		return c, err
 	}
 	return c, nil
+}
+
+// Reasons a backend connection attempt failed (label "reason" of
+// switchyard_proxy_backend_connect_errors_total).
+const (
+	connRefused       = "refused"                // TCP connection refused
+	connTimeout       = "timeout"                // connect or greeting timed out
+	connNetwork       = "network"                // other socket error (reset, unreachable)
+	connLocalResource = "local_resource"         // this host's descriptors or ports (localres.go)
+	connProtocol      = "protocol"               // no or bad greeting, missing capabilities
+	connServerMax     = "server_max_connections" // the server's 1040
+	connAccessDenied  = "access_denied"          // 1045, 1044, 1698: the login's password or grants
+	connHostBlocked   = "host_blocked"           // 1129, 1130: the server refuses this host
+	connLogin         = "login"                  // another error the server sent at login
+	connPoolLimit     = "pool_limit"             // proxy.max_connections_per_backend reached
+)
+
+// dialReason classifies a dial or greeting error.
+func dialReason(err error) string {
+	var ne net.Error
+	switch {
+	case localResource(err):
+		return connLocalResource
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return connRefused
+	case errors.As(err, &ne) && ne.Timeout():
+		return connTimeout
+	}
+	return connNetwork
+}
+
+// loginReason classifies an error packet a server sent at login by its
+// MySQL error number.
+func loginReason(code uint16) string {
+	switch code {
+	case 1040:
+		return connServerMax
+	case 1044, 1045, 1698:
+		return connAccessDenied
+	case 1129, 1130:
+		return connHostBlocked
+	}
+	return connLogin
+}
+
+// clientErrorCodes are the error numbers the proxy itself sends, resolved
+// once per listener so that counting one costs no map lookup of labels;
+// others are counted under their number through the vector.
+var clientErrorCodes = []uint16{1105, 1290, 1040, 1045, 1044, 1047, 1064, 1158, 1159, 1160, 1161, 1203, 1226, 1927, 2013, 1317, 1180, 1792}
+
+// clientErrorCounters are one listener's pre-resolved counters of
+// switchyard_proxy_client_errors_total.
+type clientErrorCounters struct {
+	vec      *prometheus.CounterVec
+	listener string
+	byCode   map[uint16]prometheus.Counter // read-only after newClientErrorCounters
+}
+
+func newClientErrorCounters(vec *prometheus.CounterVec, listener string) *clientErrorCounters {
+	c := &clientErrorCounters{vec: vec, listener: listener, byCode: make(map[uint16]prometheus.Counter, len(clientErrorCodes))}
+	for _, code := range clientErrorCodes {
+		c.byCode[code] = vec.WithLabelValues(listener, strconv.Itoa(int(code)))
+	}
+	return c
+}
+
+// inc counts one error packet with code sent to a client.
+func (c *clientErrorCounters) inc(code uint16) {
+	if c == nil {
+		return
+	}
+	if ctr, ok := c.byCode[code]; ok {
+		ctr.Inc()
+		return
+	}
+	c.vec.WithLabelValues(c.listener, strconv.Itoa(int(code))).Inc()
+}
+
+// connectReason classifies the error of the session's last dialAndLogin:
+// the socket error it noted, else the server's error number; an error the
+// proxy made up (missing capabilities, unexpected data) is protocol.
+func (s *session) connectReason(merr *mysql.MyError) string {
+	switch {
+	case s.dialWhy != "":
+		return s.dialWhy
+	case merr.Code == mysql.ER_UNKNOWN_ERROR:
+		return connProtocol
+	}
+	return loginReason(merr.Code)
 }
