@@ -119,6 +119,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := newHealth(reg)
+	reg.MustRegister(buildInfo())
 
 	cfg, cfgPath, fileErr := g.loadConfig()
 	if fileErr != nil && (embed || len(g.etcdEndpoints) == 0 || g.configPath != "") {

@@ -53,6 +53,7 @@ type metrics struct {
 	migrationsFailed *prometheus.CounterVec
 	txAborted        *prometheus.CounterVec
 	holdSeconds      prometheus.Histogram
+	registrationLost prometheus.Gauge
 	holdRefused      prometheus.Counter
 	hotSamples       prometheus.Counter
 	commandsCut      *prometheus.CounterVec
@@ -173,6 +174,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		holdRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_proxy_hold_refused_total",
 			Help: "Statements answered with the switchover-in-progress error because a buffer limit was reached (max_hold, max_held, max_duration).",
+		}),
+		registrationLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_proxy_registration_lost",
+			Help: "1 while this proxy's registration lease in the topology store is lost and its primary listeners refuse writes (error 1290) except where failsafe confirms the primary, else 0.",
 		}),
 		hotSamples: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_proxy_hot_read_samples_total",
@@ -297,6 +302,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err == nil {
 		m.hotSamples, err = register(reg, m.hotSamples)
 	}
+	if err == nil {
+		m.registrationLost, err = register(reg, m.registrationLost)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("proxy: register metrics: %w", err)
 	}
@@ -364,7 +372,7 @@ func loginReason(code uint16) string {
 // clientErrorCodes are the error numbers the proxy itself sends, resolved
 // once per listener so that counting one costs no map lookup of labels;
 // others are counted under their number through the vector.
-var clientErrorCodes = []uint16{1105, 1290, 1040, 1045, 1044, 1047, 1064, 1158, 1159, 1160, 1161, 1203, 1226, 1927, 2013, 1317, 1180, 1792}
+var clientErrorCodes = []uint16{1105, 1290, 1040, 1045, 1047, 2013}
 
 // clientErrorCounters are one listener's pre-resolved counters of
 // switchyard_proxy_client_errors_total.
@@ -405,4 +413,36 @@ func (s *session) connectReason(merr *mysql.MyError) string {
 		return connProtocol
 	}
 	return loginReason(merr.Code)
+}
+
+// listenerReadyDesc is switchyard_proxy_listener_ready, computed from
+// Server.Health at each scrape.
+var listenerReadyDesc = prometheus.NewDesc("switchyard_proxy_listener_ready",
+	"1 when the listener's route has what its role needs (a primary listener: a reachable primary, writes not fenced; a replica listener: a serving replica or a primary to fall back on), else 0: what /readyz/listener/<name> answers. By listener, cluster and role.",
+	[]string{"listener", "cluster", "role"}, nil)
+
+// listenerPrimaryDesc is switchyard_proxy_listener_primary_routed.
+var listenerPrimaryDesc = prometheus.NewDesc("switchyard_proxy_listener_primary_routed",
+	"1 when the listener's route names a primary this proxy and the controller find reachable (ListenerHealth.PrimaryOK), else 0, by listener, cluster and role.",
+	[]string{"listener", "cluster", "role"}, nil)
+
+// healthCollector exports the listeners' health at scrape time.
+type healthCollector struct{ s *Server }
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- listenerReadyDesc
+	ch <- listenerPrimaryDesc
+}
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, h := range c.s.Health() {
+		ch <- prometheus.MustNewConstMetric(listenerReadyDesc, prometheus.GaugeValue, b(h.Problem == ""), h.Listener, h.Cluster, h.Role)
+		ch <- prometheus.MustNewConstMetric(listenerPrimaryDesc, prometheus.GaugeValue, b(h.PrimaryOK), h.Listener, h.Cluster, h.Role)
+	}
 }

@@ -204,6 +204,14 @@ func New(o Options) (*Server, error) {
 	if err := s.accounts.initMetrics(o.Registry); err != nil {
 		return nil, err
 	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(healthCollector{s}); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) { // a second Server in one process: the first one's listeners are reported
+				return nil, fmt.Errorf("proxy: register metrics: %w", err)
+			}
+		}
+	}
 	if s.auth.file = o.Config.Proxy.RSAKeyFile; s.auth.file != "" {
 		if _, err := s.auth.rsaKey(); err != nil {
 			return nil, fmt.Errorf("proxy: proxy.rsa_key_file: %w", err)
