@@ -160,6 +160,7 @@ func TestManualDeadPrimaryTellsTheOperator(t *testing.T) {
 		`switchyard_cluster_finding{cluster="main",code="DeadPrimary"}`,
 		`switchyard_node_up{cluster="main",node="node1"}`,
 		`switchyard_cluster_primary_known{cluster="main"}`,
+		`switchyard_proxy_listener_ready{cluster="main",listener="rw",role="primary"}`,
 	} {
 		if _, ok := metricValue(before, series); !ok {
 			t.Fatalf("before the kill /metrics has no %s", series)
@@ -222,10 +223,12 @@ func TestManualDeadPrimaryTellsTheOperator(t *testing.T) {
 	}
 	after := o.metrics("after")
 	for series, want := range map[string]string{
-		`switchyard_cluster_finding{cluster="main",code="DeadPrimary"}`: "1",
-		`switchyard_node_up{cluster="main",node="node1"}`:               "0",
-		`switchyard_cluster_failover_blocked{cluster="main"}`:           "0",
-		`switchyard_cluster_auto_failover_ready{cluster="main"}`:        "0",
+		`switchyard_cluster_finding{cluster="main",code="DeadPrimary"}`:                "1",
+		`switchyard_node_up{cluster="main",node="node1"}`:                              "0",
+		`switchyard_cluster_failover_blocked{cluster="main"}`:                          "0",
+		`switchyard_cluster_auto_failover_ready{cluster="main"}`:                       "0",
+		`switchyard_proxy_listener_ready{cluster="main",listener="rw",role="primary"}`: "0",
+		`switchyard_proxy_listener_ready{cluster="main",listener="ro",role="replica"}`: "1",
 	} {
 		if v, ok := metricValue(after, series); !ok || v != want {
 			t.Errorf("after the kill %s = %q, want %s", series, v, want)
