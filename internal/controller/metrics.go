@@ -116,31 +116,42 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Semi-sync settings found different from clusters[].durability and (re-)applied, by cluster, node and setting.",
 		}, []string{"cluster", "node", "setting"}),
 	}
-	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
-	}
-	m.nodeUp = gauge("switchyard_node_up",
-		"1 when the node answered the leader's last probe (an answer with an error such as too many connections counts as up), else 0, by cluster and node.",
-		"cluster", "node")
-	m.nodeRole = gauge("switchyard_node_role",
-		"1 for the node's role in the published cluster state (role: primary, replica, unknown), 0 for the other two, by cluster and node.",
-		"cluster", "node", "role")
-	m.nodeReadOnly = gauge("switchyard_node_read_only",
-		"The node's @@read_only in the leader's last probe (1 on, 0 off), by cluster and node; absent while the node does not answer.",
-		"cluster", "node")
-	m.nodeLag = gauge("switchyard_node_replication_lag_seconds",
-		"Seconds_Behind_Master of the node in the leader's last probe (SHOW SLAVE STATUS; whole seconds), by cluster and node; absent for the primary and while it is NULL (a replication thread stopped) or the node does not answer.",
-		"cluster", "node")
-	m.epoch = gauge("switchyard_cluster_epoch",
-		"Epoch of the published cluster state (increases by one on every primary change), by cluster.", "cluster")
-	m.maintenance = gauge("switchyard_cluster_maintenance",
-		"1 while maintenance mode is on (automatic failover blocked), else 0, by cluster.", "cluster")
-	m.autoFailover = gauge("switchyard_cluster_auto_failover_ready",
-		"1 when a dead primary would be failed over automatically now (failover.mode auto, no maintenance, block or disabling, a candidate exists), else 0, by cluster.", "cluster")
-	m.blocked = gauge("switchyard_cluster_failover_blocked",
-		"1 while automatic failover is blocked after a failover (failover.block_period, until `switchyard ack`) or disabled after a failed recovery, else 0, by cluster.", "cluster")
-	m.primaryKnown = gauge("switchyard_cluster_primary_known",
-		"1 when the published cluster state names a primary, else 0, by cluster.", "cluster")
+	m.nodeUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_up",
+		Help: "1 when the node answered the leader's last probe (an answer with an error such as too many connections counts as up), else 0, by cluster and node.",
+	}, []string{"cluster", "node"})
+	m.nodeRole = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_role",
+		Help: "1 for the node's role in the published cluster state (role: primary, replica, unknown), 0 for the other two, by cluster and node.",
+	}, []string{"cluster", "node", "role"})
+	m.nodeReadOnly = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_read_only",
+		Help: "The node's @@read_only in the leader's last probe (1 on, 0 off), by cluster and node; absent while the node does not answer.",
+	}, []string{"cluster", "node"})
+	m.nodeLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_replication_lag_seconds",
+		Help: "Seconds_Behind_Master of the node in the leader's last probe (SHOW SLAVE STATUS; whole seconds), by cluster and node; absent for the primary and while it is NULL (a replication thread stopped) or the node does not answer.",
+	}, []string{"cluster", "node"})
+	m.epoch = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_epoch",
+		Help: "Epoch of the published cluster state (increases by one on every primary change), by cluster.",
+	}, []string{"cluster"})
+	m.maintenance = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_maintenance",
+		Help: "1 while maintenance mode is on (automatic failover blocked), else 0, by cluster.",
+	}, []string{"cluster"})
+	m.autoFailover = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_auto_failover_ready",
+		Help: "1 when a dead primary would be failed over automatically now (failover.mode auto, no maintenance, block or disabling, a candidate exists), else 0, by cluster.",
+	}, []string{"cluster"})
+	m.blocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_failover_blocked",
+		Help: "1 while automatic failover is blocked after a failover (failover.block_period, until `switchyard ack`) or disabled after a failed recovery, else 0, by cluster.",
+	}, []string{"cluster"})
+	m.primaryKnown = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_primary_known",
+		Help: "1 when the published cluster state names a primary, else 0, by cluster.",
+	}, []string{"cluster"})
 	if reg == nil {
 		return m, nil
 	}
