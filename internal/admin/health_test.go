@@ -17,7 +17,7 @@ func TestHealthEndpoints(t *testing.T) {
 		{Listener: "rw", Cluster: "main", Role: "primary", Epoch: 3, Primary: "node1", PrimaryOK: true, Replicas: 2},
 		{Listener: "ro", Cluster: "main", Role: "replica", Epoch: 3, Primary: "node1", PrimaryOK: true, Replicas: 2},
 		{Listener: "rw2", Cluster: "other", Role: "primary", Epoch: 1, Primary: "db1",
-			Problem: `listener "rw2" (cluster other) routes no reachable primary: the controller reports primary db1 unreachable`},
+			Problem: `listener "rw2" (cluster other) routes no reachable primary: this proxy cannot reach primary db1`},
 	}
 	var storeErr error
 	srv, err := Start(Options{Address: "127.0.0.1:0", Listeners: func() []proxy.ListenerHealth { return health },
@@ -46,7 +46,7 @@ func TestHealthEndpoints(t *testing.T) {
 		{"GET", "/readyz?listener=rw", 200, "primary node1"},
 		{"GET", "/readyz/listener/rw", 200, "primary node1"},
 		{"GET", "/readyz?listener=rw&listener=ro", 200, "ready"},
-		{"GET", "/readyz?listener=rw2", 503, "db1 unreachable"},
+		{"GET", "/readyz?listener=rw2", 503, "cannot reach primary db1"},
 		{"GET", "/readyz/cluster/main", 200, "ready"},
 		{"GET", "/readyz?cluster=other", 503, "rw2"},
 		{"GET", "/readyz?listener=nope", 404, `no listener "nope"`},

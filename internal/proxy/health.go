@@ -3,6 +3,9 @@ package proxy
 import (
 	"fmt"
 	"slices"
+
+	"github.com/switchyard-db/switchyard/internal/analysis"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // ListenerHealth is what one listener can serve right now, as the routing
@@ -17,9 +20,9 @@ type ListenerHealth struct {
 	Epoch int64
 	// Primary is the primary the route names ("" when none).
 	Primary string
-	// PrimaryOK is true when Primary is set and neither the controller
-	// (DeadPrimary or UnreachablePrimary, a failed probe) nor this proxy's
-	// own backend check finds it unreachable, and writes are not fenced.
+	// PrimaryOK is true when Primary is set, this proxy's own backend
+	// check reaches it, the controller does not report it dead
+	// (DeadPrimary), and writes are not fenced.
 	PrimaryOK bool
 	// Replicas is how many serving replicas the route has.
 	Replicas int
@@ -60,13 +63,20 @@ func (s *Server) Health() []ListenerHealth {
 			why = "writes are fenced: " + snap.fenced
 		default:
 			h.Primary = snap.primary.node
+			// What decides is whether this proxy's sessions can reach
+			// the primary: its own backend check (kicked at once when
+			// the controller publishes trouble), or the controller's
+			// DeadPrimary finding (every replica and most proxies lost
+			// it too). A primary only the controller cannot reach
+			// (UnreachablePrimary) still takes this proxy's writes.
 			switch {
-			case snap.unreachable[h.Primary] != "":
-				why = fmt.Sprintf("primary %s is unreachable: %s", h.Primary, snap.unreachable[h.Primary])
-			case primaryInTrouble(&snap.state):
-				why = fmt.Sprintf("the controller reports primary %s unreachable", h.Primary)
 			case !s.reachable(snap.primary):
 				why = fmt.Sprintf("this proxy cannot reach primary %s", h.Primary)
+				if u := snap.unreachable[h.Primary]; u != "" {
+					why += " (nor can the controller: " + u + ")"
+				}
+			case reportedDead(&snap.state, h.Primary):
+				why = fmt.Sprintf("the controller reports primary %s dead (DeadPrimary)", h.Primary)
 			}
 		}
 		h.PrimaryOK = why == ""
@@ -81,4 +91,14 @@ func (s *Server) Health() []ListenerHealth {
 		out = append(out, h)
 	}
 	return out
+}
+
+// reportedDead reports whether st's analysis has DeadPrimary for node.
+func reportedDead(st *topo.ClusterState, node string) bool {
+	for _, a := range st.Analysis {
+		if a.Node == node && a.Code == string(analysis.DeadPrimary) {
+			return true
+		}
+	}
+	return false
 }

@@ -423,7 +423,7 @@ var listenerReadyDesc = prometheus.NewDesc("switchyard_proxy_listener_ready",
 
 // listenerPrimaryDesc is switchyard_proxy_listener_primary_routed.
 var listenerPrimaryDesc = prometheus.NewDesc("switchyard_proxy_listener_primary_routed",
-	"1 when the listener's route names a primary this proxy and the controller find reachable (ListenerHealth.PrimaryOK), else 0, by listener, cluster and role.",
+	"1 when the listener's route names a primary that this proxy's backend check reaches and the controller does not report dead (ListenerHealth.PrimaryOK), else 0, by listener, cluster and role.",
 	[]string{"listener", "cluster", "role"}, nil)
 
 // healthCollector exports the listeners' health at scrape time.
