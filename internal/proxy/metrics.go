@@ -128,7 +128,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"cluster", "node"}),
 		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_client_errors_total",
-			Help: "Error packets the proxy itself sent to clients (not errors relayed from a server), by listener and MySQL error number (1105 for proxy conditions such as no primary, 1290 writes fenced, 1040 too many connections, 1045 access denied, 2013 lost connection, ...).",
+			Help: "Error packets the proxy itself wrote to clients (its own conditions, and a backend's login error passed on at the client's login; not errors inside relayed results), by listener and MySQL error number (1105 for proxy conditions such as no primary, 1290 writes fenced, 1040 too many connections, 1045 access denied, 2013 lost connection, ...).",
 		}, []string{"listener", "code"}),
 		routeChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_route_changes_total",
