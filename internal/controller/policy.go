@@ -78,12 +78,13 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	res := analysis.Analyze(t.analysisSnapshot(cfg, cl, &st, probes, m, now))
 	t.publishAnalysis(ctx, cr, m, res)
 	t.writePathEvents(ctx, cl, &st, res)
-	t.c.metrics.observeRound(&st, probes, now)
 	if busy {
+		t.c.metrics.observeRound(&st, probes, now)
 		return // a switchover or failover of this cluster is running; it decides
 	}
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
 	t.publishAutoFailover(ctx, cl, cr, &st)
+	t.c.metrics.observeRound(&st, probes, now)
 	start := roundStart(probes, now)
 	switch {
 	case res.Trouble && !m.trouble:
