@@ -56,14 +56,32 @@ type health struct {
 	mu       sync.Mutex
 	down     map[string]string
 	failures *prometheus.CounterVec
+	up       *prometheus.GaugeVec
+	store    prometheus.Gauge
 }
+
+// healthParts are the parts of the process /readyz reports, in order.
+var healthParts = []string{"embedded_etcd", "store", "controller", "proxy_follow"}
 
 func newHealth(reg prometheus.Registerer) *health {
 	h := &health{down: map[string]string{}, failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_component_failures_total",
 		Help: "Failures of a part of the process (embedded_etcd, store, controller, proxy_follow) that the process survived; the part is restarted or retried.",
-	}, []string{"component"})}
-	reg.MustRegister(h.failures)
+	}, []string{"component"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_component_up",
+			Help: "0 while a part of the process (embedded_etcd, store, controller, proxy_follow) is down (what /readyz reports), else 1.",
+		}, []string{"component"}),
+		store: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_store_reachable",
+			Help: "1 when this process's last read of the topology store (etcd, once a second) succeeded within 2 s, else 0.",
+		}),
+	}
+	for _, p := range healthParts {
+		h.up.WithLabelValues(p).Set(1)
+	}
+	h.store.Set(1)
+	reg.MustRegister(h.failures, h.up, h.store)
 	return h
 }
 
@@ -75,9 +93,11 @@ func (h *health) set(part, reason string) bool {
 	old, was := h.down[part]
 	if reason == "" {
 		delete(h.down, part)
+		h.up.WithLabelValues(part).Set(1)
 		return was
 	}
 	h.down[part] = reason
+	h.up.WithLabelValues(part).Set(0)
 	return !was || old != reason
 }
 
@@ -100,7 +120,7 @@ func (h *health) err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var errs []error
-	for _, part := range []string{"embedded_etcd", "store", "controller", "proxy_follow"} {
+	for _, part := range healthParts {
 		if r, ok := h.down[part]; ok {
 			errs = append(errs, fmt.Errorf("%s: %s", part, r))
 		}
@@ -157,6 +177,9 @@ func watchStore(ctx context.Context, log *slog.Logger, h *health, st topo.Store,
 		}
 		if err == nil {
 			h.clearRestarted()
+			h.store.Set(1)
+		} else {
+			h.store.Set(0)
 		}
 		switch {
 		case err != nil && since.IsZero():

@@ -119,6 +119,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := newHealth(reg)
+	reg.MustRegister(buildInfo())
 
 	cfg, cfgPath, fileErr := g.loadConfig()
 	if fileErr != nil && (embed || len(g.etcdEndpoints) == 0 || g.configPath != "") {
@@ -299,8 +300,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				return status.Collect(ctx, st, keys, time.Now())
 			},
 			// Ready is 503 while a part is down (the store unreachable, the
-			// embedded etcd restarting); /healthz stays 200 while the
-			// listeners serve.
+			// embedded etcd restarting) and, through Listeners, while a
+			// listener's route lacks what its role needs (no reachable
+			// primary); /healthz stays 200 while the listeners serve.
 			Ready: func() error {
 				if err := h.err(); err != nil {
 					return err
@@ -316,7 +318,8 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				}
 				return nil
 			},
-			Log: log,
+			Listeners: listenerHealth(srv),
+			Log:       log,
 		})
 		if err != nil {
 			return err
@@ -373,4 +376,13 @@ func embeddedID(host, dataDir string) string {
 	h := fnv.New32a()
 	h.Write([]byte(dataDir))
 	return fmt.Sprintf("%s-up-%08x", host, h.Sum32())
+}
+
+// listenerHealth is the admin endpoint's view of the proxy's listeners; nil
+// when this process runs no proxy.
+func listenerHealth(srv *proxy.Server) func() []proxy.ListenerHealth {
+	if srv == nil {
+		return nil
+	}
+	return srv.Health
 }

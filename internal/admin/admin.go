@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard-db/switchyard/internal/proxy"
 )
 
 // Options configure the admin server.
@@ -27,10 +29,16 @@ type Options struct {
 	// May be nil (always healthy).
 	Healthy func() error
 	// Ready reports readiness for /readyz (503 with the reason when not
-	// ready, e.g. no routing state for a cluster yet). May be nil (/readyz
-	// then answers like /healthz).
+	// ready, e.g. the store unreachable). May be nil (/readyz then answers
+	// like /healthz for the process part).
 	Ready func() error
-	Log   *slog.Logger
+	// Listeners reports what each proxy listener of this process can
+	// serve (proxy.Server.Health); /readyz, /primary and /replica are
+	// built from it (health.go). May be nil: a process without a proxy has
+	// no listeners, /readyz then checks Ready only and /primary, /replica
+	// answer 503.
+	Listeners func() []proxy.ListenerHealth
+	Log       *slog.Logger
 }
 
 // Server is a running admin endpoint.
@@ -56,19 +64,7 @@ func Start(o Options) (*Server, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		check := o.Ready
-		if check == nil {
-			check = o.Healthy
-		}
-		if check != nil {
-			if err := check(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	healthHandlers(mux, o)
 	if o.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	}

@@ -199,6 +199,7 @@ func (c *Controller) lead(ctx context.Context, leader topo.Leader, reg *registra
 	defer func() {
 		c.leader.Store(false)
 		c.metrics.leader.Set(0)
+		c.metrics.forgetClusters()
 		reg.setLeader(false)
 		if ctx.Err() == nil {
 			c.log.Warn("leadership lost; stopped acting, campaigning again")

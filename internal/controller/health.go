@@ -20,6 +20,12 @@ const maxLoginChecks = 3
 // an event when it starts and when it ends, and a gauge.
 var writePathCodes = []analysis.Code{analysis.PrimaryWritesBlocked, analysis.ApplicationLoginsRefused}
 
+// gaugeCodes always have a switchyard_cluster_finding series (0 while
+// absent) so that alert rules need no absent(): the write-path codes and
+// the codes that say the primary is lost.
+var gaugeCodes = append([]analysis.Code{analysis.DeadPrimary, analysis.UnreachablePrimary, analysis.NoPrimary,
+	analysis.TwoWritablePrimaries}, writePathCodes...)
+
 // healthMemory is what the leader remembers about write-path health and
 // durability between rounds, per cluster.
 type healthMemory struct {
@@ -182,7 +188,7 @@ func (t *term) writePathEvents(ctx context.Context, cl *config.Cluster, st *topo
 			changes = append(changes, change{f: analysis.Finding{Code: analysis.Code(code), Node: node}, since: since})
 		}
 	}
-	for _, c := range writePathCodes {
+	for _, c := range gaugeCodes {
 		if _, ok := present[c]; !ok {
 			present[c] = false
 		}

@@ -2,8 +2,12 @@ package controller
 
 import (
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-db/switchyard/internal/probe"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // Switchover results (label "result" of switchyard_controller_switchovers_total).
@@ -34,7 +38,23 @@ type metrics struct {
 	findings         *prometheus.GaugeVec
 	durabilityOK     *prometheus.GaugeVec
 	durabilityDrift  *prometheus.CounterVec
+
+	// The leader's view of each cluster after every probe round
+	// (observeRound); reset when leadership is lost so that only the
+	// leader exports them.
+	nodeUp       *prometheus.GaugeVec
+	nodeRole     *prometheus.GaugeVec
+	nodeReadOnly *prometheus.GaugeVec
+	nodeLag      *prometheus.GaugeVec
+	epoch        *prometheus.GaugeVec
+	maintenance  *prometheus.GaugeVec
+	autoFailover *prometheus.GaugeVec
+	blocked      *prometheus.GaugeVec
+	primaryKnown *prometheus.GaugeVec
 }
+
+// nodeRoles are the values of the role label of switchyard_node_role.
+var nodeRoles = []string{topo.RolePrimary, topo.RoleReplica, topo.RoleUnknown}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -84,8 +104,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Application-account logins to the primary the server refused, by cluster, user and MySQL error number (1040, 1203, 1226, 1045, ...).",
 		}, []string{"cluster", "user", "code"}),
 		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "switchyard_controller_finding",
-			Help: "1 while the last probe round's analysis has the code (PrimaryWritesBlocked, ApplicationLoginsRefused, ...) for the cluster, else 0.",
+			Name: "switchyard_cluster_finding",
+			Help: "1 while the leader's last probe round's analysis has the code (DeadPrimary, UnreachablePrimary, NoPrimary, PrimaryWritesBlocked, ReplicaLagging, ...) for the cluster, else 0; written by the leader only.",
 		}, []string{"cluster", "code"}),
 		durabilityOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_controller_durability_ok",
@@ -96,11 +116,48 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Semi-sync settings found different from clusters[].durability and (re-)applied, by cluster, node and setting.",
 		}, []string{"cluster", "node", "setting"}),
 	}
+	m.nodeUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_up",
+		Help: "1 when the node answered the leader's last probe (an answer with an error such as too many connections counts as up), else 0, by cluster and node.",
+	}, []string{"cluster", "node"})
+	m.nodeRole = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_role",
+		Help: "1 for the node's role in the published cluster state (role: primary, replica, unknown), 0 for the other two, by cluster and node.",
+	}, []string{"cluster", "node", "role"})
+	m.nodeReadOnly = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_read_only",
+		Help: "The node's @@read_only in the leader's last probe (1 on, 0 off), by cluster and node; absent while the node does not answer.",
+	}, []string{"cluster", "node"})
+	m.nodeLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_node_replication_lag_seconds",
+		Help: "Seconds_Behind_Master of the node in the leader's last probe (SHOW SLAVE STATUS; whole seconds), by cluster and node; absent for the primary and while it is NULL (a replication thread stopped) or the node does not answer.",
+	}, []string{"cluster", "node"})
+	m.epoch = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_epoch",
+		Help: "Epoch of the published cluster state (increases by one on every primary change), by cluster.",
+	}, []string{"cluster"})
+	m.maintenance = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_maintenance",
+		Help: "1 while maintenance mode is on (automatic failover blocked), else 0, by cluster.",
+	}, []string{"cluster"})
+	m.autoFailover = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_auto_failover_ready",
+		Help: "1 when a dead primary would be failed over automatically now (failover.mode auto, no maintenance, block or disabling, a candidate exists), else 0, by cluster.",
+	}, []string{"cluster"})
+	m.blocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_failover_blocked",
+		Help: "1 while automatic failover is blocked after a failover (failover.block_period, until `switchyard ack`) or disabled after a failed recovery, else 0, by cluster.",
+	}, []string{"cluster"})
+	m.primaryKnown = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_cluster_primary_known",
+		Help: "1 when the published cluster state names a primary, else 0, by cluster.",
+	}, []string{"cluster"})
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events, m.stateRejected,
-		m.heartbeats, m.heartbeatLatency, m.loginRefusals, m.findings, m.durabilityOK, m.durabilityDrift} {
+		m.heartbeats, m.heartbeatLatency, m.loginRefusals, m.findings, m.durabilityOK, m.durabilityDrift,
+		m.nodeUp, m.nodeRole, m.nodeReadOnly, m.nodeLag, m.epoch, m.maintenance, m.autoFailover, m.blocked, m.primaryKnown} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -110,4 +167,65 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// observeRound sets the cluster and node gauges from the published state
+// st and the round's probes (by node name), at now.
+func (m *metrics) observeRound(st *topo.ClusterState, probes map[string]topo.Probe, now time.Time) {
+	cl := st.Cluster
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, n := range st.Nodes {
+		p, ok := probes[n.Name]
+		if !ok {
+			p = n.Probe
+		}
+		// A node that answered with an error (too many connections,
+		// access denied, a query error) is alive.
+		up := p.Reachable
+		switch p.ErrorKind {
+		case "", string(probe.KindRefused), string(probe.KindTimeout), string(probe.KindNetwork):
+		default:
+			up = true
+		}
+		m.nodeUp.WithLabelValues(cl, n.Name).Set(b(up))
+		role := n.Role
+		if n.Name == st.Primary {
+			role = topo.RolePrimary
+		}
+		for _, r := range nodeRoles {
+			m.nodeRole.WithLabelValues(cl, n.Name, r).Set(b(r == role))
+		}
+		if p.Reachable {
+			m.nodeReadOnly.WithLabelValues(cl, n.Name).Set(b(p.ReadOnly))
+		} else {
+			m.nodeReadOnly.DeleteLabelValues(cl, n.Name)
+		}
+		if p.Reachable && p.LagSeconds != nil && n.Name != st.Primary {
+			m.nodeLag.WithLabelValues(cl, n.Name).Set(float64(*p.LagSeconds))
+		} else {
+			m.nodeLag.DeleteLabelValues(cl, n.Name)
+		}
+	}
+	m.epoch.WithLabelValues(cl).Set(float64(st.Epoch))
+	m.maintenance.WithLabelValues(cl).Set(b(st.Maintenance != nil))
+	m.primaryKnown.WithLabelValues(cl).Set(b(st.Primary != ""))
+	blocked := st.AutoDisabled != "" || (st.FailoverBlock != nil && now.Before(st.FailoverBlock.Until))
+	m.blocked.WithLabelValues(cl).Set(b(blocked))
+	if st.AutoFailover != nil {
+		m.autoFailover.WithLabelValues(cl).Set(b(st.AutoFailover.Ready))
+	}
+}
+
+// forgetClusters drops every per-cluster gauge the leader exports: a
+// controller that lost leadership must not keep reporting a stale view.
+func (m *metrics) forgetClusters() {
+	for _, g := range []*prometheus.GaugeVec{m.findings, m.nodeUp, m.nodeRole, m.nodeReadOnly, m.nodeLag,
+		m.epoch, m.maintenance, m.autoFailover, m.blocked, m.primaryKnown, m.durabilityOK} {
+		g.Reset()
+	}
 }

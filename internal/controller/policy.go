@@ -79,10 +79,12 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	t.publishAnalysis(ctx, cr, m, res)
 	t.writePathEvents(ctx, cl, &st, res)
 	if busy {
+		t.c.metrics.observeRound(&st, probes, now)
 		return // a switchover or failover of this cluster is running; it decides
 	}
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
 	t.publishAutoFailover(ctx, cl, cr, &st)
+	t.c.metrics.observeRound(&st, probes, now)
 	start := roundStart(probes, now)
 	switch {
 	case res.Trouble && !m.trouble:
@@ -167,7 +169,7 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 	switch {
 	case f.Mode != config.FailoverAuto:
 		class = "manual"
-		why = fmt.Sprintf("failover.mode is %s: run `switchyard failover --cluster %s` (add --plan to see what it would do)", f.Mode, cl.Name)
+		why = fmt.Sprintf("failover.mode is %s: an operator is needed: run `switchyard failover --cluster %s` (add --plan to see what it would do)", f.Mode, cl.Name)
 	case st.Maintenance != nil:
 		class = "maintenance"
 		why = fmt.Sprintf("maintenance mode is on since %s (%s): automatic failover is blocked; a manual `switchyard failover` still works",

@@ -164,7 +164,7 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 	}
 	conn, err := rc.tcp.dialBackend(rc.connectTimeout, t.addr)
 	if err != nil {
-		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node, dialReason(err)).Inc()
 		s.log.Warn("backend unreachable", "node", t.node, "addr", t.addr, "err", err)
 		return nil, dialError(t, snap, rc.connectTimeout, err)
 	}
@@ -172,7 +172,7 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 	_ = conn.SetDeadline(time.Now().Add(rc.connectTimeout))
 	p, _, err := mysqlproto.ReadPacket(bufio.NewReaderSize(conn, 512), nil, handshakeMax)
 	if err != nil {
-		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node, dialReason(err)).Inc()
 		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("no server greeting: %w", err))
 	}
 	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
@@ -181,7 +181,7 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 	}
 	h, err := mysqlproto.ParseHandshake(p)
 	if err != nil {
-		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node, connProtocol).Inc()
 		return nil, backendLoginError(t, err)
 	}
 	return s.l.route.remember(h), nil
@@ -260,8 +260,10 @@ func (s *session) connectRoute(first *target, snap *routeSnapshot, rc *runtimeCo
 // A frozen server (it accepts in the kernel, never greets) still fails
 // within connect_timeout of the connect.
 func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig, restore bool) ([]byte, *backend, *mysql.MyError) {
+	s.dialWhy = ""
 	conn, err := rc.tcp.dialBackend(rc.connectTimeout, t.addr)
 	if err != nil {
+		s.dialWhy = dialReason(err)
 		return nil, nil, dialError(t, snap, rc.connectTimeout, err)
 	}
 	_ = conn.SetDeadline(time.Now().Add(rc.connectTimeout))
@@ -302,6 +304,7 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 func (s *session) backendLogin(cp *net.Conn, br *bufio.Reader, t *target, snap *routeSnapshot, rc *runtimeConfig) ([]byte, uint32, bool, *mysql.MyError) {
 	conn := *cp
 	ioErr := func(what string, err error) *mysql.MyError {
+		s.dialWhy = dialReason(err)
 		return dialError(t, snap, rc.connectTimeout, fmt.Errorf("%s: %w", what, err))
 	}
 	p, _, err := mysqlproto.ReadPacket(br, nil, handshakeMax)

@@ -173,6 +173,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	case mysql.COM_PROCESS_KILL:
 		return s.processKill()
 	}
+	began := time.Now()
 	kind := kindOf(cmd)
 	if cmd == mysqlproto.ComStmtBulkExecute && s.ext&mysqlproto.MariaDBClientStmtBulkOperations == 0 {
 		kind = respRejected
@@ -375,6 +376,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.stmtWritten()
 	s.l.queries.Inc()
+	if be := s.be; be != nil {
+		be.counter.countQuery()
+	}
 	if kind == respNone {
 		s.srv.bytesIn.Add(float64(s.in))
 		return ""
@@ -409,6 +413,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	if err != nil {
 		return s.failCommand(cmd, err)
 	}
+	s.l.latency.Observe(time.Since(began).Seconds())
 	if s.rlog != nil {
 		s.recordEnd()
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/sandbox"
@@ -54,6 +55,14 @@ func TestWritesFencedWhileLeaseLost(t *testing.T) {
 	if h.srv.WritesFenced() == "" {
 		t.Fatal("WritesFenced() is empty after fenceWrites")
 	}
+	if v := fenceGauge(h.srv); v != 1 {
+		t.Fatalf("switchyard_proxy_registration_lost = %v while fenced, want 1", v)
+	}
+	for _, lh := range h.srv.Health() {
+		if ready := lh.Problem == ""; ready != (lh.Role == roleReplica) {
+			t.Fatalf("Health while fenced: %+v (the primary listener must not be ready, the replica one must)", lh)
+		}
+	}
 	// The pooled (idle) session is moved off the primary: its next command fails.
 	var x int
 	err := rw.QueryRow("SELECT 1").Scan(&x)
@@ -79,6 +88,9 @@ func TestWritesFencedWhileLeaseLost(t *testing.T) {
 	}
 
 	h.srv.unfenceWrites()
+	if v := fenceGauge(h.srv); v != 0 {
+		t.Fatalf("switchyard_proxy_registration_lost = %v after the fence was lifted, want 0", v)
+	}
 	rw3 := h.db("rw", "", nil)
 	if id := serverID(t, rw3); id != 1 {
 		t.Fatalf("rw after the fence was lifted answered by server_id %d, want 1", id)
@@ -250,4 +262,11 @@ func TestFailsafeOff(t *testing.T) {
 	if fs := h.srv.Failsafe(); fs != nil {
 		t.Fatalf("failsafe periods with failsafe off: %+v", fs)
 	}
+}
+
+// fenceGauge reads switchyard_proxy_registration_lost of srv.
+func fenceGauge(srv *Server) float64 {
+	var m dto.Metric
+	_ = srv.metrics.registrationLost.Write(&m)
+	return m.GetGauge().GetValue()
 }

@@ -60,6 +60,7 @@ func (s *Server) fenceWrites(ctx context.Context, reason string) {
 		s.startFailsafe(ctx)
 	}
 	s.fence.reason.Store(&reason)
+	s.metrics.registrationLost.Set(1)
 	s.log.Error("registration lease lost: writes on primary listeners only where a direct check of every node confirms the primary (failsafe), until registered again", "reason", reason)
 	s.reapplySnapshots()
 }
@@ -70,6 +71,7 @@ func (s *Server) unfenceWrites() {
 	s.failsafe.enter.Lock() // a lease lost again meanwhile fences after this
 	defer s.failsafe.enter.Unlock()
 	if s.fence.reason.Swap(nil) != nil {
+		s.metrics.registrationLost.Set(0)
 		s.log.Info("registered again with a fresh topology: writes routed again")
 		s.reapplySnapshots()
 		s.stopFailsafe("registered again and re-read the topology")

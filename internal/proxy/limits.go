@@ -332,6 +332,7 @@ func (s *Server) answerTooMany(l *listener, c net.Conn) {
 		return
 	}
 	e := mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, "Too many connections")
+	l.errors.inc(e.Code)
 	buf, _ = mysqlproto.AppendPacket(buf[:0], hdr[3]+1, mysqlproto.AppendError(nil, e))
 	_, _ = c.Write(buf)
 }

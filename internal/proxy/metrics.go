@@ -3,7 +3,11 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"syscall"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,14 +36,24 @@ type metrics struct {
 	authFailures     *prometheus.CounterVec
 	queries          *prometheus.CounterVec
 	backendConns     *prometheus.GaugeVec
-	backendErrors    *prometheus.CounterVec
+	backendErrors    *prometheus.CounterVec // and reason (connectReasons)
 	bytes            *prometheus.CounterVec
+	// queryDuration: one Observe per relayed command, by listener
+	// (pre-resolved in listener.latency).
+	queryDuration *prometheus.HistogramVec
+	// backendQueries: relayed commands by cluster and node (pre-resolved
+	// in backendCounter.queries).
+	backendQueries *prometheus.CounterVec
+	// clientErrors: ERR packets the proxy itself sent to clients, by
+	// listener and MySQL error number (clientErrorCodes pre-resolved).
+	clientErrors     *prometheus.CounterVec
 	routeChanges     *prometheus.CounterVec
 	migrations       *prometheus.CounterVec
 	sessionsClosed   *prometheus.CounterVec
 	migrationsFailed *prometheus.CounterVec
 	txAborted        *prometheus.CounterVec
 	holdSeconds      prometheus.Histogram
+	registrationLost prometheus.Gauge
 	holdRefused      prometheus.Counter
 	hotSamples       prometheus.Counter
 	commandsCut      *prometheus.CounterVec
@@ -97,12 +111,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"cluster", "node"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_backend_connect_errors_total",
-			Help: "Failed backend connection attempts (refused, timeout, login error, limit reached), by cluster and node.",
-		}, []string{"cluster", "node"}),
+			Help: "Failed backend connection attempts, by cluster, node and reason (refused, timeout, network, local_resource, protocol, server_max_connections, access_denied, host_blocked, login, pool_limit).",
+		}, []string{"cluster", "node", "reason"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_proxy_bytes_relayed_total",
+			Name: "switchyard_proxy_relayed_bytes_total",
 			Help: "Bytes relayed after login, by direction (client_to_backend, backend_to_client).",
 		}, []string{"direction"}),
+		queryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_proxy_query_duration_seconds",
+			Help:    "Time from a client command's arrival to the end of the backend's answer relayed to the client (holds and reconnects included), in seconds, by listener.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"listener"}),
+		backendQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_backend_queries_total",
+			Help: "Client commands relayed to a backend, by cluster and node.",
+		}, []string{"cluster", "node"}),
+		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_client_errors_total",
+			Help: "Error packets the proxy itself wrote to clients (its own conditions, and a backend's login error passed on at the client's login; not errors inside relayed results), by listener and MySQL error number (1105 for proxy conditions such as no primary, 1290 writes fenced, 1040 too many connections, 1045 access denied, 2013 lost connection, ...).",
+		}, []string{"listener", "code"}),
 		routeChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_route_changes_total",
 			Help: "Routing snapshots that changed the primary or the set of serving replicas, by cluster.",
@@ -147,6 +174,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		holdRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_proxy_hold_refused_total",
 			Help: "Statements answered with the switchover-in-progress error because a buffer limit was reached (max_hold, max_held, max_duration).",
+		}),
+		registrationLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_proxy_registration_lost",
+			Help: "1 while this proxy's registration lease in the topology store is lost and its primary listeners refuse writes (error 1290) except where failsafe confirms the primary, else 0.",
 		}),
 		hotSamples: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_proxy_hot_read_samples_total",
@@ -232,6 +263,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg2(&m.backendConns)
 	reg1(&m.backendErrors)
 	reg1(&m.bytes)
+	reg1(&m.backendQueries)
+	reg1(&m.clientErrors)
 	reg1(&m.routeChanges)
 	reg1(&m.migrations)
 	reg1(&m.sessionsClosed)
@@ -258,6 +291,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.poolWaitSecs, err = register(reg, m.poolWaitSecs)
 	}
 	if err == nil {
+		m.queryDuration, err = register(reg, m.queryDuration)
+	}
+	if err == nil {
 		m.holdSeconds, err = register(reg, m.holdSeconds)
 	}
 	if err == nil {
@@ -265,6 +301,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.hotSamples, err = register(reg, m.hotSamples)
+	}
+	if err == nil {
+		m.registrationLost, err = register(reg, m.registrationLost)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("proxy: register metrics: %w", err)
@@ -285,4 +324,125 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error)
 		return c, err
 	}
 	return c, nil
+}
+
+// Reasons a backend connection attempt failed (label "reason" of
+// switchyard_proxy_backend_connect_errors_total).
+const (
+	connRefused       = "refused"                // TCP connection refused
+	connTimeout       = "timeout"                // connect or greeting timed out
+	connNetwork       = "network"                // other socket error (reset, unreachable)
+	connLocalResource = "local_resource"         // this host's descriptors or ports (localres.go)
+	connProtocol      = "protocol"               // no or bad greeting, missing capabilities
+	connServerMax     = "server_max_connections" // the server's 1040
+	connAccessDenied  = "access_denied"          // 1045, 1044, 1698: the login's password or grants
+	connHostBlocked   = "host_blocked"           // 1129, 1130: the server refuses this host
+	connLogin         = "login"                  // another error the server sent at login
+	connPoolLimit     = "pool_limit"             // proxy.max_connections_per_backend reached
+)
+
+// dialReason classifies a dial or greeting error.
+func dialReason(err error) string {
+	var ne net.Error
+	switch {
+	case localResource(err):
+		return connLocalResource
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return connRefused
+	case errors.As(err, &ne) && ne.Timeout():
+		return connTimeout
+	}
+	return connNetwork
+}
+
+// loginReason classifies an error packet a server sent at login by its
+// MySQL error number.
+func loginReason(code uint16) string {
+	switch code {
+	case 1040:
+		return connServerMax
+	case 1044, 1045, 1698:
+		return connAccessDenied
+	case 1129, 1130:
+		return connHostBlocked
+	}
+	return connLogin
+}
+
+// clientErrorCodes are the error numbers the proxy itself sends, resolved
+// once per listener so that counting one costs no map lookup of labels;
+// others are counted under their number through the vector.
+var clientErrorCodes = []uint16{1105, 1290, 1040, 1045, 1047, 2013}
+
+// clientErrorCounters are one listener's pre-resolved counters of
+// switchyard_proxy_client_errors_total.
+type clientErrorCounters struct {
+	vec      *prometheus.CounterVec
+	listener string
+	byCode   map[uint16]prometheus.Counter // read-only after newClientErrorCounters
+}
+
+func newClientErrorCounters(vec *prometheus.CounterVec, listener string) *clientErrorCounters {
+	c := &clientErrorCounters{vec: vec, listener: listener, byCode: make(map[uint16]prometheus.Counter, len(clientErrorCodes))}
+	for _, code := range clientErrorCodes {
+		c.byCode[code] = vec.WithLabelValues(listener, strconv.Itoa(int(code)))
+	}
+	return c
+}
+
+// inc counts one error packet with code sent to a client.
+func (c *clientErrorCounters) inc(code uint16) {
+	if c == nil {
+		return
+	}
+	if ctr, ok := c.byCode[code]; ok {
+		ctr.Inc()
+		return
+	}
+	c.vec.WithLabelValues(c.listener, strconv.Itoa(int(code))).Inc()
+}
+
+// connectReason classifies the error of the session's last dialAndLogin:
+// the socket error it noted, else the server's error number; an error the
+// proxy made up (missing capabilities, unexpected data) is protocol.
+func (s *session) connectReason(merr *mysql.MyError) string {
+	switch {
+	case s.dialWhy != "":
+		return s.dialWhy
+	case merr.Code == mysql.ER_UNKNOWN_ERROR:
+		return connProtocol
+	}
+	return loginReason(merr.Code)
+}
+
+// listenerReadyDesc is switchyard_proxy_listener_ready, computed from
+// Server.Health at each scrape.
+var listenerReadyDesc = prometheus.NewDesc("switchyard_proxy_listener_ready",
+	"1 when the listener's route has what its role needs (a primary listener: a reachable primary, writes not fenced; a replica listener: a serving replica or a primary to fall back on), else 0: what /readyz/listener/<name> answers. By listener, cluster and role.",
+	[]string{"listener", "cluster", "role"}, nil)
+
+// listenerPrimaryDesc is switchyard_proxy_listener_primary_routed.
+var listenerPrimaryDesc = prometheus.NewDesc("switchyard_proxy_listener_primary_routed",
+	"1 when the listener's route names a primary that this proxy's backend check reaches and the controller does not report dead (ListenerHealth.PrimaryOK), else 0, by listener, cluster and role.",
+	[]string{"listener", "cluster", "role"}, nil)
+
+// healthCollector exports the listeners' health at scrape time.
+type healthCollector struct{ s *Server }
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- listenerReadyDesc
+	ch <- listenerPrimaryDesc
+}
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, h := range c.s.Health() {
+		ch <- prometheus.MustNewConstMetric(listenerReadyDesc, prometheus.GaugeValue, b(h.Problem == ""), h.Listener, h.Cluster, h.Role)
+		ch <- prometheus.MustNewConstMetric(listenerPrimaryDesc, prometheus.GaugeValue, b(h.PrimaryOK), h.Listener, h.Cluster, h.Role)
+	}
 }

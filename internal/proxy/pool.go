@@ -394,7 +394,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 					// Not this host's own limits (localres.go): check the node.
 					s.srv.backendTrouble()
 				}
-				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+				m.backendErrors.WithLabelValues(t.cluster, t.node, s.connectReason(merr)).Inc()
 				if ok, suppressed := s.srv.limit.dialFailLog.allow(time.Now()); ok {
 					s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message, "suppressed", suppressed)
 				}
@@ -451,7 +451,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 						"switchyard: no connection to %s (%s) came free within %s (proxy.pool.wait_timeout) and it is no longer the primary or is reported unreachable",
 						t.node, t.addr, rc.poolWait))
 				}
-				m.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
+				m.backendErrors.WithLabelValues(t.cluster, t.node, connPoolLimit).Inc()
 				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
 					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
 				}

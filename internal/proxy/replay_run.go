@@ -625,6 +625,9 @@ func (s *session) relayAgain(cmd byte, kind responseKind, what string, mark bool
 		return replayLostAgain, fmt.Sprintf("%s in flight failed again on %s: %v", what, nodeName(s.be), err)
 	}
 	s.l.queries.Inc()
+	if be := s.be; be != nil {
+		be.counter.countQuery()
+	}
 	return replayOK, ""
 }
 

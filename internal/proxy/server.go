@@ -131,6 +131,8 @@ type listener struct {
 	route                        *clusterRoute
 	sessions                     atomic.Int64
 	queries                      prometheus.Counter
+	latency                      prometheus.Observer  // switchyard_proxy_query_duration_seconds of the listener
+	errors                       *clientErrorCounters // switchyard_proxy_client_errors_total of the listener
 }
 
 // backendCounter counts open connections to one backend address and holds
@@ -138,7 +140,21 @@ type listener struct {
 type backendCounter struct {
 	cluster, node, addr string
 	open                atomic.Int64
+	// queries is switchyard_proxy_backend_queries_total of the node,
+	// resolved when the counter is made (and when the address changes
+	// node): counting a command costs no label lookup.
+	queries atomic.Pointer[prometheus.Counter]
 	nodePool
+}
+
+// countQuery counts one command relayed to the backend.
+func (bc *backendCounter) countQuery() {
+	if bc == nil {
+		return
+	}
+	if c := bc.queries.Load(); c != nil {
+		(*c).Inc()
+	}
 }
 
 // New validates the proxy-relevant parts of o.Config and returns a Server
@@ -187,6 +203,14 @@ func New(o Options) (*Server, error) {
 	}
 	if err := s.accounts.initMetrics(o.Registry); err != nil {
 		return nil, err
+	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(healthCollector{s}); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) { // a second Server in one process: the first one's listeners are reported
+				return nil, fmt.Errorf("proxy: register metrics: %w", err)
+			}
+		}
 	}
 	if s.auth.file = o.Config.Proxy.RSAKeyFile; s.auth.file != "" {
 		if _, err := s.auth.rsaKey(); err != nil {
@@ -238,6 +262,8 @@ func New(o Options) (*Server, error) {
 			name: lc.Name, cluster: lc.Cluster, role: lc.Role, address: lc.Address, pooling: lc.Pooling,
 			route:   s.route(lc.Cluster),
 			queries: m.queries.WithLabelValues(lc.Name),
+			latency: m.queryDuration.WithLabelValues(lc.Name),
+			errors:  newClientErrorCounters(m.clientErrors, lc.Name),
 			tls:     lt,
 		})
 	}
@@ -424,6 +450,8 @@ func (s *Server) backendCounter(t *target) *backendCounter {
 	bc := s.backends[t.addr]
 	if bc == nil {
 		bc = &backendCounter{cluster: t.cluster, node: t.node, addr: t.addr}
+		q := s.metrics.backendQueries.WithLabelValues(t.cluster, t.node)
+		bc.queries.Store(&q)
 		s.backends[t.addr] = bc
 	}
 	if bc.cluster != t.cluster || bc.node != t.node {
@@ -433,6 +461,8 @@ func (s *Server) backendCounter(t *target) *backendCounter {
 		bc.cluster, bc.node = t.cluster, t.node
 		bc.idleG, bc.inUseG, bc.checkoutsC = nil, nil, nil
 		bc.mu.Unlock()
+		q := s.metrics.backendQueries.WithLabelValues(t.cluster, t.node)
+		bc.queries.Store(&q)
 	}
 	return bc
 }

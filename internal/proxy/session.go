@@ -53,10 +53,13 @@ const relayExtCaps = mysqlproto.MariaDBClientProgress | mysqlproto.MariaDBClient
 // Only the session's goroutine touches its fields, except shutdown (from
 // Server.Close), which closes the connections under mu.
 type session struct {
-	srv    *Server
-	l      *listener
-	id     uint32
-	client net.Conn
+	srv *Server
+	l   *listener
+	id  uint32
+	// dialWhy classifies the socket error of the last dialAndLogin ("" when
+	// the socket worked), for the reason label of backend connect errors.
+	dialWhy string
+	client  net.Conn
 	// cr reads the client: in.r while the session holds a pooled reader
 	// (clientread.go), nil while it waits idle for a command.
 	cr     *bufio.Reader
@@ -343,6 +346,9 @@ func (s *session) writeDirect(seq byte, payload []byte) error {
 // with the '#' SQLSTATE marker, or without one when e.State is empty (a
 // server's error relayed in the form it was sent, serverERR).
 func (s *session) writeError(seq byte, e *mysql.MyError) {
+	if s.l != nil {
+		s.l.errors.inc(e.Code)
+	}
 	_ = s.writeDirect(seq, appendERRAsSent(nil, e))
 }
 

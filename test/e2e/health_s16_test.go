@@ -88,7 +88,7 @@ func TestS16BlockedWritesAreReported(t *testing.T) {
 		took.Round(time.Millisecond), foInterval, finding(st, "PrimaryWritesBlocked", "node1").Detail)
 	ev := s.waitEvent("PrimaryWritesBlocked on node1", 10*time.Second)
 	t.Logf("event %s after the lock: %s %s", ev.At.Sub(locked).Round(time.Millisecond), ev.Kind, ev.Message)
-	waitMetric(t, metrics, `switchyard_controller_finding{cluster="main",code="PrimaryWritesBlocked"} 1`, 10*time.Second)
+	waitMetric(t, metrics, `switchyard_cluster_finding{cluster="main",code="PrimaryWritesBlocked"} 1`, 10*time.Second)
 	if hb := st.Node("node1").Probe.Heartbeat; hb != nil && hb.OK {
 		t.Logf("note: the published probe's heartbeat is from an earlier round: %+v", hb)
 	}
@@ -119,7 +119,7 @@ func TestS16BlockedWritesAreReported(t *testing.T) {
 		return finding(st, "PrimaryWritesBlocked", "node1") == nil
 	})
 	ev = s.waitEvent("PrimaryWritesBlocked on node1 cleared", 10*time.Second)
-	waitMetric(t, metrics, `switchyard_controller_finding{cluster="main",code="PrimaryWritesBlocked"} 0`, 10*time.Second)
+	waitMetric(t, metrics, `switchyard_cluster_finding{cluster="main",code="PrimaryWritesBlocked"} 0`, 10*time.Second)
 	t.Logf("finding cleared %s after UNLOCK TABLES; event %q (%s after)", took.Round(time.Millisecond), ev.Message,
 		ev.At.Sub(unlocked).Round(time.Millisecond))
 	time.Sleep(time.Second)
@@ -170,7 +170,7 @@ func TestS16ApplicationLoginsRefused(t *testing.T) {
 		finding(st, "ApplicationLoginsRefused", "node1").Detail)
 	ev := s.waitEvent("ApplicationLoginsRefused on node1", 10*time.Second)
 	t.Logf("event %s after: %s", ev.At.Sub(limited).Round(time.Millisecond), ev.Message)
-	waitMetric(t, metrics, `switchyard_controller_finding{cluster="main",code="ApplicationLoginsRefused"} 1`, 10*time.Second)
+	waitMetric(t, metrics, `switchyard_cluster_finding{cluster="main",code="ApplicationLoginsRefused"} 1`, 10*time.Second)
 	waitMetric(t, metrics, `switchyard_controller_app_login_refusals_total{cluster="main",code="1226",user="`+app+`"}`, 10*time.Second)
 	s.exec(0, "ALTER USER '"+app+"'@'%' WITH MAX_USER_CONNECTIONS 0")
 	held.Close()
