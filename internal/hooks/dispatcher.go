@@ -318,3 +318,15 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// Wants reports whether any hook (veto or not) fires on event for cluster
+// among hooks; callers use it to skip building a payload nobody receives.
+func Wants(hooks []config.Hook, event, cluster string) bool {
+	p := Payload{Event: event, Cluster: cluster}
+	for _, h := range hooks {
+		if matches(h, p) {
+			return true
+		}
+	}
+	return false
+}
