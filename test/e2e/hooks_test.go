@@ -109,7 +109,8 @@ func TestHookDeadPrimaryManual(t *testing.T) {
 	out := filepath.Join(dir, "dead")
 	allow := filepath.Join(dir, "allow")
 	s := startFO(t, foOpts{Mode: config.FailoverManual, Mutate: withHooks(
-		config.Hook{Name: "web", Events: []string{config.HookDeadPrimary, config.HookFailoverStart, config.HookFailoverEnd}, URL: sink.srv.URL + "/hook"},
+		config.Hook{Name: "web", Events: []string{config.HookDeadPrimary, config.HookFailoverStart, config.HookFailoverEnd,
+			config.HookSwitchoverStart, config.HookSwitchoverEnd}, URL: sink.srv.URL + "/hook"},
 		config.Hook{Name: "page", Events: []string{config.HookDeadPrimary},
 			Command: []string{"/bin/sh", "-c", `cat > "$1.json"; echo "$SWITCHYARD_EVENT $SWITCHYARD_CLUSTER $SWITCHYARD_NODE $SWITCHYARD_CANDIDATE" > "$1.env"`, "sh", out}},
 		config.Hook{Name: "freeze", Events: []string{config.HookFailoverStart}, Veto: true,
@@ -184,6 +185,24 @@ func TestHookDeadPrimaryManual(t *testing.T) {
 	end := sink.waitFor(t, config.HookFailoverEnd, 10*time.Second, func(p hooks.Payload) bool { return p.Result != "refused" })
 	if end.Result != "done" || end.Epoch != 2 || end.Node != start.Plan.Candidate || len(end.Steps) == 0 {
 		t.Errorf("failover_end payload: result %q epoch %d node %q steps %d", end.Result, end.Epoch, end.Node, len(end.Steps))
+	}
+
+	// A planned switchover to the other replica: start and end.
+	other := "node3"
+	if end.Node == "node3" {
+		other = "node2"
+	}
+	s.waitState("replica repointed", 10*time.Second, func(st topo.ClusterState) bool {
+		return st.Epoch == 2 && st.Node(other).Serving
+	})
+	t.Logf("switchyard switchover:\n%s", s.cli("switchover", "--cluster", "main", "--to", other))
+	ss := sink.wait(t, config.HookSwitchoverStart, 10*time.Second)
+	if ss.Node != other || ss.Primary != end.Node || ss.Epoch != 2 {
+		t.Errorf("switchover_start payload: node %q primary %q epoch %d", ss.Node, ss.Primary, ss.Epoch)
+	}
+	se := sink.wait(t, config.HookSwitchoverEnd, 10*time.Second)
+	if se.Result != "done" || se.Node != other || se.Epoch != 3 || len(se.Steps) == 0 {
+		t.Errorf("switchover_end payload: result %q node %q epoch %d steps %d", se.Result, se.Node, se.Epoch, len(se.Steps))
 	}
 }
 
