@@ -335,3 +335,24 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// A header whose environment variable is unset fails the attempt, naming
+// the header and the variable, without sending anything.
+func TestURLHeaderSecretMissing(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	h := hook("web", config.HookDeadPrimary)
+	zero := 0
+	h.Retries, h.URL = &zero, srv.URL
+	h.Headers = []config.HookHeader{{Name: "Authorization", ValueEnv: "HOOK_TEST_UNSET_TOKEN"}}
+	d, r, _ := newDispatcher(t, h)
+	d.Notify(samplePayload(config.HookDeadPrimary))
+	a := r.next(t)
+	if a.OK() || !strings.Contains(a.Err, "headers[0] (Authorization): environment variable HOOK_TEST_UNSET_TOKEN is not set") {
+		t.Fatalf("attempt: %s", a.Summary())
+	}
+	if calls.Load() != 0 {
+		t.Error("the request was sent without its header")
+	}
+}

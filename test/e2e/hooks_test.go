@@ -127,6 +127,9 @@ func TestHookDeadPrimaryManual(t *testing.T) {
 	if p.Plan == nil {
 		t.Fatalf("dead_primary payload without a plan: %+v", p)
 	}
+	if b, err := json.MarshalIndent(p, "", "  "); err == nil {
+		t.Logf("dead_primary payload as received:\n%s", b)
+	}
 	t.Logf("dead_primary payload %s after kill -9: node %s, candidate %q, reason %.120q", time.Since(killed).Round(time.Millisecond), p.Node, p.Plan.Candidate, p.Reason)
 	if p.Version != hooks.SchemaVersion || p.Cluster != "main" || p.Node != "node1" || p.Primary != "node1" || p.Epoch != 1 || p.Controller == "" || p.Time.IsZero() {
 		t.Errorf("payload fields: %+v", p)
@@ -164,6 +167,7 @@ func TestHookDeadPrimaryManual(t *testing.T) {
 	if err == nil || !strings.Contains(refusal, `refused by veto hook "freeze"`) || !strings.Contains(refusal, "change freeze in effect") {
 		t.Fatalf("failover with a refusing veto hook: err %v\n%s", err, refusal)
 	}
+	t.Logf("switchyard failover with the veto hook refusing (%v):\n%s", err, refusal)
 	if st := s.state(); st.Primary != "node1" || st.Epoch != 1 {
 		t.Fatalf("vetoed failover acted: primary %s epoch %d", st.Primary, st.Epoch)
 	}
