@@ -99,14 +99,14 @@ func (t *term) wantsHook(event, cluster string) bool {
 // maintenance, disabled or blocked automation), with the plan `switchyard
 // failover` would run, computed from a fresh probe off the probe loop.
 func (t *term) deadPrimaryHook(ctx context.Context, cl *config.Cluster, st *topo.ClusterState, dead *analysis.Finding, why string) {
-	if t.hooks == nil {
+	if !t.wantsHook(config.HookDeadPrimary, cl.Name) {
 		return
 	}
 	t.hooks.mu.Lock()
 	sent := t.hooks.deadSent[cl.Name]
 	t.hooks.deadSent[cl.Name] = true
 	t.hooks.mu.Unlock()
-	if sent || !t.wantsHook(config.HookDeadPrimary, cl.Name) {
+	if sent {
 		return
 	}
 	p := hooks.Payload{Event: config.HookDeadPrimary, Cluster: cl.Name, Node: dead.Node, Primary: st.Primary, Epoch: st.Epoch,
