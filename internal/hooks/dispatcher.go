@@ -44,11 +44,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type Options struct {
 	// Metrics count the attempts; nil counts nothing.
 	Metrics *Metrics
-	// Log receives a line per failed attempt and per dropped delivery; nil
-	// discards.
+	// Log receives a line per dropped delivery and, when OnResult is nil,
+	// per failed attempt; nil discards.
 	Log *slog.Logger
 	// OnResult, when set, is called after every attempt (from the hook's
-	// worker, or from Veto's caller). It must not block for long.
+	// worker, or from Veto's caller) and logs what it needs to. It must not
+	// block for long.
 	OnResult func(Attempt)
 	// Sleep waits d or until ctx ends (tests shorten backoffs with it);
 	// nil uses a timer.
@@ -215,7 +216,7 @@ func (d *Dispatcher) deliver(ctx context.Context, h config.Hook, dl delivery) {
 
 func (d *Dispatcher) record(a Attempt) {
 	d.count(a.Hook, a.Result)
-	if !a.OK() {
+	if !a.OK() && d.o.OnResult == nil { // else the receiver of the result logs it
 		d.o.Log.Warn("hook failed", "hook", a.Hook, "event", a.Event, "cluster", a.Cluster, "result", a.Result,
 			"attempt", a.N, "of", a.Of, "exit_code", a.ExitCode, "status", a.Status, "took", a.Duration, "err", a.Err)
 	}
