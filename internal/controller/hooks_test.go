@@ -84,4 +84,26 @@ func TestStateHooks(t *testing.T) {
 	if ok != 3 {
 		t.Errorf("%d hook_ok events, want 3: %+v", ok, evs)
 	}
+
+	// A new config revision's hooks apply from the next event.
+	out2 := out + "2"
+	cfg2 := *cfg
+	cfg2.Hooks = []config.Hook{{Name: "log2", Events: []string{config.HookAlarmRaised},
+		Command: []string{"/bin/sh", "-c", `echo "$SWITCHYARD_EVENT $SWITCHYARD_NODE" >> "$1"`, "sh", out2}}}
+	cfg2.ApplyDefaults()
+	c.SetConfig(&cfg2)
+	s3 := &topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 3, Alarms: []topo.Alarm{a1b, {Code: topo.AlarmAheadOfPrimary, Node: "node2"}}}
+	tm.stateHooks(s2, s3)
+	for time.Now().Before(deadline) {
+		if b, _ := os.ReadFile(out2); len(b) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if b, _ := os.ReadFile(out2); string(b) != "alarm_raised node2\n" {
+		t.Errorf("hook of the new config: %q", b)
+	}
+	if b, _ := os.ReadFile(out); string(b) != want {
+		t.Errorf("hook removed by the new config ran again:\n%s", b)
+	}
 }
