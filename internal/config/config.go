@@ -54,7 +54,137 @@ type Config struct {
 	// `rollback`, `up` and every proxy and controller refuse as destructive.
 	// Type: mapping (config).
 	Versioning VersioningConfig `yaml:"config"`
+	// Hooks are commands to run and URLs to POST to when the controller
+	// fails over, switches over, finds a dead primary it will not fail over
+	// on its own, raises or clears an alarm, or quarantines a node; see the
+	// README's "Hooks and notifications". Names are unique.
+	// Type: list of hook. Optional.
+	Hooks []Hook `yaml:"hooks,omitempty"`
 }
+
+// Hook events (Hook.Events). The payload of each is described in package
+// hooks.
+const (
+	HookFailoverStart   = "failover_start"
+	HookFailoverEnd     = "failover_end"
+	HookSwitchoverStart = "switchover_start"
+	HookSwitchoverEnd   = "switchover_end"
+	HookDeadPrimary     = "dead_primary"
+	HookAlarmRaised     = "alarm_raised"
+	HookAlarmCleared    = "alarm_cleared"
+	HookNodeQuarantined = "node_quarantined"
+)
+
+// HookEvents lists every hook event, in documentation order.
+var HookEvents = []string{HookFailoverStart, HookFailoverEnd, HookSwitchoverStart, HookSwitchoverEnd,
+	HookDeadPrimary, HookAlarmRaised, HookAlarmCleared, HookNodeQuarantined}
+
+// HookVetoEvents are the events a veto hook may fire on: the controller
+// waits for it before acting.
+var HookVetoEvents = []string{HookFailoverStart, HookSwitchoverStart}
+
+// Hook is one notification target: a command (argv, run without a shell,
+// the JSON payload on stdin and as SWITCHYARD_* environment variables) or
+// a URL (HTTP POST of the JSON payload). Only the leader controller runs
+// hooks, each from its own bounded queue, so a slow or failing hook never
+// delays a recovery or the probe loop — except a veto hook, which the
+// controller waits for (at most Timeout per attempt) before it acts. The
+// peers: orchestrator's PreFailoverProcesses/PostFailoverProcesses, Patroni
+// callbacks, MaxScale's monitor script and events.
+type Hook struct {
+	// Name identifies the hook in events, logs and the
+	// switchyard_hook_runs_total metric.
+	// Type: string. Required.
+	Name string `yaml:"name"`
+	// Events are the events the hook fires on: failover_start,
+	// failover_end, switchover_start, switchover_end, dead_primary,
+	// alarm_raised, alarm_cleared, node_quarantined.
+	// Type: list of string. Required (at least one).
+	Events []string `yaml:"events"`
+	// Clusters limits the hook to these clusters; empty means every
+	// cluster.
+	// Type: list of string. Optional.
+	Clusters []string `yaml:"clusters,omitempty"`
+	// Command is the program and its arguments, run without a shell, with
+	// the payload on stdin and SWITCHYARD_EVENT, SWITCHYARD_CLUSTER,
+	// SWITCHYARD_NODE, SWITCHYARD_EPOCH, SWITCHYARD_REASON, SWITCHYARD_TIME,
+	// SWITCHYARD_HOOK in its environment. A non-zero exit is a failure.
+	// Type: list of string. Optional (one of command, url).
+	Command []string `yaml:"command,omitempty"`
+	// URL receives the payload as an HTTP POST (Content-Type
+	// application/json); a status other than 2xx is a failure.
+	// Type: string (http or https URL). Optional (one of command, url).
+	URL string `yaml:"url,omitempty"`
+	// Headers are added to each POST to URL (e.g. Authorization).
+	// Type: list of hook_header. Optional.
+	Headers []HookHeader `yaml:"headers,omitempty"`
+	// Timeout bounds each attempt; the command is killed, the request
+	// cancelled when it passes.
+	// Type: duration. Default: 10s.
+	Timeout Duration `yaml:"timeout"`
+	// Retries is how many times a failed attempt is tried again (0: once
+	// only). A veto hook is never retried.
+	// Type: integer. Default: 2.
+	Retries *int `yaml:"retries,omitempty"`
+	// Backoff is the wait before the first retry, doubled before each next
+	// one.
+	// Type: duration. Default: 1s.
+	Backoff Duration `yaml:"backoff"`
+	// Queue is how many deliveries may wait for the hook; beyond it new
+	// ones are dropped (counted with result "dropped").
+	// Type: integer. Default: 64.
+	Queue int `yaml:"queue"`
+	// Veto makes the hook a gate: it may only fire on failover_start and
+	// switchover_start, runs before the failover or switchover changes
+	// anything, and a failure (non-zero exit, non-2xx status, timeout)
+	// refuses the action with the hook's output in the refusal. Without
+	// veto a hook never blocks anything.
+	// Type: boolean. Default: false.
+	Veto bool `yaml:"veto,omitempty"`
+}
+
+// HookHeader is one HTTP header of a URL hook; its value comes from the
+// file itself, an environment variable or a file (exactly one of Value,
+// ValueEnv, ValueFile), like the credentials' passwords.
+type HookHeader struct {
+	// Name is the header name (e.g. Authorization).
+	// Type: string. Required.
+	Name string `yaml:"name"`
+	// Value is the header value, written in the config file.
+	// Type: string. Optional (one of value, value_env, value_file).
+	Value string `yaml:"value,omitempty"`
+	// ValueEnv names an environment variable holding the value, read when
+	// the hook runs.
+	// Type: string (variable name). Optional (one of value, value_env,
+	// value_file).
+	ValueEnv string `yaml:"value_env,omitempty"`
+	// ValueFile is a file holding the value (trailing newlines dropped),
+	// read when the hook runs; relative to the config file's directory.
+	// Type: string (path). Optional (one of value, value_env, value_file).
+	ValueFile string `yaml:"value_file,omitempty"`
+}
+
+// Resolve returns the header's value from whichever source is set. Errors
+// name the source that failed; the value never appears.
+func (h HookHeader) Resolve() (string, error) {
+	return resolveSecret(h.Value, h.ValueEnv, h.ValueFile)
+}
+
+// HookRetries returns h.Retries, or its default when unset.
+func (h Hook) HookRetries() int {
+	if h.Retries == nil {
+		return DefaultHookRetries
+	}
+	return *h.Retries
+}
+
+// Hook defaults.
+const (
+	DefaultHookTimeout = 10 * time.Second
+	DefaultHookRetries = 2
+	DefaultHookBackoff = time.Second
+	DefaultHookQueue   = 64
+)
 
 // EtcdConfig locates the topology store.
 type EtcdConfig struct {
@@ -1080,6 +1210,22 @@ func (c *Config) ApplyDefaults() {
 	if c.Versioning.Guard.MaxRemovedFraction == nil {
 		f := DefaultMaxRemovedFraction
 		c.Versioning.Guard.MaxRemovedFraction = &f
+	}
+	for i := range c.Hooks {
+		h := &c.Hooks[i]
+		if h.Timeout == 0 {
+			h.Timeout = Duration(DefaultHookTimeout)
+		}
+		if h.Retries == nil {
+			r := DefaultHookRetries
+			h.Retries = &r
+		}
+		if h.Backoff == 0 {
+			h.Backoff = Duration(DefaultHookBackoff)
+		}
+		if h.Queue == 0 {
+			h.Queue = DefaultHookQueue
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"reflect"
 	"sort"
 	"strings"
@@ -260,6 +261,9 @@ func ComputeDiff(old, new *Config) Diff {
 		switch f.Name {
 		case "Users", "Clusters", "Listeners":
 			continue
+		case "Hooks":
+			pol = append(pol, hookDiff(old.Hooks, new.Hooks)...)
+			continue
 		}
 		pol = append(pol, leafDiff(yamlKey(f), ov.Field(i), nv.Field(i))...)
 	}
@@ -367,4 +371,59 @@ func show(v reflect.Value) string {
 		return `""`
 	}
 	return fmt.Sprint(v.Interface())
+}
+
+// hookDiff compares the hooks by name: "hooks[NAME]: added (events ...)",
+// "hooks[NAME]: removed", "hooks[NAME].timeout: 10s -> 5s". Header values
+// and a URL's path and query (a webhook URL often holds its token) are
+// never shown, only that they changed.
+func hookDiff(old, new []Hook) []string {
+	var out []string
+	oldBy := map[string]Hook{}
+	for _, h := range old {
+		oldBy[h.Name] = h
+	}
+	newBy := map[string]bool{}
+	for _, h := range new {
+		newBy[h.Name] = true
+		p := "hooks[" + h.Name + "]"
+		o, ok := oldBy[h.Name]
+		if !ok {
+			target := "command " + strings.Join(h.Command, " ")
+			if h.URL != "" {
+				target = "url " + redactURL(h.URL)
+			}
+			out = append(out, fmt.Sprintf("%s: added (events %s, %s)", p, strings.Join(h.Events, ", "), target))
+			continue
+		}
+		out = append(out, leafDiff(p, reflect.ValueOf(o), reflect.ValueOf(h), "name", "url", "headers")...)
+		if o.URL != h.URL {
+			out = append(out, fmt.Sprintf("%s.url: %s -> %s", p, redactURL(o.URL), redactURL(h.URL)))
+		}
+		if !reflect.DeepEqual(o.Headers, h.Headers) {
+			out = append(out, p+".headers: (changed)")
+		}
+	}
+	for _, h := range old {
+		if !newBy[h.Name] {
+			out = append(out, "hooks["+h.Name+"]: removed")
+		}
+	}
+	return out
+}
+
+// redactURL keeps a URL's scheme and host ("https://hooks.slack.com/…").
+func redactURL(s string) string {
+	if s == "" {
+		return `""`
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return "(a URL)"
+	}
+	out := u.Scheme + "://" + u.Host
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		out += "/…"
+	}
+	return out
 }

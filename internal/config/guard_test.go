@@ -234,6 +234,28 @@ func TestDiff(t *testing.T) {
 			c.Clusters[0].ReadRouting.MaxLag = Duration(3 * time.Second)
 			c.Probe.Interval = Duration(2 * time.Second)
 		}, []string{"policies:\n  ~ clusters[main].read_routing.max_lag  10s -> 3s\n  ~ probe.interval  1s -> 2s"}, nil},
+		{"hooks added, changed, removed; secrets not shown", func(c *Config) {
+			c.Hooks = []Hook{{Name: "chat", Events: []string{HookDeadPrimary}, URL: "https://hooks.example.com/T000/B000/s3cretpath",
+				Headers: []HookHeader{{Name: "Authorization", Value: "Bearer s3cret"}}}}
+		}, []string{"hooks[chat]  added (events dead_primary, url https://hooks.example.com/…)"}, func(t *testing.T, d Diff) {
+			if strings.Contains(d.String(), "s3cret") {
+				t.Errorf("diff shows a hook secret:\n%s", d)
+			}
+			old := &Config{Hooks: []Hook{{Name: "chat", Events: []string{HookDeadPrimary}, URL: "https://hooks.example.com/a/s3cret",
+				Headers: []HookHeader{{Name: "Authorization", Value: "Bearer s3cret"}}}, {Name: "gone", Events: []string{HookAlarmRaised}, Command: []string{"/bin/true"}}}}
+			nw := &Config{Hooks: []Hook{{Name: "chat", Events: []string{HookDeadPrimary, HookFailoverEnd}, URL: "https://hooks.example.com/b/s3cret2",
+				Headers: []HookHeader{{Name: "Authorization", Value: "Bearer s3cret2"}}}}}
+			got := strings.Join(hookDiff(old.Hooks, nw.Hooks), "\n")
+			for _, w := range []string{"hooks[chat].events: [dead_primary] -> [dead_primary, failover_end]", "hooks[chat].headers: (changed)",
+				"hooks[chat].url: https://hooks.example.com/… -> https://hooks.example.com/…", "hooks[gone]: removed"} {
+				if !strings.Contains(got, w) {
+					t.Errorf("hook diff lacks %q:\n%s", w, got)
+				}
+			}
+			if strings.Contains(got, "s3cret") {
+				t.Errorf("hook diff shows a secret:\n%s", got)
+			}
+		}},
 		{"remove a listener, change another", func(c *Config) {
 			c.Listeners = c.Listeners[:1]
 			c.Listeners[0].Address = "127.0.0.1:7446"

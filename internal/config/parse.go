@@ -90,6 +90,11 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	abs(&c.Proxy.RSAKeyFile)
 	abs(&c.Proxy.BackendAccounts.PasswordFile)
+	for i := range c.Hooks {
+		for j := range c.Hooks[i].Headers {
+			abs(&c.Hooks[i].Headers[j].ValueFile)
+		}
+	}
 }
 
 // decodeStrict decodes one YAML document into a Config, rejecting unknown

@@ -47,5 +47,24 @@ func (c *Config) CheckSecrets() error {
 	for i, u := range c.Users {
 		check(fmt.Sprintf("users[%d]", i), u.Password, u.PasswordEnv, u.PasswordFile)
 	}
+	for i, h := range c.Hooks {
+		for j, hd := range h.Headers {
+			f := fmt.Sprintf("hooks[%d].headers[%d]", i, j)
+			switch {
+			case hd.ValueEnv != "":
+				if _, ok := os.LookupEnv(hd.ValueEnv); !ok {
+					errs = append(errs, &FieldError{Field: f + ".value_env", Msg: fmt.Sprintf("environment variable %s is not set", hd.ValueEnv)})
+				}
+			case hd.ValueFile != "":
+				if _, err := os.ReadFile(hd.ValueFile); err != nil {
+					var pe *os.PathError
+					if errors.As(err, &pe) {
+						err = pe
+					}
+					errs = append(errs, &FieldError{Field: f + ".value_file", Msg: err.Error()})
+				}
+			}
+		}
+	}
 	return errors.Join(errs...)
 }

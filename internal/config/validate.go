@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,7 @@ func (c *Config) Validate() error {
 	c.validateListenAddresses(v)
 	c.validateTLS(v)
 	c.validateVersioning(v)
+	c.validateHooks(v)
 	return errors.Join(v.errs...)
 }
 
@@ -730,6 +732,83 @@ func validateDurability(v *validator, f string, cl Cluster) {
 			v.add(f, "%s needs at least one replica: with a single node every commit would wait forever for an acknowledgement", cl.Durability)
 		} else {
 			v.add(f, "%s needs at least one replica: with a single node every commit would wait rpl_semi_sync_master_timeout, then fall back to async", cl.Durability)
+		}
+	}
+}
+
+// validateHooks checks the hooks: unique names, known events, one of
+// command and url, a well-formed URL, header sources, positive timings and
+// veto only on the events the controller waits for.
+func (c *Config) validateHooks(v *validator) {
+	names := map[string]int{}
+	for i, h := range c.Hooks {
+		f := fmt.Sprintf("hooks[%d]", i)
+		if msg := checkName(h.Name); msg != "" {
+			v.add(f+".name", "%s", msg)
+		} else if j, dup := names[h.Name]; dup {
+			v.add(f+".name", "hook %q is already defined at hooks[%d]", h.Name, j)
+		} else {
+			names[h.Name] = i
+		}
+		if len(h.Events) == 0 {
+			v.add(f+".events", "at least one event is required (known: %s)", strings.Join(HookEvents, ", "))
+		}
+		for j, e := range h.Events {
+			switch {
+			case !slices.Contains(HookEvents, e):
+				v.add(fmt.Sprintf("%s.events[%d]", f, j), "unknown event %q (known: %s)", e, strings.Join(HookEvents, ", "))
+			case h.Veto && !slices.Contains(HookVetoEvents, e):
+				v.add(fmt.Sprintf("%s.events[%d]", f, j), "a veto hook fires only on %s, not on %q: make a separate hook without veto for it",
+					strings.Join(HookVetoEvents, " and "), e)
+			}
+		}
+		for j, cl := range h.Clusters {
+			if c.Cluster(cl) == nil {
+				v.add(fmt.Sprintf("%s.clusters[%d]", f, j), "cluster %q is not defined", cl)
+			}
+		}
+		switch {
+		case len(h.Command) == 0 && h.URL == "":
+			v.add(f, "one of command and url is required")
+		case len(h.Command) > 0 && h.URL != "":
+			v.add(f, "command and url are both set: use one (two hooks for both)")
+		case len(h.Command) > 0 && h.Command[0] == "":
+			v.add(f+".command[0]", "the program is empty")
+		case h.URL != "":
+			u, err := url.Parse(h.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.add(f+".url", "%q is not an http:// or https:// URL", redactUserinfo(h.URL))
+			}
+		}
+		if len(h.Headers) > 0 && h.URL == "" {
+			v.add(f+".headers", "headers are only sent to a url")
+		}
+		for j, hd := range h.Headers {
+			hf := fmt.Sprintf("%s.headers[%d]", f, j)
+			if hd.Name == "" || strings.ContainsAny(hd.Name, " :\r\n") {
+				v.add(hf+".name", "%q is not an HTTP header name", hd.Name)
+			}
+			switch n := len(setSources(hd.Value, hd.ValueEnv, hd.ValueFile)); {
+			case n == 0:
+				v.add(hf, "one of value, value_env and value_file is required")
+			case n > 1:
+				v.add(hf, "set only one of value, value_env and value_file")
+			}
+			if hd.ValueEnv != "" && !isEnvName(hd.ValueEnv) {
+				v.add(hf+".value_env", "%q is not an environment variable name", hd.ValueEnv)
+			}
+		}
+		if h.Timeout < 0 {
+			v.add(f+".timeout", "must be positive, got %s", h.Timeout)
+		}
+		if h.Backoff < 0 {
+			v.add(f+".backoff", "must be positive, got %s", h.Backoff)
+		}
+		if h.Retries != nil && (*h.Retries < 0 || *h.Retries > 10) {
+			v.add(f+".retries", "must be between 0 and 10, got %d", *h.Retries)
+		}
+		if h.Queue < 0 || h.Queue > 10000 {
+			v.add(f+".queue", "must be between 1 and 10000, got %d", h.Queue)
 		}
 	}
 }

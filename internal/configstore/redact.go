@@ -10,8 +10,8 @@ import (
 // Redacted replaces secret values in RedactYAML's output.
 const Redacted = "(redacted)"
 
-// RedactYAML returns a config's YAML with the values of password and
-// password_hash replaced by Redacted, for showing a stored revision to
+// RedactYAML returns a config's YAML with the values of password,
+// password_hash and (hook headers') value replaced by Redacted, for showing a stored revision to
 // people. Comments are dropped. An error means the YAML does not parse.
 func RedactYAML(data []byte) ([]byte, error) {
 	var root yaml.Node
@@ -35,7 +35,7 @@ func redactNode(n *yaml.Node, depth int) {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			if (k.Value == "password" || k.Value == "password_hash") && v.Kind == yaml.ScalarNode && v.Value != "" {
+			if (k.Value == "password" || k.Value == "password_hash" || k.Value == "value") && v.Kind == yaml.ScalarNode && v.Value != "" {
 				v.Value, v.Tag, v.Style = Redacted, "!!str", 0
 				continue
 			}

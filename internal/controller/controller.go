@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/hooks"
 	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -60,6 +61,8 @@ type Controller struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
+	// hookMetrics count hook attempts across terms (package hooks).
+	hookMetrics *hooks.Metrics
 
 	cfgMu sync.Mutex
 	cfg   *config.Config
@@ -92,6 +95,10 @@ func New(o Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	hm, err := hooks.NewMetrics(o.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -101,14 +108,15 @@ func New(o Options) (*Controller, error) {
 		now = time.Now
 	}
 	return &Controller{
-		store:   o.Store,
-		keys:    o.Keys,
-		id:      o.ID,
-		log:     log.With("component", "controller", "controller_id", o.ID),
-		now:     now,
-		metrics: m,
-		cfg:     o.Config,
-		probers: map[string]*nodeProber{},
+		store:       o.Store,
+		keys:        o.Keys,
+		id:          o.ID,
+		log:         log.With("component", "controller", "controller_id", o.ID),
+		now:         now,
+		metrics:     m,
+		hookMetrics: hm,
+		cfg:         o.Config,
+		probers:     map[string]*nodeProber{},
 	}, nil
 }
 

@@ -79,6 +79,15 @@
 // with a durability_drift alarm when they drift, applied after every
 // promotion.
 //
+// Hooks (hooks.go, package hooks): each term of leadership holds one
+// hooks.Dispatcher, so only the leader notifies the configured commands
+// and URLs — failover and switchover start and end, a dead primary left to
+// an operator (with the plan `switchyard failover` would run), alarms
+// raised and cleared (from the difference between two written states),
+// quarantined nodes. Notifying never blocks; only a veto hook, run after a
+// failover's plan or a switchover's checks and bounded by its timeout, can
+// refuse the action before it changes anything.
+//
 // It must not act without leadership: every store write goes through the
 // Leader, and all leader work stops when leadership is lost (a failover
 // stops at the next step; a leader-conditioned write precedes promotion;

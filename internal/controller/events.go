@@ -61,6 +61,10 @@ func (e *eventLog) emit(ctx context.Context, ev topo.Event) error {
 		level = slog.LevelError
 	case topo.EventNoAction, topo.EventDecision:
 		level = slog.LevelWarn
+	case topo.EventHook:
+		if ev.Code == "hook_failed" {
+			level = slog.LevelWarn
+		}
 	}
 	e.t.log.Log(ctx, level, ev.Message, "cluster", ev.Cluster, "event", ev.Kind, "code", ev.Code, "node", ev.Node, "epoch", ev.Epoch)
 	c.metrics.events.WithLabelValues(ev.Cluster, ev.Kind).Inc()

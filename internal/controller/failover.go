@@ -93,6 +93,8 @@ type failoverRun struct {
 	// semiSyncEarly: the candidate was made a semi-sync primary before
 	// its replicas were repointed (semiSyncAhead).
 	semiSyncEarly bool
+	// hooked: the failover got as far as a plan; failover_end is notified.
+	hooked bool
 }
 
 // runFailover runs (or, with planOnly, plans) an emergency failover and
@@ -151,6 +153,7 @@ func (f *failoverRun) finish(ctx context.Context, result, msg string) {
 	if len(f.steps) > 0 {
 		ev.Message += "; steps: " + strings.Join(f.steps, " | ")
 	}
+	f.endHooks(result, msg)
 	if result == foAborted {
 		f.log.Warn("failover aborted", "message", msg)
 		return
@@ -237,10 +240,15 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if err := f.step(ctx, "refresh and plan", func(ctx context.Context) (string, error) {
 		return f.refreshAndPlan(ctx, &st)
 	}); err != nil {
+		f.hooked = !f.o.planOnly && f.plan.OldPrimary != ""
 		return foRefused, err.Error()
 	}
 	if f.o.planOnly {
 		return foPlanned, analysis.FormatPlan(f.plan)
+	}
+	// Veto hooks may refuse before anything changes; the others are told.
+	if err := f.startHooks(ctx); err != nil {
+		return foRefused, err.Error()
 	}
 	// 3. Fence the old primary if it can be reached.
 	if f.oldReachable {

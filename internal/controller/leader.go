@@ -38,6 +38,8 @@ type term struct {
 	queued sync.Map    // request key → struct{}
 
 	fo *termFailover // failure detection, policy and events (observe.go, policy.go)
+
+	hooks *termHooks // notifications to the configured hooks (hooks.go); set by run
 }
 
 // clusterRun is the leader's view of one cluster.
@@ -81,6 +83,8 @@ func newTerm(c *Controller, leader topo.Leader) *term {
 }
 
 func (t *term) run(ctx context.Context) {
+	t.hooks = t.startHooks(ctx)
+	defer t.hooks.close()
 	var wg sync.WaitGroup
 	wg.Add(6)
 	go func() { defer wg.Done(); t.reportFailsafe(ctx) }()
@@ -386,7 +390,9 @@ func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState)
 	}
 	switch {
 	case err == nil:
+		prev := cr.state
 		cr.state, cr.version, cr.lastWrite = st, v, t.c.now()
+		t.stateHooks(prev, st)
 		t.c.metrics.publishes.WithLabelValues(cr.name, "ok").Inc()
 		return nil
 	case errors.Is(err, topo.ErrBadVersion) || errors.Is(err, topo.ErrExists) || errors.Is(err, topo.ErrNotFound):

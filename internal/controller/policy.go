@@ -150,6 +150,7 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 			t.fo.events.forget(dedup)
 		}
 		m.deadRounds = 0
+		t.deadPrimaryGone(cl.Name)
 		for _, c := range []analysis.Code{analysis.UnreachablePrimary, analysis.PrimaryOverloaded} {
 			if f := res.Get(c); f != nil {
 				t.fo.events.emitOnce(ctx, dedup+string(c)+"|"+firstWords(f.Detail, 3), eventRelog, ev(topo.EventNoAction, f,
@@ -196,12 +197,16 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 	}
 	if why != "" {
 		t.fo.events.emitOnce(ctx, dedup+"no|"+class, eventRelog, ev(topo.EventNoAction, dead, "not failing over: "+why+"; "+dead.Detail))
+		if class != "phase" {
+			t.deadPrimaryHook(ctx, cl, st, dead, why)
+		}
 		return
 	}
 	t.fo.events.emitOnce(ctx, dedup+"go", 0, ev(topo.EventDecision, dead, fmt.Sprintf(
 		"failing over: DeadPrimary confirmed in %d consecutive rounds: %s", m.deadRounds, dead.Detail)))
 	t.fo.events.forget(dedup)
 	m.deadRounds = 0
+	t.deadPrimaryGone(cl.Name)
 	t.fo.wg.Add(1)
 	go func() {
 		defer t.fo.wg.Done()

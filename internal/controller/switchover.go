@@ -46,6 +46,7 @@ type switchover struct {
 	candStopped       bool          // candidate's replication stopped
 	candReset         bool          // candidate's replication config removed
 	candWritable      bool          // candidate set writable
+	hooked            bool          // checks passed: switchover_end is notified
 	replUser, replPwd string
 }
 
@@ -68,6 +69,7 @@ func (t *term) runSwitchover(ctx context.Context, key string, req topo.Request, 
 	s.pw = newProgressWriter(ctx)
 	result := s.run(ctx)
 	s.event("switchover_"+result, s.cand, s.req.Message)
+	s.endHooks(result)
 	s.pw.close()
 	t.c.metrics.switchovers.WithLabelValues(req.Cluster, result).Inc()
 	if ctx.Err() != nil {
@@ -154,6 +156,11 @@ func (s *switchover) run(ctx context.Context) string {
 
 	// 1. Refresh and check; measure (and raise) the candidate's warmth.
 	if err := s.step(ctx, "check", s.check); err != nil {
+		s.req.Message = "refused: " + err.Error()
+		return resultRefused
+	}
+	// Veto hooks may refuse before anything changes; the others are told.
+	if err := s.startHooks(ctx); err != nil {
 		s.req.Message = "refused: " + err.Error()
 		return resultRefused
 	}

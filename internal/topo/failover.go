@@ -122,6 +122,10 @@ const (
 	EventAlarm = "alarm"
 	// EventOperator: an operator request (maintenance, ack, failover).
 	EventOperator = "operator"
+	// EventHook: one attempt of a configured hook (code hook_ok or
+	// hook_failed, the message naming the hook, its exit code or HTTP
+	// status and its duration).
+	EventHook = "hook"
 )
 
 // Event is one entry of a cluster's event log: every decision and every
