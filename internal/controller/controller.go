@@ -295,6 +295,10 @@ type nodeProber struct {
 	timeout, connect                time.Duration
 	tls                             config.ClusterTLS
 	grantsChecked                   atomic.Bool
+
+	// lastKind is the outcome of the node's previous probe (noteProbeKind).
+	kindMu   sync.Mutex
+	lastKind probe.Kind
 }
 
 // prober returns the prober of a node, creating or replacing it when the
@@ -305,6 +309,7 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 		return nil, fmt.Errorf("credentials.monitor: %w", err)
 	}
 	key := cl.Name + "/" + n.Name
+	var prevKind probe.Kind
 	user, timeout, connect := cfg.Credentials.Monitor.User, cfg.Probe.Timeout.D(), cfg.Probe.ConnectTimeout.D()
 	c.probersMu.Lock()
 	defer c.probersMu.Unlock()
@@ -314,6 +319,9 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 			return p, nil
 		}
 		_ = p.Close()
+		p.kindMu.Lock()
+		prevKind = p.lastKind // a fixed password logs that probes work again
+		p.kindMu.Unlock()
 	}
 	tc, err := config.BackendTLS(cl.TLS, "")
 	if err != nil {
@@ -322,6 +330,7 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 	p := &nodeProber{
 		Prober:  probe.NewProberConnect(n.Address, probe.Credentials{User: user, Password: pw, TLS: tc}, cl.Flavor, timeout, connect),
 		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout, connect: connect, tls: cl.TLS,
+		lastKind: prevKind,
 	}
 	// Every CHANGE MASTER through this prober carries the cluster's
 	// heartbeat period and slave_net_timeout (failover.silence_bound).

@@ -278,6 +278,7 @@ func (t *term) probeNodes(ctx context.Context, cfg *config.Config, cl *config.Cl
 			if res.Kind != probe.KindOK {
 				res.Probe.ErrorKind = string(res.Kind)
 			}
+			t.noteProbeKind(cl.Name, n.Name, pr, res.Kind, res.Probe)
 			t.c.metrics.probes.WithLabelValues(cl.Name, n.Name, string(res.Kind)).Inc()
 			t.c.metrics.probeLatency.WithLabelValues(cl.Name).Observe(res.Probe.LatencyMS / 1000)
 			if res.Probe.Reachable && pr.grantsChecked.CompareAndSwap(false, true) {
