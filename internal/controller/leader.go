@@ -53,6 +53,10 @@ type clusterRun struct {
 	// the probe loop then leaves Primary/Epoch/Phase/Target alone.
 	switching bool
 	findings  map[string]time.Time // finding key → last logged
+	// roundAt and roundVersion are the last probe round record written
+	// (round.go) and its version in the store (0: read it again).
+	roundAt      time.Time
+	roundVersion topo.Version
 }
 
 // quarantinedWhy is why node is quarantined in the cluster's state ("" when
@@ -240,6 +244,7 @@ func (t *term) round(ctx context.Context) {
 			continue
 		}
 		t.publishRound(ctx, cfg, r.cl, r.cr, r.probes)
+		t.writeRound(ctx, r.cl, r.cr, r.probes)
 		t.afterRound(ctx, cfg, r.cl, r.cr, r.probes)
 	}
 }
@@ -374,6 +379,7 @@ func (t *term) logFindings(cr *clusterRun, findings []Finding, now time.Time) {
 // (cr.mu held). On a version conflict it reloads the stored state into cr
 // and returns the error; on ErrNotLeader the caller must stop acting.
 func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState) error {
+	stampRoles(cr.state, st, t.c.now())
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode state of cluster %s: %w", cr.name, err)
