@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/logx"
 	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -71,6 +72,21 @@ type Controller struct {
 
 	// stepHook, when set (tests only), runs before each failover step.
 	stepHook func(ctx context.Context, step string)
+
+	// agg aggregates the warnings every round repeats while a condition
+	// lasts (warnRepeated).
+	agg *logx.Aggregator
+}
+
+// warnRepeated logs a warning through the aggregating logger: the first at
+// once, then one summary per interval with the count (logx.Aggregator).
+// key adds what the line is about (cluster, node) to msg as its key.
+func (c *Controller) warnRepeated(key, msg string, args ...any) {
+	if c.agg == nil {
+		c.log.Warn(msg, args...)
+		return
+	}
+	c.agg.Warn(msg+"|"+key, msg, args...)
 }
 
 // New checks the options and returns a controller. It fails when a required
@@ -100,15 +116,17 @@ func New(o Options) (*Controller, error) {
 	if now == nil {
 		now = time.Now
 	}
+	log = log.With("component", "controller", "controller_id", o.ID)
 	return &Controller{
 		store:   o.Store,
 		keys:    o.Keys,
 		id:      o.ID,
-		log:     log.With("component", "controller", "controller_id", o.ID),
+		log:     log,
 		now:     now,
 		metrics: m,
 		cfg:     o.Config,
 		probers: map[string]*nodeProber{},
+		agg:     logx.New(log, logx.Options{}),
 	}, nil
 }
 
@@ -144,6 +162,7 @@ func (c *Controller) config() *config.Config {
 // acting and campaigns again. It returns nil when ctx ends (after resigning
 // and removing its registration), or an error only if the store is closed.
 func (c *Controller) Run(ctx context.Context) error {
+	defer c.agg.Close() // the summaries of what was held back
 	defer c.closeProbers()
 	started := c.now()
 	reg := newRegistrar(c, started)
@@ -161,7 +180,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			if errors.Is(err, topo.ErrClosed) {
 				return fmt.Errorf("controller: campaign: %w", err)
 			}
-			c.log.Warn("campaign failed; retrying", "err", err, "retry_in", backoff)
+			c.warnRepeated("", "campaign failed; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, backoff)
 			// At most a second: leadership returns soon after the store
 			// does (each attempt is bounded by the store's own timeouts).
@@ -261,7 +280,7 @@ func (r *registrar) run(ctx context.Context) {
 		lease, err := r.c.store.Register(ctx, key, r.value(), registrationTTL)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.c.log.Warn("controller registration failed; retrying", "key", key, "err", err)
+				r.c.warnRepeated(key, "controller registration failed; retrying", "key", key, "err", err)
 				sleep(ctx, time.Second)
 			}
 			continue

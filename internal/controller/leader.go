@@ -223,7 +223,7 @@ func (t *term) round(ctx context.Context) {
 		cr, err := t.cluster(ctx, cl.Name)
 		if err != nil {
 			if ctx.Err() == nil {
-				t.log.Warn("cannot load cluster state; skipping this round", "cluster", cl.Name, "err", err)
+				t.c.warnRepeated(cl.Name, "cannot load cluster state; skipping this round", "cluster", cl.Name, "err", err)
 			}
 			continue
 		}
@@ -340,7 +340,7 @@ func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.
 		return
 	}
 	if err := t.write(ctx, cr, &next); err != nil && ctx.Err() == nil {
-		t.log.Warn("cluster state not written; next round retries", "cluster", cl.Name, "err", err)
+		t.c.warnRepeated(cl.Name, "cluster state not written; next round retries", "cluster", cl.Name, "err", err)
 	}
 }
 

@@ -75,6 +75,8 @@ func TestStatusAfterSwitchoverShowsFreshRoles(t *testing.T) {
 			}
 		case ro == "no" && src == "-" && strings.Contains(r, " ok "):
 			sawFresh = true
+		case ro == "-" && src == "-" && strings.Contains(r, "UNREACHABLE"):
+			// A probe that timed out (a loaded machine): nothing shown.
 		default:
 			t.Fatalf("new primary shown with a probe of another role (read_only %s, source %s):\n%s", ro, src, out)
 		}

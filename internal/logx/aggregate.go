@@ -146,7 +146,12 @@ func (a *Aggregator) Flush() { a.flush(false) }
 
 // Close writes the summary line of every key that held lines back, whatever
 // its interval, and stops tracking: later lines are all written at once.
-func (a *Aggregator) Close() { a.flush(true) }
+// Close of a nil Aggregator does nothing.
+func (a *Aggregator) Close() {
+	if a != nil {
+		a.flush(true)
+	}
+}
 
 func (a *Aggregator) flush(all bool) {
 	now := a.now()
