@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
 )
 
 func runStatus(t *testing.T, args ...string) (string, error) {
@@ -68,4 +73,33 @@ func TestStatusStoreUnreachable(t *testing.T) {
 	if strings.Contains(ee.msg, "connection refused") {
 		t.Fatalf("silent endpoint reported as refused: %q", ee.msg)
 	}
+}
+
+// An etcd with authentication on refuses status, which has no
+// credentials: exit 3 and a message saying it is the credentials, not
+// reachability.
+func TestStatusStoreAuthRequired(t *testing.T) {
+	eps := topotest.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cli.UserAdd(ctx, "root", "root-password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runStatus(t, "--etcd-endpoints", strings.Join(eps, ","))
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != exitStoreDenied || !strings.Contains(ee.msg, "refused the credentials") {
+		t.Fatalf("etcd with auth on: err %v, want exit %d and a credentials message", err, exitStoreDenied)
+	}
+	t.Logf("exit %d: %s", ee.code, ee.msg)
 }

@@ -163,5 +163,21 @@ func ClassifyStoreError(addr string, err error) error {
 			e.Kind = StoreTimeout
 		}
 	}
+	if e.Kind == StoreAuth || e.Kind == StoreTLS {
+		// The wrappers around it say "did not answer"; the cause is
+		// enough.
+		e.Err = innermost(err)
+	}
 	return e
+}
+
+// innermost is the last error of err's Unwrap chain.
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }
