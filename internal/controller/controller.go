@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/hooks"
+	"github.com/switchyard-db/switchyard/internal/logx"
 	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -74,6 +75,21 @@ type Controller struct {
 
 	// stepHook, when set (tests only), runs before each failover step.
 	stepHook func(ctx context.Context, step string)
+
+	// agg aggregates the warnings every round repeats while a condition
+	// lasts (warnRepeated).
+	agg *logx.Aggregator
+}
+
+// warnRepeated logs a warning through the aggregating logger: the first at
+// once, then one summary per interval with the count (logx.Aggregator).
+// key adds what the line is about (cluster, node) to msg as its key.
+func (c *Controller) warnRepeated(key, msg string, args ...any) {
+	if c.agg == nil {
+		c.log.Warn(msg, args...)
+		return
+	}
+	c.agg.Warn(msg+"|"+key, msg, args...)
 }
 
 // New checks the options and returns a controller. It fails when a required
@@ -107,16 +123,18 @@ func New(o Options) (*Controller, error) {
 	if now == nil {
 		now = time.Now
 	}
+	log = log.With("component", "controller", "controller_id", o.ID)
 	return &Controller{
 		store:       o.Store,
 		keys:        o.Keys,
 		id:          o.ID,
-		log:         log.With("component", "controller", "controller_id", o.ID),
+		log:         log,
 		now:         now,
 		metrics:     m,
 		hookMetrics: hm,
 		cfg:         o.Config,
 		probers:     map[string]*nodeProber{},
+		agg:         logx.New(log, logx.Options{}),
 	}, nil
 }
 
@@ -152,6 +170,7 @@ func (c *Controller) config() *config.Config {
 // acting and campaigns again. It returns nil when ctx ends (after resigning
 // and removing its registration), or an error only if the store is closed.
 func (c *Controller) Run(ctx context.Context) error {
+	defer c.agg.Close() // the summaries of what was held back
 	defer c.closeProbers()
 	started := c.now()
 	reg := newRegistrar(c, started)
@@ -169,7 +188,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			if errors.Is(err, topo.ErrClosed) {
 				return fmt.Errorf("controller: campaign: %w", err)
 			}
-			c.log.Warn("campaign failed; retrying", "err", err, "retry_in", backoff)
+			c.warnRepeated("", "campaign failed; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, backoff)
 			// At most a second: leadership returns soon after the store
 			// does (each attempt is bounded by the store's own timeouts).
@@ -270,7 +289,7 @@ func (r *registrar) run(ctx context.Context) {
 		lease, err := r.c.store.Register(ctx, key, r.value(), registrationTTL)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.c.log.Warn("controller registration failed; retrying", "key", key, "err", err)
+				r.c.warnRepeated(key, "controller registration failed; retrying", "key", key, "err", err)
 				sleep(ctx, time.Second)
 			}
 			continue
@@ -304,6 +323,10 @@ type nodeProber struct {
 	timeout, connect                time.Duration
 	tls                             config.ClusterTLS
 	grantsChecked                   atomic.Bool
+
+	// lastKind is the outcome of the node's previous probe (noteProbeKind).
+	kindMu   sync.Mutex
+	lastKind probe.Kind
 }
 
 // prober returns the prober of a node, creating or replacing it when the
@@ -314,6 +337,7 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 		return nil, fmt.Errorf("credentials.monitor: %w", err)
 	}
 	key := cl.Name + "/" + n.Name
+	var prevKind probe.Kind
 	user, timeout, connect := cfg.Credentials.Monitor.User, cfg.Probe.Timeout.D(), cfg.Probe.ConnectTimeout.D()
 	c.probersMu.Lock()
 	defer c.probersMu.Unlock()
@@ -323,6 +347,9 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 			return p, nil
 		}
 		_ = p.Close()
+		p.kindMu.Lock()
+		prevKind = p.lastKind // a fixed password logs that probes work again
+		p.kindMu.Unlock()
 	}
 	tc, err := config.BackendTLS(cl.TLS, "")
 	if err != nil {
@@ -331,6 +358,7 @@ func (c *Controller) prober(cfg *config.Config, cl *config.Cluster, n *config.No
 	p := &nodeProber{
 		Prober:  probe.NewProberConnect(n.Address, probe.Credentials{User: user, Password: pw, TLS: tc}, cl.Flavor, timeout, connect),
 		address: n.Address, flavor: cl.Flavor, user: user, password: pw, timeout: timeout, connect: connect, tls: cl.TLS,
+		lastKind: prevKind,
 	}
 	// Every CHANGE MASTER through this prober carries the cluster's
 	// heartbeat period and slave_net_timeout (failover.silence_bound).

@@ -97,7 +97,7 @@ func (t *term) raiseFloor(ctx context.Context, cl *config.Cluster, st *topo.Clus
 	doc, err := t.floor(ctx, cl.Name, m, false)
 	if err != nil {
 		if ctx.Err() == nil {
-			t.log.Warn("cannot read the promotion floor; next round retries", "cluster", cl.Name, "err", err)
+			t.c.warnRepeated(cl.Name, "cannot read the promotion floor; next round retries", "cluster", cl.Name, "err", err)
 		}
 		return
 	}
@@ -112,7 +112,7 @@ func (t *term) raiseFloor(ctx context.Context, cl *config.Cluster, st *topo.Clus
 	}
 	doc.GTID, doc.Primary, doc.Epoch = next.String(), st.Primary, st.Epoch
 	if err := t.writeFloor(ctx, cl.Name, m, doc); err != nil && ctx.Err() == nil {
-		t.log.Warn("promotion floor not raised; next round retries", "cluster", cl.Name, "err", err)
+		t.c.warnRepeated(cl.Name, "promotion floor not raised; next round retries", "cluster", cl.Name, "err", err)
 	}
 }
 

@@ -55,6 +55,10 @@ type clusterRun struct {
 	// the probe loop then leaves Primary/Epoch/Phase/Target alone.
 	switching bool
 	findings  map[string]time.Time // finding key → last logged
+	// roundAt and roundVersion are the last probe round record written
+	// (round.go) and its version in the store (0: read it again).
+	roundAt      time.Time
+	roundVersion topo.Version
 }
 
 // quarantinedWhy is why node is quarantined in the cluster's state ("" when
@@ -223,7 +227,7 @@ func (t *term) round(ctx context.Context) {
 		cr, err := t.cluster(ctx, cl.Name)
 		if err != nil {
 			if ctx.Err() == nil {
-				t.log.Warn("cannot load cluster state; skipping this round", "cluster", cl.Name, "err", err)
+				t.c.warnRepeated(cl.Name, "cannot load cluster state; skipping this round", "cluster", cl.Name, "err", err)
 			}
 			continue
 		}
@@ -244,6 +248,7 @@ func (t *term) round(ctx context.Context) {
 			continue
 		}
 		t.publishRound(ctx, cfg, r.cl, r.cr, r.probes)
+		t.writeRound(ctx, r.cl, r.cr, r.probes)
 		t.afterRound(ctx, cfg, r.cl, r.cr, r.probes)
 	}
 }
@@ -282,6 +287,7 @@ func (t *term) probeNodes(ctx context.Context, cfg *config.Config, cl *config.Cl
 			if res.Kind != probe.KindOK {
 				res.Probe.ErrorKind = string(res.Kind)
 			}
+			t.noteProbeKind(cl.Name, n.Name, pr, res.Kind, res.Probe)
 			t.c.metrics.probes.WithLabelValues(cl.Name, n.Name, string(res.Kind)).Inc()
 			t.c.metrics.probeLatency.WithLabelValues(cl.Name).Observe(res.Probe.LatencyMS / 1000)
 			if res.Probe.Reachable && pr.grantsChecked.CompareAndSwap(false, true) {
@@ -338,7 +344,7 @@ func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.
 		return
 	}
 	if err := t.write(ctx, cr, &next); err != nil && ctx.Err() == nil {
-		t.log.Warn("cluster state not written; next round retries", "cluster", cl.Name, "err", err)
+		t.c.warnRepeated(cl.Name, "cluster state not written; next round retries", "cluster", cl.Name, "err", err)
 	}
 }
 
@@ -377,6 +383,7 @@ func (t *term) logFindings(cr *clusterRun, findings []Finding, now time.Time) {
 // (cr.mu held). On a version conflict it reloads the stored state into cr
 // and returns the error; on ErrNotLeader the caller must stop acting.
 func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState) error {
+	stampRoles(cr.state, st, t.c.now())
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode state of cluster %s: %w", cr.name, err)

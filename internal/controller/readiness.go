@@ -72,7 +72,7 @@ func (t *term) publishAutoFailover(ctx context.Context, cl *config.Cluster, cr *
 		next.AutoFailover = &a
 		return nil
 	}); err != nil {
-		t.c.log.Warn("publishing automatic failover readiness failed", "cluster", cl.Name, "err", err)
+		t.c.warnRepeated(cl.Name, "publishing automatic failover readiness failed", "cluster", cl.Name, "err", err)
 		return
 	}
 	st.AutoFailover = &a

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -91,7 +92,8 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 		s.writeError(seq, mysqlproto.NewError(mysql.ER_NOT_SUPPORTED_AUTH_MODE, fmt.Sprintf(
 			"switchyard: account '%s'@'%s' uses authentication plugin %s, which the proxy cannot authenticate (%s)",
 			user, u.host, u.unsupported, hint)))
-		s.log.Info("client login refused: unsupported authentication plugin", "user", user, "plugin", u.unsupported)
+		s.log.Repeated(slog.LevelInfo, "client login refused|unsupported plugin|"+s.l.name+"|"+user, "client login refused",
+			"reason", "unsupported authentication plugin", "user", user, "plugin", u.unsupported)
 		return clientAuth{}, seq, closeAuthFailed
 	}
 	want := config.AuthNative
@@ -146,7 +148,7 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 			return clientAuth{}, seq, reason
 		}
 		if !mysqlproto.Ed25519Verify(u.edPub, nonce, token) {
-			s.denyAccess(seq, user, true)
+			s.denyAccess(seq, user, true, refusedBadPassword)
 			return clientAuth{}, seq, closeAuthFailed
 		}
 		var s1 [mysqlproto.HashLen]byte
@@ -167,30 +169,44 @@ func (s *session) authClient(rc *runtimeConfig, user, plugin string, token, scra
 			return clientAuth{}, seq, reason
 		}
 	}
+	known := u != nil
 	u, stage1, ok := rc.verifyNative(u, scramble, token)
 	if !ok {
-		s.denyAccess(seq, user, len(token) > 0)
+		s.denyAccess(seq, user, len(token) > 0, passwordRefusal(known, len(token) > 0))
 		return clientAuth{}, seq, closeAuthFailed
 	}
 	return clientAuth{u: u, stage1: stage1, edKey: u.edKey}, seq, ""
+}
+
+// passwordRefusal words why a mysql_native_password check failed: the user
+// is not known (neither in users nor passed through), or the answer does not
+// match.
+func passwordRefusal(known, withPassword bool) string {
+	switch {
+	case !known:
+		return refusedUnknownUser
+	case !withPassword:
+		return refusedNoPassword
+	}
+	return refusedBadPassword
 }
 
 // sha2Auth runs caching_sha2_password from the client's first token
 // (sequence id seq-1): the fast path, else full authentication.
 func (s *session) sha2Auth(u *userEntry, user string, scramble, token []byte, seq byte) (clientAuth, byte, string) {
 	if u == nil {
-		s.denyAccess(seq, user, len(token) > 0)
+		s.denyAccess(seq, user, len(token) > 0, refusedUnknownUser)
 		return clientAuth{}, seq, closeAuthFailed
 	}
 	if u.empty {
 		if len(token) != 0 {
-			s.denyAccess(seq, user, true)
+			s.denyAccess(seq, user, true, refusedBadPassword)
 			return clientAuth{}, seq, closeAuthFailed
 		}
 		return clientAuth{u: u}, seq, ""
 	}
 	if len(token) == 0 {
-		s.denyAccess(seq, user, false)
+		s.denyAccess(seq, user, false, refusedNoPassword)
 		return clientAuth{}, seq, closeAuthFailed
 	}
 	if a, next, reason, ok := s.sha2Fast(u, scramble, token, seq); ok {
@@ -221,7 +237,7 @@ func (s *session) sha2Auth(u *userEntry, user string, scramble, token []byte, se
 		}
 		seq = next
 		if pw, err = key.DecryptPassword(scramble, enc); err != nil {
-			s.denyAccess(seq, user, true)
+			s.denyAccess(seq, user, true, refusedUndecrypted)
 			return clientAuth{}, seq, closeAuthFailed
 		}
 	default:
@@ -233,14 +249,14 @@ func (s *session) sha2Auth(u *userEntry, user string, scramble, token []byte, se
 			pw, kerr = key.DecryptPassword(scramble, p)
 		}
 		if kerr != nil {
-			s.denyAccess(seq, user, true)
+			s.denyAccess(seq, user, true, refusedUndecrypted)
 			return clientAuth{}, seq, closeAuthFailed
 		}
 	}
 	s1 := mysqlproto.NativeStage1(pw)
 	check := mysqlproto.NativeStage2(s1)
 	if subtle.ConstantTimeCompare(check[:], u.stage2[:]) != 1 {
-		s.denyAccess(seq, user, true)
+		s.denyAccess(seq, user, true, refusedBadPassword)
 		return clientAuth{}, seq, closeAuthFailed
 	}
 	v := mysqlproto.SHA2Verifier(pw)

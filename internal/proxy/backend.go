@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/bits"
 	"net"
 	"strings"
@@ -165,7 +166,8 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 	conn, err := rc.tcp.dialBackend(rc.connectTimeout, t.addr)
 	if err != nil {
 		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node, dialReason(err)).Inc()
-		s.log.Warn("backend unreachable", "node", t.node, "addr", t.addr, "err", err)
+		s.log.Repeated(slog.LevelWarn, "backend unreachable|"+t.cluster+"|"+t.node, "backend unreachable",
+			"cluster", t.cluster, "node", t.node, "addr", t.addr, "err", err)
 		return nil, dialError(t, snap, rc.connectTimeout, err)
 	}
 	defer conn.Close()

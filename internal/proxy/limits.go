@@ -135,7 +135,7 @@ type limitState struct {
 	acceptLog    rateLog
 	// Warnings a storm repeats per session (pool.go, failoverhold.go):
 	// the first is logged, then one line per rateLogInterval.
-	poolLimitLog, dialFailLog, holdRefusedLog rateLog
+	poolLimitLog, holdRefusedLog rateLog
 
 	refused      *prometheus.CounterVec // listener, reason
 	acceptErrors *prometheus.CounterVec // listener, errno
@@ -260,8 +260,9 @@ func (s *Server) refuse(l *listener, c net.Conn) {
 	s.limit.refused.WithLabelValues(l.name, reason).Inc()
 	if ok, suppressed := s.limit.refusedLog.allow(time.Now()); ok {
 		limit, open := s.MaxClientConnections()
-		s.log.Warn("refusing client: too many connections (MySQL error 1040)",
-			"listener", l.name, "remote", c.RemoteAddr().String(), "reason", reason,
+		s.log.Warn("client login refused",
+			"reason", "too many connections (proxy.max_client_connections, MySQL error 1040)", "class", reason,
+			"listener", l.name, "remote", c.RemoteAddr().String(),
 			"sessions", open, "max_client_connections", limit, "suppressed", suppressed)
 	}
 	if reason == refusedOverflow {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -395,9 +396,8 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 					s.srv.backendTrouble()
 				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node, s.connectReason(merr)).Inc()
-				if ok, suppressed := s.srv.limit.dialFailLog.allow(time.Now()); ok {
-					s.log.Warn("backend connection failed", "node", t.node, "addr", t.addr, "user", s.user, "err", merr.Message, "suppressed", suppressed)
-				}
+				s.log.Repeated(slog.LevelWarn, "backend connection failed|"+t.cluster+"|"+t.node, "backend connection failed",
+					"cluster", t.cluster, "node", t.node, "addr", t.addr, "user", s.user, "code", merr.Code, "err", merr.Message)
 				return nil, nil, merr
 			}
 			be.counter = p

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/logx"
 )
 
 // Buffer sizes. An idle session holds no buffer: the client reader
@@ -68,6 +69,10 @@ type Server struct {
 	now         func() time.Time
 	metrics     *metrics
 	tlsM        *tlsMetrics
+
+	// logAgg aggregates the log lines every session of an outage repeats
+	// (sessionLog.Repeated).
+	logAgg *logx.Aggregator
 
 	// globalsGen counts the SET statements naming GLOBAL that sessions
 	// sent: a pooled connection reset (or logged in) under an older count
@@ -185,6 +190,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{
 		log:          log,
+		logAgg:       logx.New(log, logx.Options{}),
 		id:           id,
 		markerOwner:  newMarkerOwner(id),
 		now:          now,
@@ -425,6 +431,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
+	s.logAgg.Close()
 	for _, l := range s.listeners {
 		if l.ln != nil {
 			_ = l.ln.Close()

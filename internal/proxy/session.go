@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -389,7 +390,7 @@ func (s *session) login() string {
 		lost, wait, merr = old, true, nil
 	} else if merr != nil {
 		deferred, deferredReason = merr, closeNoRoute
-		s.log.Info("refusing client: no route", "err", merr.Message)
+		s.log.Repeated(slog.LevelInfo, "client login refused|no route|"+s.l.name, "client login refused", "reason", "no route", "err", merr.Message)
 	} else {
 		g, merr = s.greeting(t, snap, rc)
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {
@@ -535,9 +536,20 @@ func (s *session) loginConnect(t *target, snap *routeSnapshot, rc *runtimeConfig
 	}
 }
 
+// Why a login was refused, for the "client login refused" log line (the
+// client's error is identical for all of them, as MySQL's is).
+const (
+	refusedUnknownUser = "unknown user"
+	refusedBadPassword = "wrong password"
+	refusedNoPassword  = "no password given for an account that has one"
+	refusedUndecrypted = "password could not be decrypted (RSA)"
+)
+
 // denyAccess answers a failed login with MySQL's ER_ACCESS_DENIED_ERROR,
-// identical for unknown users and wrong passwords.
-func (s *session) denyAccess(seq byte, user string, withPassword bool) {
+// identical for unknown users and wrong passwords; the log line says which
+// (why, one of the refused* constants), aggregated per listener, user and
+// reason.
+func (s *session) denyAccess(seq byte, user string, withPassword bool, why string) {
 	s.srv.metrics.authFailures.WithLabelValues(s.l.name).Inc()
 	using := "NO"
 	if withPassword {
@@ -545,7 +557,8 @@ func (s *session) denyAccess(seq byte, user string, withPassword bool) {
 	}
 	msg := fmt.Sprintf("Access denied for user '%s'@'%s' (using password: %s)", user, s.remote(), using)
 	s.writeError(seq, mysqlproto.NewError(mysql.ER_ACCESS_DENIED_ERROR, msg))
-	s.log.Info("client login refused", "user", user)
+	s.log.Repeated(slog.LevelInfo, "client login refused|"+why+"|"+s.l.name+"|"+user, "client login refused",
+		"reason", why, "user", user, "using_password", using)
 }
 
 func (s *session) logClientError(what string, err error) {

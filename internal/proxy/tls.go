@@ -325,9 +325,11 @@ func (s *session) tlsRefusal(resp *mysqlproto.HandshakeResponse) *mysql.MyError 
 	}
 	switch {
 	case !s.tls && lt.require:
-		s.log.Info("client login refused: the listener requires TLS", "user", resp.User)
+		s.log.Repeated(slog.LevelInfo, "client login refused|TLS required|"+s.l.name, "client login refused",
+			"reason", "TLS required (the listener's tls.mode is required)", "user", resp.User)
 	case s.tls && lt.requireCert && len(s.client.(*tls.Conn).ConnectionState().PeerCertificates) == 0:
-		s.log.Info("client login refused: the listener requires a client certificate", "user", resp.User)
+		s.log.Repeated(slog.LevelInfo, "client login refused|client certificate required|"+s.l.name, "client login refused",
+			"reason", "client certificate required", "user", resp.User)
 	default:
 		return nil
 	}

@@ -42,6 +42,11 @@ type Report struct {
 	StateProblems map[string]string `json:"state_problems,omitempty"`
 	// Floors are the promotion floors by cluster (absent: none recorded).
 	Floors map[string]topo.PromotionFloor `json:"floors,omitempty"`
+	// Rounds are the controller leader's last probe round of each cluster
+	// (topo.ProbeRound, rewritten every round while Clusters is rewritten
+	// on routing changes): the table shows their probes where they are
+	// newer than the state's and the node's role is the same.
+	Rounds map[string]topo.ProbeRound `json:"rounds,omitempty"`
 }
 
 // Collect reads the report from the store. A missing leader or an empty
@@ -109,6 +114,9 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 		return nil, err
 	}
 	collectFloors(ctx, st, keys, r)
+	if err := collectRounds(ctx, st, keys, r); err != nil {
+		return nil, err
+	}
 	if r.Config, err = configstore.ReadSummary(ctx, st, keys); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -139,68 +147,29 @@ func WriteTable(w io.Writer, r *Report) error {
 	}
 	for _, cs := range r.Clusters {
 		phase := cs.Phase
-		if cs.Phase == topo.PhaseSwitching {
+		switch {
+		case cs.Phase == topo.PhaseSwitching:
 			phase += " -> " + cs.Target
+		case cs.Phase == topo.PhaseStable && cs.Primary == "":
+			phase = "NO PRIMARY (writes refused)"
 		}
 		primary := cs.Primary
 		if primary == "" {
 			primary = "(none)"
 		}
-		fmt.Fprintf(w, "\ncluster %s   primary: %s   epoch: %d   phase: %s   updated: %s ago\n",
-			cs.Cluster, primary, cs.Epoch, phase, age(r.CollectedAt, cs.UpdatedAt))
+		probed := ""
+		if rd, ok := r.Rounds[cs.Cluster]; ok {
+			probed = fmt.Sprintf("   probed: %s ago", age(r.CollectedAt, rd.At))
+		}
+		fmt.Fprintf(w, "\ncluster %s   primary: %s   epoch: %d   phase: %s   updated: %s ago%s\n",
+			cs.Cluster, primary, cs.Epoch, phase, age(r.CollectedAt, cs.UpdatedAt), probed)
 		if why := r.StateProblems[cs.Cluster]; why != "" {
 			fmt.Fprintf(w, "STATE INVALID: %s (proxies keep routing by the last valid state)\n", why)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tSERVING\tREAD_ONLY\tSOURCE\tIO/SQL\tLAG\tGTID\tPROBE")
 		for _, n := range cs.Nodes {
-			p := n.Probe
-			serving := "-"
-			if n.Role == topo.RoleReplica {
-				serving = "yes"
-				if !n.Serving {
-					serving = "no: " + n.Reason
-				}
-			}
-			if _, ok := r.Drained[cs.Cluster][n.Name]; ok && n.Role != topo.RolePrimary {
-				serving = "no: drained"
-			}
-			src, threads, lag := "-", "-", "-"
-			if p.Replicating {
-				src = fmt.Sprintf("%s:%d", p.SourceHost, p.SourcePort)
-				threads = fmt.Sprintf("%s/%s", p.IORunning, yesNo(p.SQLRunning))
-				if p.LagSeconds != nil {
-					lag = fmt.Sprintf("%ds", *p.LagSeconds)
-				} else {
-					lag = "NULL"
-				}
-			}
-			gtid := p.GTIDCurrent
-			if gtid == "" {
-				gtid = p.GTIDExecuted
-			}
-			if gtid == "" {
-				gtid = "-"
-			}
-			probe := fmt.Sprintf("ok %.1fms, %s ago", p.LatencyMS, age(r.CollectedAt, p.At))
-			if !p.Reachable {
-				probe = "UNREACHABLE: " + p.Error
-			} else if hb := p.Heartbeat; hb != nil && hb.OK {
-				probe += fmt.Sprintf(", write %.1fms", hb.LatencyMS)
-			} else if hb != nil && hb.Kind != "read_only" {
-				probe += ", WRITES BLOCKED (" + hb.Kind + ")"
-			}
-			for _, lc := range p.AppLogins {
-				if !lc.OK && lc.Code != 0 {
-					probe += fmt.Sprintf(", %s REFUSED (%d)", lc.User, lc.Code)
-				}
-			}
-			ro := "-"
-			if p.Reachable {
-				ro = yesNo(p.ReadOnly)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-				n.Name, n.Address, n.Role, serving, ro, src, threads, lag, gtid, probe)
+			fmt.Fprintln(tw, strings.Join(r.nodeRow(cs, n), "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -219,13 +188,7 @@ func WriteTable(w io.Writer, r *Report) error {
 				eps = append(eps, fmt.Sprintf("%s=%d", c, e))
 			}
 			sort.Strings(eps)
-			cfg := "-"
-			if p.ConfigRev > 0 {
-				cfg = fmt.Sprintf("rev %d", p.ConfigRev)
-			}
-			if p.ConfigAlarm != "" {
-				cfg += " ALARM: " + p.ConfigAlarm
-			}
+			cfg := r.proxyConfig(p)
 			for _, c := range sortedKeys(p.StateAlarms) {
 				cfg += fmt.Sprintf(" STATE ALARM %s: %s", c, p.StateAlarms[c])
 			}

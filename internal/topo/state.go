@@ -22,6 +22,7 @@ import (
 //	<prefix>/clusters/<cluster>/switchover   SwitchoverProgress (JSON), written by the leader
 //	<prefix>/clusters/<cluster>/drained      DrainedNodes (JSON), written by operators
 //	<prefix>/hotreads/<id>                   HotReadSet (JSON), leased, written by each proxy
+//	<prefix>/rounds/<cluster>                ProbeRound (JSON), written by the leader every round
 type Keys struct{ Prefix string }
 
 // Config is the key of the current config revision document (see package
@@ -196,6 +197,11 @@ type NodeState struct {
 	Reason string `json:"reason,omitempty"`
 	// Probe is the last probe result.
 	Probe Probe `json:"probe"`
+	// RoleSince is when the node took Role, when the controller saw the
+	// change (zero: before the first recorded change). A Probe older than
+	// RoleSince predates the role (a switchover publishes roles before the
+	// next probe round) and does not describe the node in it.
+	RoleSince time.Time `json:"role_since,omitzero"`
 }
 
 // Probe is the result of one probe of one node.
