@@ -136,6 +136,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		if !filepath.IsAbs(dataDir) {
 			dataDir = filepath.Join(filepath.Dir(cfgPath), dataDir)
 		}
+		// A second `up` on this directory fails here at once instead of
+		// waiting on etcd's database lock.
+		lock, err := lockDataDir(dataDir)
+		if err != nil {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
+		defer lock.Close()
 		opts := topo.EmbeddedOptions{
 			DataDir:       dataDir,
 			ClientAddress: cfg.Etcd.Embedded.ClientAddress,
