@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // nodelessConfig writes a valid config whose nodes are closed loopback
@@ -145,4 +148,124 @@ func TestSecondUpOnLockedDataDir(t *testing.T) {
 		}
 	}
 	t.Logf("second up refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// operatorStore starts an embedded etcd with a published state of cluster
+// "main" (nodes db1..db3, primary db1) and a controller leader key held by
+// a campaign that serves no request: requests wait until their timeout.
+func operatorStore(t *testing.T) (topo.Store, topo.Keys, string) {
+	t.Helper()
+	e, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: filepath.Join(t.TempDir(), "etcd"),
+		ClientAddress: sandboxtest.FreeAddr(t), PeerAddress: sandboxtest.FreeAddr(t), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	keys := topo.Keys{Prefix: "/switchyard"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	cs := topo.ClusterState{Cluster: "main", Primary: "db1", Epoch: 1, Phase: topo.PhaseStable,
+		Nodes: []topo.NodeState{{Name: "db1", Role: topo.RolePrimary}, {Name: "db2", Role: topo.RoleReplica}, {Name: "db3", Role: topo.RoleReplica}}}
+	if _, err := topo.PutJSON(ctx, st, keys.ClusterState("main"), cs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Campaign(ctx, keys.Election(), "idle-leader"); err != nil {
+		t.Fatal(err)
+	}
+	return st, keys, strings.TrimPrefix(e.Endpoints()[0], "http://")
+}
+
+// TestOperatorCommandEdges: bad input to the operator commands gives a
+// clear message and a non-zero exit, and writes nothing.
+func TestOperatorCommandEdges(t *testing.T) {
+	st, keys, ep := operatorStore(t)
+	ctx := context.Background()
+	etcd := []string{"--etcd-endpoints", ep}
+
+	t.Run("mistyped cluster leaves no request", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"switchover", "--cluster", "mian", "--timeout", "5s"},
+			{"failover", "--cluster", "mian", "--plan", "--timeout", "5s"},
+			{"maintenance", "on", "--cluster", "mian", "--reason", "x", "--timeout", "5s"},
+			{"ack", "--cluster", "mian", "--timeout", "5s"},
+		} {
+			_, err := runCLI(t, append(args, etcd...)...)
+			if err == nil || !strings.Contains(err.Error(), `unknown cluster "mian"`) || !strings.Contains(err.Error(), "known clusters: main") {
+				t.Errorf("%v: %v; want an unknown-cluster error naming main", args, err)
+			}
+		}
+		if kvs, err := st.List(ctx, keys.Requests("mian")); err != nil || len(kvs) != 0 {
+			t.Fatalf("request keys left for the mistyped cluster: %d %v", len(kvs), err)
+		}
+	})
+
+	t.Run("undrain of an unknown node", func(t *testing.T) {
+		_, err := runCLI(t, append([]string{"undrain", "node9", "--cluster", "main"}, etcd...)...)
+		if err == nil || !strings.Contains(err.Error(), "node9 is not a node of cluster main (its nodes: db1, db2, db3)") {
+			t.Fatalf("undrain node9: %v", err)
+		}
+	})
+
+	t.Run("SWITCHYARD_CONFIG is the default --config", func(t *testing.T) {
+		_, p := nodelessConfig(t, t.TempDir(), func(c *config.Config) { c.Etcd.Endpoints = []string{ep} })
+		t.Chdir(t.TempDir()) // no ./switchyard.yaml to fall back on
+		t.Setenv(configEnv, p)
+		_, err := runCLI(t, "undrain", "node9", "--cluster", "main")
+		if err == nil || !strings.Contains(err.Error(), "its nodes: db1, db2, db3") {
+			t.Fatalf("undrain through $%s: %v; want the store of that config to answer", configEnv, err)
+		}
+		t.Setenv(configEnv, filepath.Join(t.TempDir(), "missing.yaml"))
+		if _, err := runCLI(t, "undrain", "node9", "--cluster", "main"); err == nil || !strings.Contains(err.Error(), configEnv+"=") {
+			t.Fatalf("a missing $%s file: %v", configEnv, err)
+		}
+	})
+
+	t.Run("maintenance without on or off", func(t *testing.T) {
+		_, err := runCLI(t, append([]string{"maintenance", "--cluster", "main", "--reason", "x"}, etcd...)...)
+		if err == nil || !strings.Contains(err.Error(), "say on or off") || !strings.Contains(err.Error(), "switchyard maintenance on --cluster C") {
+			t.Fatalf("maintenance without on/off: %v", err)
+		}
+	})
+
+	t.Run("version", func(t *testing.T) {
+		for _, args := range [][]string{{"version"}, {"--version"}} {
+			out, err := runCLI(t, args...)
+			if err != nil || !strings.HasPrefix(out, "switchyard ") || !strings.Contains(out, "commit ") || !strings.Contains(out, runtime.Version()) {
+				t.Errorf("%v: %q %v", args, out, err)
+			}
+		}
+	})
+
+	t.Run("switchover timeout names the request and how to look it up", func(t *testing.T) {
+		_, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--timeout", "2s"}, etcd...)...)
+		var ee exitError
+		if !errors.As(err, &ee) || ee.code == 0 || !strings.Contains(ee.msg, "switchyard switchover --cluster main --status ") {
+			t.Fatalf("switchover past its timeout: %v", err)
+		}
+		id := strings.TrimSuffix(ee.msg[strings.LastIndex(ee.msg, "--status ")+len("--status "):], "`")
+		if _, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--status", id}, etcd...)...); err == nil || !strings.Contains(err.Error(), "is pending") {
+			t.Fatalf("--status of the pending request: %v", err)
+		}
+		var req topo.Request
+		v, err := topo.GetJSON(ctx, st, keys.Request("main", id), &req)
+		if err != nil {
+			t.Fatalf("request %q: %v", id, err)
+		}
+		req.State, req.Message = topo.RequestDone, "switched over to db2"
+		if _, err := topo.PutJSON(ctx, st, keys.Request("main", id), req, v); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--status", id}, etcd...)...)
+		if err != nil || !strings.Contains(out, "switched over to db2") || !strings.Contains(out, ": done") {
+			t.Fatalf("--status of the finished request: %q %v", out, err)
+		}
+		if _, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--status", "nosuch"}, etcd...)...); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Fatalf("--status of an unknown request: %v", err)
+		}
+	})
 }

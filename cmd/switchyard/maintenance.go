@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,16 @@ replicates from the wrong node, fencing and rejoining a returning old
 primary), publishing routing updates (a replica that stops replicating leaves
 the ro listener), and running manual switchovers and failovers. It is shown in
 status and recorded in the events. "on" needs --reason.`,
-		Args:      cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 1 && (args[0] == "on" || args[0] == "off") {
+				return nil
+			}
+			got := "nothing"
+			if len(args) > 0 {
+				got = fmt.Sprintf("%q", strings.Join(args, " "))
+			}
+			return fmt.Errorf("maintenance: say on or off (got %s): `switchyard maintenance on --cluster C --reason TEXT` or `switchyard maintenance off --cluster C`", got)
+		},
 		ValidArgs: []string{"on", "off"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			on := args[0] == "on"
