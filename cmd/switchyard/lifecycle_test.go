@@ -269,3 +269,51 @@ func TestOperatorCommandEdges(t *testing.T) {
 		}
 	})
 }
+
+// TestFailedStartWritesNothing: `up` with a password_env variable that is
+// not set refuses to start naming the field, and leaves no config revision
+// in its etcd; `config validate` warns about the same variable and, with
+// --require-secrets, fails.
+func TestFailedStartWritesNothing(t *testing.T) {
+	const env = "SWITCHYARD_TEST_UNSET_MONITOR_PW"
+	os.Unsetenv(env)
+	dir := t.TempDir()
+	cfg, p := nodelessConfig(t, dir, func(c *config.Config) {
+		c.Credentials.Monitor.Password, c.Credentials.Monitor.PasswordEnv = "", env
+	})
+
+	out, err := runCLI(t, "config", "validate", p)
+	if err != nil || !strings.Contains(out, "valid (1 clusters") || !strings.Contains(out, "but 1 secret(s) cannot be resolved") ||
+		!strings.Contains(out, "credentials.monitor.password_env: environment variable "+env+" is not set") {
+		t.Fatalf("config validate: %q %v", out, err)
+	}
+	if _, err := runCLI(t, "config", "validate", "--require-secrets", p); err == nil || !strings.Contains(err.Error(), env) {
+		t.Fatalf("config validate --require-secrets: %v", err)
+	}
+
+	g := &globalFlags{configPath: p, logLevel: "error", logFormat: "text"}
+	err = runRoles(context.Background(), g, &roleFlags{}, true, true, true)
+	if err == nil || !strings.Contains(err.Error(), "credentials.monitor.password_env") || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("up with %s unset: %v", env, err)
+	}
+	e, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: cfg.Etcd.Embedded.DataDir,
+		ClientAddress: sandboxtest.FreeAddr(t), PeerAddress: sandboxtest.FreeAddr(t), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kvs, err := st.List(ctx, cfg.Etcd.Prefix+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kvs) != 0 {
+		t.Fatalf("the refused start left %d keys in etcd, the first %s", len(kvs), kvs[0].Key)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -217,7 +218,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	// The config becomes (or already is) a revision in the store, through the
 	// same validation and destructive-change guard as `config apply`.
 	var rev int64
+	var loaded configstore.FileLoad
 	if cfg != nil && cfgPath != "" {
+		// A start that is going to fail on a secret writes nothing to the
+		// store: check the ones this process needs before the bootstrap.
+		if err := checkRoleSecrets(cfg, runProxy, runController); err != nil {
+			return fmt.Errorf("refusing to start (nothing was written to etcd): %w", err)
+		}
 		bootstrap := configstore.Bootstrap
 		if rf.applyFile {
 			bootstrap = configstore.BootstrapFromFile
@@ -227,6 +234,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			return fmt.Errorf("refusing to start: %w", err)
 		}
 		rev = res.Revision.Rev
+		if loaded, err = configstore.LoadedFile(cfgPath, rev); err != nil {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
 		if res.Running != nil {
 			cfg = res.Running
 		}
@@ -286,6 +296,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			Name: "proxy", ID: id, Log: log.With("role", "proxy"), Registry: reg,
 			Initial: cfg, InitialRev: rev, Report: true,
 			OnApply: func(c *config.Config, _ int64) error { return srv.SetConfig(c) },
+			PendingRestart: func(started, applied *config.Config) []string {
+				return config.ComputeDiff(started, applied).RestartOnly()
+			},
 		}); err != nil {
 			return err
 		}
@@ -358,15 +371,25 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			if cfgPath == "" {
 				continue
 			}
-			// A bad or destructive file changes nothing; the followers apply a
-			// good one like any other revision.
-			res, err := configstore.ReloadFile(ctx, st, keys, cfgPath, configstore.Author())
-			if err != nil {
+			// A bad, destructive, unchanged or stale file changes nothing
+			// (a file loaded at an older revision than the store's would
+			// undo another operator's apply); the followers apply a good
+			// one like any other revision.
+			res, next, err := configstore.ReloadFile(ctx, st, keys, loaded, configstore.Author())
+			var rr *configstore.ReloadRefusedError
+			switch {
+			case errors.As(err, &rr):
+				reloadRefused.Inc()
+				log.Warn("config reload refused; the running config is unchanged", "file", cfgPath, "why", rr.Kind, "reason", rr.Why,
+					"diff", rr.Diff.String())
+				continue
+			case err != nil:
 				reloadRefused.Inc()
 				log.Error("config reload refused; the running config is unchanged", "file", cfgPath, "err", err)
 				continue
 			}
-			log.Info("config reloaded", "file", cfgPath, "rev", res.Revision.Rev)
+			loaded = next
+			log.Info("config reloaded", "file", cfgPath, "rev", res.Revision.Rev, "unchanged", res.Unchanged)
 		}
 	}
 }
@@ -380,4 +403,35 @@ func embeddedID(host, dataDir string) string {
 	h := fnv.New32a()
 	h.Write([]byte(dataDir))
 	return fmt.Sprintf("%s-up-%08x", host, h.Sum32())
+}
+
+// checkRoleSecrets resolves the secrets the roles of this process use: the
+// monitor and replication credentials for the controller, the users'
+// passwords for the proxy (config.CheckSecrets names each field).
+func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
+	err := cfg.CheckSecrets()
+	if err == nil {
+		return nil
+	}
+	var keep []error
+	for _, e := range flattenErrors(err) {
+		var fe *config.FieldError
+		if errors.As(e, &fe) {
+			controllerField := strings.HasPrefix(fe.Field, "credentials.")
+			if (controllerField && !runController) || (!controllerField && !runProxy) {
+				continue
+			}
+		}
+		keep = append(keep, e)
+	}
+	return errors.Join(keep...)
+}
+
+// flattenErrors returns the errors joined in err (err itself if it is not
+// a join).
+func flattenErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
