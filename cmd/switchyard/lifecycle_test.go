@@ -227,7 +227,7 @@ func TestOperatorCommandEdges(t *testing.T) {
 
 	t.Run("maintenance without on or off", func(t *testing.T) {
 		_, err := runCLI(t, append([]string{"maintenance", "--cluster", "main", "--reason", "x"}, etcd...)...)
-		if err == nil || !strings.Contains(err.Error(), "say on or off") || !strings.Contains(err.Error(), "switchyard maintenance on --cluster C") {
+		if err == nil || !strings.Contains(err.Error(), "say on, off or history") || !strings.Contains(err.Error(), "switchyard maintenance on --cluster C") {
 			t.Fatalf("maintenance without on/off: %v", err)
 		}
 	})
