@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
 	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -315,5 +316,24 @@ func TestFailedStartWritesNothing(t *testing.T) {
 	}
 	if len(kvs) != 0 {
 		t.Fatalf("the refused start left %d keys in etcd, the first %s", len(kvs), kvs[0].Key)
+	}
+}
+
+// TestSandboxRole: `sandbox up` prints the roles the nodes report, not the
+// creation order.
+func TestSandboxRole(t *testing.T) {
+	for _, tc := range []struct {
+		n    sandbox.NodeStatus
+		want string
+	}{
+		{sandbox.NodeStatus{Reachable: true}, "primary"},
+		{sandbox.NodeStatus{Reachable: true, ReadOnly: true, ReplicatingFrom: "127.0.0.1:3307", SourceNode: "node2"}, "replica of node2"},
+		{sandbox.NodeStatus{Reachable: true, ReadOnly: true}, "read-only and not replicating"},
+		{sandbox.NodeStatus{Reachable: true, ReplicatingFrom: "127.0.0.1:3307", SourceNode: "node2"}, "WRITABLE"},
+		{sandbox.NodeStatus{Error: "connection refused"}, "NOT ANSWERING: connection refused"},
+	} {
+		if got := sandboxRole(tc.n); !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q, want %q", tc.n, got, tc.want)
+		}
 	}
 }
