@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/sandbox"
 	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
 	"github.com/switchyard-db/switchyard/internal/topo"
@@ -334,6 +337,59 @@ func TestSandboxRole(t *testing.T) {
 	} {
 		if got := sandboxRole(tc.n); !strings.Contains(got, tc.want) {
 			t.Errorf("%+v: %q, want %q", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestFailoverPlanPrintedOnce: `failover --plan` that finds no candidate
+// (a missing --to node, every replica unreachable) prints the plan once and
+// exits non-zero with the refusal.
+func TestFailoverPlanPrintedOnce(t *testing.T) {
+	e, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: filepath.Join(t.TempDir(), "etcd"),
+		ClientAddress: sandboxtest.FreeAddr(t), PeerAddress: sandboxtest.FreeAddr(t), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	keys := topo.Keys{Prefix: "/switchyard"}
+	cfg, _ := nodelessConfig(t, t.TempDir(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs := topo.ClusterState{Cluster: "main", Primary: "db1", Epoch: 1, Phase: topo.PhaseStable}
+	for _, n := range cfg.Clusters[0].Nodes {
+		cs.Nodes = append(cs.Nodes, topo.NodeState{Name: n.Name, Address: n.Address, Role: topo.RoleUnknown})
+	}
+	if _, err := topo.PutJSON(ctx, st, keys.ClusterState("main"), cs, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := controller.New(controller.Options{Config: cfg, Store: st, Keys: keys, ID: "ctl-test", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ctrl.Run(cctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	for !ctrl.IsLeader() {
+		if ctx.Err() != nil {
+			t.Fatal("the controller did not lead within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ep := strings.TrimPrefix(e.Endpoints()[0], "http://")
+	for _, to := range []string{"node9", ""} {
+		out, err := runCLI(t, "failover", "--cluster", "main", "--plan", "--to", to, "--etcd-endpoints", ep)
+		if n := strings.Count(out, "failover plan for cluster main"); n != 1 {
+			t.Errorf("--to %q: the plan is printed %d times:\n%s", to, n, out)
+		}
+		var ee exitError
+		if !errors.As(err, &ee) || ee.code == 0 || !strings.Contains(ee.msg, "no safe candidate") || strings.Contains(ee.msg, "\n") {
+			t.Errorf("--to %q: %v; want exit 1 with the one-line refusal", to, err)
 		}
 	}
 }
