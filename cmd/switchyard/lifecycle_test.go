@@ -12,10 +12,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/controller"
 	"github.com/switchyard-db/switchyard/internal/sandbox"
 	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
@@ -391,5 +393,93 @@ func TestFailoverPlanPrintedOnce(t *testing.T) {
 		if !errors.As(err, &ee) || ee.code == 0 || !strings.Contains(ee.msg, "no safe candidate") || strings.Contains(ee.msg, "\n") {
 			t.Errorf("--to %q: %v; want exit 1 with the one-line refusal", to, err)
 		}
+	}
+}
+
+// TestSIGHUPDoesNotUndoAnotherApply: `up` runs revision 1 from its file;
+// another operator applies revision 2. SIGHUP with the file unchanged, and
+// then with the file edited (still based on revision 1), changes nothing:
+// the store stays at revision 2 and each refusal is counted. `config diff`
+// of a file with a new listener address flags it as pending a restart.
+func TestSIGHUPDoesNotUndoAnotherApply(t *testing.T) {
+	dir := t.TempDir()
+	cfg, p := nodelessConfig(t, dir, nil)
+	startUp(t, p, cfg.Admin.Address)
+	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: []string{cfg.Etcd.Embedded.ClientAddress}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	keys := topo.Keys{Prefix: cfg.Etcd.Prefix}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rev := func() int64 {
+		t.Helper()
+		r, _, _, err := configstore.Current(ctx, st, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Rev
+	}
+	if r := rev(); r != 1 {
+		t.Fatalf("revision after start: %d", r)
+	}
+	withLag := func(name string, lag time.Duration) string {
+		c, err := config.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Clusters[0].ReadRouting.MaxLag = config.Duration(lag)
+		data, _ := c.Marshal()
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	other := withLag("other.yaml", 7*time.Second)
+	if out, err := runCLI(t, "config", "apply", other, "--reason", "another operator", "--config", p); err != nil || rev() != 2 {
+		t.Fatalf("config apply: %q %v", out, err)
+	}
+	refusals := func() string {
+		_, body := get("http://" + cfg.Admin.Address + "/metrics")
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "switchyard_config_reload_refused_total ") {
+				return strings.TrimPrefix(l, "switchyard_config_reload_refused_total ")
+			}
+		}
+		return ""
+	}
+	hup := func(want string) {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for refusals() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("switchyard_config_reload_refused_total %q, want %s", refusals(), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r := rev(); r != 2 {
+			t.Fatalf("SIGHUP replaced revision 2 by %d: another operator's apply was undone", r)
+		}
+	}
+	hup("1") // the file is unchanged
+	data, _ := os.ReadFile(withLag("edited.yaml", 3*time.Second))
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("2") // edited, but based on revision 1
+
+	c, _ := config.Load(p)
+	c.Listeners[0].Address = sandboxtest.FreeAddr(t)
+	moved, _ := c.Marshal()
+	mf := filepath.Join(dir, "moved.yaml")
+	os.WriteFile(mf, moved, 0o600)
+	out, err := runCLI(t, "config", "diff", mf, "--config", p)
+	if err != nil || !strings.Contains(out, "PENDING RESTART") || !strings.Contains(out, "listener rw changed") {
+		t.Fatalf("config diff of a moved listener: %q %v", out, err)
 	}
 }
