@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -235,22 +237,46 @@ func publishedState(ctx context.Context, st topo.Store, keys topo.Keys, cluster 
 // no published state in the store.
 var ErrUnknownCluster = errors.New("unknown cluster")
 
+// knownCluster returns nil when cluster has a published state or is in the
+// store's current config revision (a cluster just added, not published
+// yet), else unknownCluster's error.
+func knownCluster(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) error {
+	_, err := st.Get(ctx, keys.ClusterState(cluster))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, topo.ErrNotFound) {
+		return fmt.Errorf("read state of cluster %s: %w", cluster, err)
+	}
+	if _, cfg, _, cerr := configstore.Current(ctx, st, keys); cerr == nil && cfg.Cluster(cluster) != nil {
+		return nil
+	}
+	return unknownCluster(ctx, st, keys, cluster)
+}
+
 // unknownCluster is the error for a cluster without a published state: it
-// names the clusters that have one.
+// names the clusters that have one or are in the current config.
 func unknownCluster(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) error {
 	known := "none: is a controller running?"
+	var names []string
 	if kvs, err := st.List(ctx, keys.ClustersPrefix()); err == nil {
-		var names []string
 		for _, kv := range kvs {
 			rest := strings.TrimPrefix(kv.Key, keys.ClustersPrefix())
 			if name, ok := strings.CutSuffix(rest, "/state"); ok && !strings.Contains(name, "/") {
 				names = append(names, name)
 			}
 		}
-		if len(names) > 0 {
-			sort.Strings(names)
-			known = strings.Join(names, ", ")
+	}
+	if _, cfg, _, err := configstore.Current(ctx, st, keys); err == nil {
+		for _, cl := range cfg.Clusters {
+			if !slices.Contains(names, cl.Name) {
+				names = append(names, cl.Name)
+			}
 		}
 	}
-	return fmt.Errorf("%w %q: no published state in the store (known clusters: %s)", ErrUnknownCluster, cluster, known)
+	if len(names) > 0 {
+		sort.Strings(names)
+		known = strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%w %q: not in the config and no published state in the store (known clusters: %s)", ErrUnknownCluster, cluster, known)
 }

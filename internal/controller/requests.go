@@ -32,8 +32,9 @@ const finishedRetention = 24 * time.Hour
 // when Done, wraps ErrRequestFailed when Failed, wraps ErrNoLeader (and
 // creates nothing) when no leader is elected, and wraps ctx's error when ctx
 // ended first — the request then stays in the store and the leader may still
-// execute it (LookupRequest reads it later). A cluster without a published
-// state is an error wrapping ErrUnknownCluster, and nothing is written.
+// execute it (LookupRequest reads it later). A cluster that has no published
+// state and is not in the current config revision is an error wrapping
+// ErrUnknownCluster, and nothing is written.
 func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, cluster, target string) (topo.Request, error) {
 	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: target})
 }
@@ -53,8 +54,8 @@ func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request
 		return topo.Request{}, fmt.Errorf("%s of %s: find the controller leader: %w", kind, cluster, err)
 	}
 	// A mistyped cluster leaves nothing behind: no request is written for
-	// a cluster the leader does not publish.
-	if _, err := publishedState(ctx, st, keys, cluster); err != nil {
+	// a cluster that is neither published nor in the current config.
+	if err := knownCluster(ctx, st, keys, cluster); err != nil {
 		return topo.Request{}, fmt.Errorf("%s: %w", kind, err)
 	}
 	now := time.Now().UTC()
