@@ -164,7 +164,9 @@ func setDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster, nod
 			d.Nodes = map[string]topo.DrainRecord{}
 		}
 		if rec != nil {
-			if _, ok := d.Nodes[node]; ok {
+			// An explicit drain replaces a node maintenance (which may
+			// expire by itself); a drain already recorded stays as it is.
+			if old, ok := d.Nodes[node]; ok && !old.Maintenance {
 				return nil
 			}
 			d.Nodes[node] = *rec

@@ -102,4 +102,16 @@ func TestMaintenance(t *testing.T) {
 	if _, err := MaintenanceHistory(ctx, st, testKeys, "mian", 0); !errors.Is(err, ErrUnknownCluster) {
 		t.Fatalf("history of a mistyped cluster: %v", err)
 	}
+
+	// An explicit drain replaces a node maintenance: it no longer expires.
+	if _, err := req(MaintenanceOptions{On: true, Node: "node3", Reason: "bios", For: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Drain(ctx, st, testKeys, "main", "node3", DrainOptions{By: "op@test", Reason: "retire"}); err != nil {
+		t.Fatal(err)
+	}
+	d, _, err = drainedNodes(ctx, st, testKeys, "main")
+	if rec := d.Nodes["node3"]; err != nil || rec.Maintenance || rec.Until != nil || rec.Reason != "retire" {
+		t.Fatalf("node3 after drain over maintenance: %+v %v", rec, err)
+	}
 }
