@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/controller"
@@ -482,4 +484,43 @@ func TestSIGHUPDoesNotUndoAnotherApply(t *testing.T) {
 	if err != nil || !strings.Contains(out, "PENDING RESTART") || !strings.Contains(out, "listener rw changed") {
 		t.Fatalf("config diff of a moved listener: %q %v", out, err)
 	}
+}
+
+// TestLockDataDirDatabaseHeld: a data directory whose etcd database file is
+// locked by a process that wrote no pid file is refused naming that file;
+// once free, the lock is taken, holds this pid, and is released by Close.
+func TestLockDataDirDatabaseHeld(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "member", "snap", "db")
+	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(db, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockDataDir(dir); err == nil || !strings.Contains(err.Error(), db) {
+		t.Fatalf("database file held: %v", err)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	l, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, dataDirLockName)); strings.TrimSpace(string(b)) != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("pid file holds %q", b)
+	}
+	if _, err := lockDataDir(dir); err == nil || !strings.Contains(err.Error(), "held by process "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second lock: %v", err)
+	}
+	l.Close()
+	l2, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after Close: %v", err)
+	}
+	l2.Close()
 }
