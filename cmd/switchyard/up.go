@@ -347,7 +347,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 
 	reloadRefused := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "switchyard_config_reload_refused_total",
-		Help: "SIGHUP reloads of the config file that were refused (invalid or destructive file); the running config is unchanged.",
+		Help: "SIGHUP reloads of the config file that were refused (invalid or destructive file, or a file not based on the store's current revision, which would undo another apply); the running config is unchanged. An unchanged file with nothing to undo is not counted.",
 	})
 	reg.MustRegister(reloadRefused)
 	hup := make(chan os.Signal, 1)
@@ -378,6 +378,11 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			res, next, err := configstore.ReloadFile(ctx, st, keys, loaded, configstore.Author())
 			var rr *configstore.ReloadRefusedError
 			switch {
+			case errors.As(err, &rr) && rr.Kind == configstore.ReloadUnchanged && rr.Current != nil && rr.Current.Rev == loaded.Rev:
+				// A SIGHUP for the certificates: nothing to apply, nothing
+				// refused.
+				log.Info("config file unchanged since it was loaded; nothing to apply", "file", cfgPath, "rev", loaded.Rev)
+				continue
 			case errors.As(err, &rr):
 				reloadRefused.Inc()
 				log.Warn("config reload refused; the running config is unchanged", "file", cfgPath, "why", rr.Kind, "reason", rr.Why,
