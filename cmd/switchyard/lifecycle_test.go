@@ -533,3 +533,36 @@ func TestLockDataDirDatabaseHeld(t *testing.T) {
 	}
 	l2.Close()
 }
+
+// TestCheckRoleSecrets: each role checks the secrets it uses.
+func TestCheckRoleSecrets(t *testing.T) {
+	_, p := nodelessConfig(t, t.TempDir(), func(c *config.Config) {
+		c.Credentials.Monitor.Password, c.Credentials.Monitor.PasswordEnv = "", "SWITCHYARD_TEST_UNSET_MON"
+		c.Credentials.Replication.Password, c.Credentials.Replication.PasswordEnv = "", "SWITCHYARD_TEST_UNSET_REPL"
+		c.Users[0].Password, c.Users[0].PasswordEnv = "", "SWITCHYARD_TEST_UNSET_APP"
+	})
+	cfg, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		proxy, controller bool
+		want, not         []string
+	}{
+		{true, true, []string{"credentials.monitor", "credentials.replication", "users[0]"}, nil},
+		{false, true, []string{"credentials.monitor", "credentials.replication"}, []string{"users[0]"}},
+		{true, false, []string{"credentials.monitor", "users[0]"}, []string{"credentials.replication"}},
+	} {
+		err := checkRoleSecrets(cfg, tc.proxy, tc.controller)
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("proxy %v controller %v: %v; want %s named", tc.proxy, tc.controller, err, w)
+			}
+		}
+		for _, n := range tc.not {
+			if err != nil && strings.Contains(err.Error(), n) {
+				t.Errorf("proxy %v controller %v: %v names %s, which this role does not use", tc.proxy, tc.controller, err, n)
+			}
+		}
+	}
+}

@@ -410,9 +410,10 @@ func embeddedID(host, dataDir string) string {
 	return fmt.Sprintf("%s-up-%08x", host, h.Sum32())
 }
 
-// checkRoleSecrets resolves the secrets the roles of this process use: the
-// monitor and replication credentials for the controller, the users'
-// passwords for the proxy (config.CheckSecrets names each field).
+// checkRoleSecrets resolves the secrets the roles of this process use
+// (config.CheckSecrets names each field): the monitor account for both (the
+// proxy's failsafe checks probe with it), the replication account for the
+// controller, the users' and proxy.backend_accounts passwords for the proxy.
 func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
 	err := cfg.CheckSecrets()
 	if err == nil {
@@ -422,9 +423,16 @@ func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
 	for _, e := range flattenErrors(err) {
 		var fe *config.FieldError
 		if errors.As(e, &fe) {
-			controllerField := strings.HasPrefix(fe.Field, "credentials.")
-			if (controllerField && !runController) || (!controllerField && !runProxy) {
-				continue
+			switch {
+			case strings.HasPrefix(fe.Field, "credentials.monitor."):
+			case strings.HasPrefix(fe.Field, "credentials."):
+				if !runController {
+					continue
+				}
+			default:
+				if !runProxy {
+					continue
+				}
 			}
 		}
 		keep = append(keep, e)
