@@ -8,8 +8,12 @@ export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 
 all: build
 
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/switchyard
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/switchyard
 	$(GO) build -o bin/switchyard-loadgen ./tools/loadgen
 
 deps:

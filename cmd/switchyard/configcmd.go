@@ -47,10 +47,19 @@ revision again and keeps its last-known-good config when one is bad.`,
 }
 
 func newConfigValidateCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate FILE",
-		Short: "Check a config file: strict YAML (unknown keys are errors), defaults, cross-field rules",
-		Args:  cobra.ExactArgs(1),
+	var requireSecrets bool
+	cmd := &cobra.Command{
+		Use:   "validate FILE [--require-secrets]",
+		Short: "Check a config file: strict YAML (unknown keys are errors), defaults, cross-field rules, secrets",
+		Long: `validate checks FILE exactly as switchyard up does at start: strict YAML
+(unknown keys are errors), defaults, cross-field rules. It also resolves every
+secret the file refers to (password_env variables, password_file files) in
+this environment: one that cannot be resolved is a warning (the file may be
+checked on a machine that does not hold the secrets, e.g. in CI), printed
+with its field, and the output says "valid, but". With --require-secrets —
+on the machine that runs switchyard up — it is an error (exit 1): up would
+refuse to start with it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := config.ValidateFile(args[0])
 			if err != nil {
@@ -60,11 +69,26 @@ func newConfigValidateCmd() *cobra.Command {
 			for _, cl := range c.Clusters {
 				nodes += len(cl.Nodes)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%d clusters, %d nodes, %d listeners, %d users)\n",
-				args[0], len(c.Clusters), nodes, len(c.Listeners), len(c.Users))
+			summary := fmt.Sprintf("%d clusters, %d nodes, %d listeners, %d users", len(c.Clusters), nodes, len(c.Listeners), len(c.Users))
+			if serr := c.CheckSecrets(); serr != nil {
+				var lines []string
+				for _, e := range flattenErrors(serr) {
+					lines = append(lines, "  "+e.Error())
+				}
+				msg := fmt.Sprintf("%d secret(s) cannot be resolved in this environment (switchyard up would refuse to start):\n%s",
+					len(lines), strings.Join(lines, "\n"))
+				if requireSecrets {
+					return exitError{code: 1, msg: fmt.Sprintf("%s: %s", args[0], msg)}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s), but %s\n(warning only: pass --require-secrets to make it an error)\n", args[0], summary, msg)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s)\n", args[0], summary)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&requireSecrets, "require-secrets", false, "fail (exit 1) when a password_env variable or password_file cannot be resolved here")
+	return cmd
 }
 
 // openForFile connects to the store; without --config or --etcd-endpoints
@@ -117,6 +141,7 @@ func newConfigDiffCmd(g *globalFlags) *cobra.Command {
 				return nil
 			}
 			io.WriteString(w, res.Diff.String())
+			writeRestartOnly(w, res.Diff)
 			if len(res.Violations) == 0 {
 				fmt.Fprintln(w, "guard: the change is not destructive; apply it with: switchyard config apply "+args[0]+" --reason TEXT")
 				return nil
@@ -267,6 +292,7 @@ func reportChange(w io.Writer, asJSON bool, res *configstore.Result, err error) 
 	}
 	r := res.Revision
 	fmt.Fprintf(w, "applied revision %d (sha256 %s) by %s: %s\n", r.Rev, r.ShortHash(), r.Author, r.Reason)
+	writeRestartOnly(w, res.Diff)
 	if r.GuardOverridden {
 		fmt.Fprintln(w, "destructive-change guard OVERRIDDEN (recorded in the history):")
 		for _, v := range r.GuardViolations {
@@ -277,6 +303,19 @@ func reportChange(w io.Writer, asJSON bool, res *configstore.Result, err error) 
 		fmt.Fprintln(w, "warning: "+warn)
 	}
 	return nil
+}
+
+// writeRestartOnly says which changes wait for a restart of the processes
+// (config.Diff.RestartOnly).
+func writeRestartOnly(w io.Writer, d config.Diff) {
+	ro := d.RestartOnly()
+	if len(ro) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "PENDING RESTART: %d change(s) take effect only when each switchyard up/proxy process restarts (until then they keep the old setting):\n", len(ro))
+	for _, l := range ro {
+		fmt.Fprintln(w, "  "+l)
+	}
 }
 
 // changeJSON is the --json output of diff, apply and rollback.
@@ -290,10 +329,14 @@ type changeJSON struct {
 	Override   string                `json:"override,omitempty"`
 	Repaired   string                `json:"repaired,omitempty"`
 	Warnings   []string              `json:"warnings,omitempty"`
+	// PendingRestart lists the changes that take effect only after a
+	// restart (config.Diff.RestartOnly).
+	PendingRestart []string `json:"pending_restart,omitempty"`
 }
 
 func changeReport(outcome string, res *configstore.Result, refused *configstore.RefusedError) changeJSON {
-	out := changeJSON{Outcome: outcome, Diff: res.Diff, Violations: res.Violations, Repaired: res.Repaired, Warnings: res.Warnings}
+	out := changeJSON{Outcome: outcome, Diff: res.Diff, Violations: res.Violations, Repaired: res.Repaired, Warnings: res.Warnings,
+		PendingRestart: res.Diff.RestartOnly()}
 	if out.Violations == nil {
 		out.Violations = []config.Violation{}
 	}

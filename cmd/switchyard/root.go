@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -39,9 +41,11 @@ Operator commands find the topology store from --config (the same file
 "switchyard up" uses) or from --etcd-endpoints.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionString(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	pf := root.PersistentFlags()
-	pf.StringVarP(&g.configPath, "config", "c", "", "path of switchyard.yaml (default ./switchyard.yaml, else ./.sandbox/switchyard.yaml)")
+	pf.StringVarP(&g.configPath, "config", "c", "", "path of switchyard.yaml (default $SWITCHYARD_CONFIG, else ./switchyard.yaml, else ./.sandbox/switchyard.yaml)")
 	pf.StringSliceVar(&g.etcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (host:port, comma separated); overrides the config's etcd section")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", "", "key prefix in etcd (default from config, else /switchyard)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -82,11 +86,21 @@ func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
 	}
 }
 
-// resolveConfigPath returns --config, or the first default location that
-// exists.
+// configEnv names the environment variable that gives the default of
+// --config (`switchyard sandbox env` exports it).
+const configEnv = "SWITCHYARD_CONFIG"
+
+// resolveConfigPath returns --config, else $SWITCHYARD_CONFIG, else the
+// first default location that exists.
 func (g *globalFlags) resolveConfigPath() (string, error) {
 	if g.configPath != "" {
 		return g.configPath, nil
+	}
+	if p := os.Getenv(configEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", configEnv, p, err)
+		}
+		return p, nil
 	}
 	for _, p := range []string{"switchyard.yaml", ".sandbox/switchyard.yaml"} {
 		if _, err := os.Stat(p); err == nil {
@@ -188,13 +202,44 @@ func quietLogger() *slog.Logger {
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version, the commit and the Go version it was built with (also --version)",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "switchyard", version)
+			fmt.Fprintln(cmd.OutOrStdout(), versionString())
 		},
 	}
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time (Makefile):
+// -ldflags "-X main.version=v1.2.3 -X main.commit=abc1234".
+var (
+	version = "dev"
+	commit  = ""
+)
+
+// versionString is "switchyard VERSION (commit COMMIT[, modified], GO)".
+// Without -X main.commit the commit comes from the VCS stamp Go records in
+// the binary (go build in a git checkout), else "unknown".
+func versionString() string {
+	c, dirty := commit, false
+	if bi, ok := debug.ReadBuildInfo(); ok && c == "" {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				c = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if len(c) > 12 {
+		c = c[:12]
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	if dirty {
+		c += ", modified"
+	}
+	return fmt.Sprintf("switchyard %s (commit %s, %s %s/%s)", version, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

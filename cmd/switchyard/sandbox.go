@@ -48,12 +48,10 @@ Needs the Debian package mariadb-server.`,
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "sandbox ready in %s (%.1fs): %d nodes\n", c.Dir, time.Since(start).Seconds(), len(c.Nodes))
-			for i, n := range c.Nodes {
-				role := "replica of node1"
-				if i == 0 {
-					role = "primary"
-				}
-				fmt.Fprintf(w, "  %s  %s  server_id=%d  %s\n", n.Name, n.Address, n.ServerID, role)
+			// The roles as the nodes report them now (switchovers move the
+			// primary; the sandbox's creation order says nothing).
+			for _, n := range c.Status(ctx) {
+				fmt.Fprintf(w, "  %s  %s  server_id=%d  %s\n", n.Name, n.Address, n.ServerID, sandboxRole(n))
 			}
 			fmt.Fprintf(w, "config: %s\n", c.ConfigPath)
 			fmt.Fprintf(w, "next:   switchyard up --config %s\n", c.ConfigPath)
@@ -180,4 +178,25 @@ Needs the Debian package mariadb-server.`,
 	}
 	cmd.AddCommand(up, down, status, env)
 	return cmd
+}
+
+// sandboxRole describes a node's role from its status: "primary" (writable,
+// no replication source), "replica of NODE", or what is wrong.
+func sandboxRole(n sandbox.NodeStatus) string {
+	switch {
+	case !n.Reachable || n.Error != "":
+		return "NOT ANSWERING: " + n.Error
+	case n.ReplicatingFrom != "" && n.SourceNode != "":
+		role := "replica of " + n.SourceNode
+		if !n.ReadOnly {
+			role += " (WRITABLE: read_only=OFF on a replica)"
+		}
+		return role
+	case n.ReplicatingFrom != "":
+		return "replica of " + n.ReplicatingFrom
+	case n.ReadOnly:
+		return "read-only and not replicating (no primary: writes are refused until one is made writable)"
+	default:
+		return "primary"
+	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,9 +19,10 @@ func newSwitchoverCmd(g *globalFlags) *cobra.Command {
 		timeout           time.Duration
 		asJSON            bool
 		warm, requireWarm bool
+		statusID          string
 	)
 	cmd := &cobra.Command{
-		Use:   "switchover --cluster C [--to NODE]",
+		Use:   "switchover --cluster C [--to NODE] | --cluster C --status REQUEST_ID",
 		Short: "Planned switchover: move the primary role to another node",
 		Long: `switchover asks the controller leader to move the primary role of a cluster,
 coordinated with every proxy so that clients see a short pause, not errors:
@@ -35,11 +38,18 @@ and the old primary are repointed. Any failure rolls back: the old primary is
 writable again. Without --to the controller picks the most advanced serving
 replica (promotion rule prefer first, never must_not, never a drained node).
 The candidate's buffer-pool warmth is reported; --warm raises it first by
-replaying the proxies' hot read set, --require-warm refuses a cold candidate.`,
+replaying the proxies' hot read set, --require-warm refuses a cold candidate.
+
+When --timeout passes first, the request id is printed: the controller may
+still finish it, and --status REQUEST_ID shows its state, steps and message
+later (finished requests are kept for a day).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cluster == "" {
 				return fmt.Errorf("--cluster is required")
+			}
+			if statusID != "" {
+				return switchoverStatus(cmd, g, cluster, statusID, asJSON)
 			}
 			ctx, st, keys, done, err := g.storeFor(cmd.Context(), timeout)
 			if err != nil {
@@ -48,6 +58,15 @@ replaying the proxies' hot read set, --require-warm refuses a cold candidate.`,
 			defer done()
 			req, err := controller.RequestSwitchoverWith(ctx, st, keys, cluster,
 				controller.SwitchoverOptions{Target: to, Warm: warm, RequireWarm: requireWarm, By: operatorName()})
+			if req.ID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+				// The request stays in the store and the leader may still
+				// run it: say how to find out.
+				for _, s := range req.Steps {
+					fmt.Fprintln(cmd.OutOrStdout(), "  "+s)
+				}
+				return exitError{code: 1, msg: fmt.Sprintf("switchover request %s is still %s after --timeout %s; the controller may still finish it: "+
+					"look it up with `switchyard switchover --cluster %s --status %s`", req.ID, req.State, timeout, cluster, req.ID)}
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -78,6 +97,38 @@ replaying the proxies' hot read set, --require-warm refuses a cold candidate.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for the controller to finish")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the request record as JSON")
 	cmd.Flags().BoolVar(&warm, "warm", false, "replay the proxies' hot read set on the candidate before promotion, until switchover.warm_threshold or switchover.warm_timeout")
+	cmd.Flags().StringVar(&statusID, "status", "", "show the state, steps and message of switchover request REQUEST_ID (printed when --timeout passed) instead of starting one")
 	cmd.Flags().BoolVar(&requireWarm, "require-warm", false, "refuse a candidate whose buffer pool is below switchover.warm_threshold of the primary's")
 	return cmd
+}
+
+// switchoverStatus prints one switchover request; it exits 1 unless the
+// request is done.
+func switchoverStatus(cmd *cobra.Command, g *globalFlags, cluster, id string, asJSON bool) error {
+	ctx, st, keys, done, err := g.storeFor(cmd.Context(), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer done()
+	req, err := controller.LookupRequest(ctx, st, keys, cluster, id)
+	if err != nil {
+		return exitError{code: 1, msg: "switchover --status: " + err.Error()}
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		_ = writeJSON(out, req)
+	} else {
+		fmt.Fprintf(out, "request %s (%s) of cluster %s: %s, created %s, updated %s\n", req.ID, req.Kind, req.Cluster, req.State,
+			req.CreatedAt.Format(time.RFC3339), req.UpdatedAt.Format(time.RFC3339))
+		for _, s := range req.Steps {
+			fmt.Fprintln(out, "  "+s)
+		}
+		if req.Message != "" {
+			fmt.Fprintln(out, req.Message)
+		}
+	}
+	if req.State != topo.RequestDone {
+		return exitError{code: 1, msg: fmt.Sprintf("switchover %s is %s", req.ID, req.State)}
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -137,6 +138,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		if !filepath.IsAbs(dataDir) {
 			dataDir = filepath.Join(filepath.Dir(cfgPath), dataDir)
 		}
+		// A second `up` on this directory fails here at once instead of
+		// waiting on etcd's database lock.
+		lock, err := lockDataDir(dataDir)
+		if err != nil {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
+		defer lock.Close()
 		opts := topo.EmbeddedOptions{
 			DataDir:       dataDir,
 			ClientAddress: cfg.Etcd.Embedded.ClientAddress,
@@ -211,7 +219,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	// The config becomes (or already is) a revision in the store, through the
 	// same validation and destructive-change guard as `config apply`.
 	var rev int64
+	var loaded configstore.FileLoad
 	if cfg != nil && cfgPath != "" {
+		// A start that is going to fail on a secret writes nothing to the
+		// store: check the ones this process needs before the bootstrap.
+		if err := checkRoleSecrets(cfg, runProxy, runController); err != nil {
+			return fmt.Errorf("refusing to start (nothing was written to etcd): %w", err)
+		}
 		bootstrap := configstore.Bootstrap
 		if rf.applyFile {
 			bootstrap = configstore.BootstrapFromFile
@@ -221,6 +235,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			return fmt.Errorf("refusing to start: %w", err)
 		}
 		rev = res.Revision.Rev
+		if loaded, err = configstore.LoadedFile(cfgPath, rev); err != nil {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
 		if res.Running != nil {
 			cfg = res.Running
 		}
@@ -280,6 +297,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			Name: "proxy", ID: id, Log: log.With("role", "proxy"), Registry: reg,
 			Initial: cfg, InitialRev: rev, Report: true,
 			OnApply: func(c *config.Config, _ int64) error { return srv.SetConfig(c) },
+			PendingRestart: func(started, applied *config.Config) []string {
+				return config.ComputeDiff(started, applied).RestartOnly()
+			},
 		}); err != nil {
 			return err
 		}
@@ -330,7 +350,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 
 	reloadRefused := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "switchyard_config_reload_refused_total",
-		Help: "SIGHUP reloads of the config file that were refused (invalid or destructive file); the running config is unchanged.",
+		Help: "SIGHUP reloads of the config file that were refused (invalid or destructive file, or a file not based on the store's current revision, which would undo another apply); the running config is unchanged. An unchanged file with nothing to undo is not counted.",
 	})
 	reg.MustRegister(reloadRefused)
 	hup := make(chan os.Signal, 1)
@@ -354,15 +374,30 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			if cfgPath == "" {
 				continue
 			}
-			// A bad or destructive file changes nothing; the followers apply a
-			// good one like any other revision.
-			res, err := configstore.ReloadFile(ctx, st, keys, cfgPath, configstore.Author())
-			if err != nil {
+			// A bad, destructive, unchanged or stale file changes nothing
+			// (a file loaded at an older revision than the store's would
+			// undo another operator's apply); the followers apply a good
+			// one like any other revision.
+			res, next, err := configstore.ReloadFile(ctx, st, keys, loaded, configstore.Author())
+			var rr *configstore.ReloadRefusedError
+			switch {
+			case errors.As(err, &rr) && rr.Kind == configstore.ReloadUnchanged && rr.Current != nil && rr.Current.Rev == loaded.Rev:
+				// A SIGHUP for the certificates: nothing to apply, nothing
+				// refused.
+				log.Info("config file unchanged since it was loaded; nothing to apply", "file", cfgPath, "rev", loaded.Rev)
+				continue
+			case errors.As(err, &rr):
+				reloadRefused.Inc()
+				log.Warn("config reload refused; the running config is unchanged", "file", cfgPath, "why", rr.Kind, "reason", rr.Why,
+					"diff", rr.Diff.String())
+				continue
+			case err != nil:
 				reloadRefused.Inc()
 				log.Error("config reload refused; the running config is unchanged", "file", cfgPath, "err", err)
 				continue
 			}
-			log.Info("config reloaded", "file", cfgPath, "rev", res.Revision.Rev)
+			loaded = next
+			log.Info("config reloaded", "file", cfgPath, "rev", res.Revision.Rev, "unchanged", res.Unchanged)
 		}
 	}
 }
@@ -385,4 +420,47 @@ func listenerHealth(srv *proxy.Server) func() []proxy.ListenerHealth {
 		return nil
 	}
 	return srv.Health
+}
+
+// checkRoleSecrets resolves the secrets the roles of this process use
+// (config.CheckSecrets names each field): the monitor account for both (the
+// proxy's failsafe checks probe with it), the replication account for the
+// controller, the users' and proxy.backend_accounts passwords for the proxy.
+func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
+	err := cfg.CheckSecrets()
+	if err == nil {
+		return nil
+	}
+	var keep []error
+	for _, e := range flattenErrors(err) {
+		var fe *config.FieldError
+		if errors.As(e, &fe) {
+			switch {
+			case strings.HasPrefix(fe.Field, "credentials.monitor."):
+			case strings.HasPrefix(fe.Field, "hooks["):
+				if !runController {
+					continue
+				}
+			case strings.HasPrefix(fe.Field, "credentials."):
+				if !runController {
+					continue
+				}
+			default:
+				if !runProxy {
+					continue
+				}
+			}
+		}
+		keep = append(keep, e)
+	}
+	return errors.Join(keep...)
+}
+
+// flattenErrors returns the errors joined in err (err itself if it is not
+// a join).
+func flattenErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

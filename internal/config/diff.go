@@ -94,6 +94,31 @@ func (d Diff) Empty() bool {
 	return len(d.Listeners)+len(d.Clusters)+len(d.Nodes)+len(d.Users)+len(d.Routes)+len(d.Policies) == 0
 }
 
+// restartOnlyPrefixes are the settings the running processes read only at
+// start: the embedded or external etcd, the admin endpoint's address.
+var restartOnlyPrefixes = []string{"etcd.", "admin.address"}
+
+// RestartOnly lists the changes of d that the running proxies and `up`
+// processes do not apply until they restart, one line each: every listener
+// change (a listener is bound at start: added, removed, new address, cluster
+// or role) and the etcd and admin.address settings. The rest of the diff is
+// applied live. Empty when nothing needs a restart.
+func (d Diff) RestartOnly() []string {
+	var out []string
+	for _, c := range d.Listeners {
+		out = append(out, fmt.Sprintf("listener %s %s", c.Name, c.Kind))
+	}
+	for _, c := range d.Policies {
+		for _, p := range restartOnlyPrefixes {
+			if strings.HasPrefix(c.Name, p) {
+				out = append(out, c.Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // RemovedRoutes counts the routes the new config removes.
 func (d Diff) RemovedRoutes() int {
 	n := 0

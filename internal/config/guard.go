@@ -29,6 +29,19 @@ type LiveCluster struct {
 	Primary string `json:"primary,omitempty"`
 	// Serving are the replicas that take reads on replica listeners.
 	Serving []string `json:"serving,omitempty"`
+	// Drained are the nodes marked drained (`switchyard drain`): no new
+	// session is routed to them.
+	Drained []string `json:"drained,omitempty"`
+	// NodeSessions is the number of client sessions on each node, summed
+	// over every proxy that reports them; a node absent from it has none.
+	NodeSessions map[string]int `json:"node_sessions,omitempty"`
+}
+
+// idle reports whether node is drained and known to carry no client
+// session: removing it takes nothing away from any client (the drain has
+// already moved its traffic). Unknown is Live.SessionsUnknown non-empty.
+func (lc LiveCluster) idle(node string, unknown bool) bool {
+	return !unknown && contains(lc.Drained, node) && lc.NodeSessions[node] == 0 && lc.Primary != node
 }
 
 // Guard rules, the Rule of a Violation.
@@ -70,7 +83,9 @@ func (v Violation) String() string { return v.Rule + ": " + v.Msg }
 // have sessions (RuleClusterInUse); that removes a node that is the primary
 // or a serving replica of its cluster (RuleNodeInUse); or that removes more
 // than cur's config.guard.max_removed_fraction of cur's routes
-// (RuleRoutesRemoved; see Route). With a nil cur (nothing applied yet) only
+// (RuleRoutesRemoved; see Route). Routes to a node that is drained and
+// carries no client session (LiveCluster.idle) are not counted as removed:
+// draining first is how to remove nodes. With a nil cur (nothing applied yet) only
 // RuleEmpty applies. Renaming counts as removing and adding. It is a pure
 // function; callers decide whether an override (--allow-destructive with a
 // reason) lets the change through.
@@ -159,7 +174,8 @@ func Guard(cur, next *Config, live Live) []Violation {
 				continue
 			}
 			out = append(out, Violation{Rule: RuleNodeInUse, Subject: cl.Name + "/" + n.Name,
-				Msg: fmt.Sprintf("node %q of cluster %q (%s) is removed but is %s", n.Name, cl.Name, n.Address, role)})
+				Msg: fmt.Sprintf("node %q of cluster %q (%s) is removed but is %s; run `switchyard drain %s --cluster %s --wait` first, then apply again",
+					n.Name, cl.Name, n.Address, role, n.Name, cl.Name)})
 		}
 	}
 
@@ -169,17 +185,37 @@ func Guard(cur, next *Config, live Live) []Violation {
 		for _, r := range nextRoutes {
 			kept[r.String()] = true
 		}
-		removed := 0
+		removed, idle := 0, 0
+		var undrained []string
 		for _, r := range curRoutes {
-			if !kept[r.String()] {
-				removed++
+			if kept[r.String()] {
+				continue
+			}
+			if live.Clusters[r.Cluster].idle(r.Node, unknown != "") {
+				idle++
+				continue
+			}
+			removed++
+			if next.Cluster(r.Cluster) != nil && next.Cluster(r.Cluster).Node(r.Node) == nil && !contains(undrained, r.Cluster+"/"+r.Node) {
+				undrained = append(undrained, r.Cluster+"/"+r.Node)
 			}
 		}
 		limit := cur.MaxRemovedFraction()
 		frac := float64(removed) / float64(len(curRoutes))
 		if removed > 0 && frac > limit {
-			out = append(out, Violation{Rule: RuleRoutesRemoved, Subject: "routes",
-				Msg: fmt.Sprintf("%d of %d routes (%.0f%%) are removed, more than config.guard.max_removed_fraction %s", removed, len(curRoutes), 100*frac, formatFraction(limit))})
+			msg := fmt.Sprintf("%d of %d routes (%.0f%%) are removed, more than config.guard.max_removed_fraction %s", removed, len(curRoutes), 100*frac, formatFraction(limit))
+			if idle > 0 {
+				msg += fmt.Sprintf(" (%d more to drained nodes without sessions are not counted)", idle)
+			}
+			if len(undrained) > 0 {
+				var cmds []string
+				for _, cn := range undrained {
+					c, n, _ := strings.Cut(cn, "/")
+					cmds = append(cmds, fmt.Sprintf("`switchyard drain %s --cluster %s --wait`", n, c))
+				}
+				msg += "; to remove nodes, drain them first (" + strings.Join(cmds, ", ") + "): routes to a drained node without sessions do not count"
+			}
+			out = append(out, Violation{Rule: RuleRoutesRemoved, Subject: "routes", Msg: msg})
 		}
 	}
 	return out

@@ -102,6 +102,25 @@ func TestGuard(t *testing.T) {
 			c.Clusters[0].Nodes = c.Clusters[0].Nodes[:2]
 			return c
 		}, liveMain(), nil, ""},
+		{"one drained node without sessions of three removed", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes = c.Clusters[0].Nodes[:2]
+			return c
+		}, Live{Sessions: map[string]int{"rw": 4}, Clusters: map[string]LiveCluster{"main": {Primary: "db1", Serving: []string{"db2"},
+			Drained: []string{"db3"}, NodeSessions: map[string]int{"db1": 4}}}}, nil, ""},
+		{"one drained node that still has sessions removed", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes = c.Clusters[0].Nodes[:2]
+			return c
+		}, Live{Clusters: map[string]LiveCluster{"main": {Primary: "db1", Drained: []string{"db3"}, NodeSessions: map[string]int{"db3": 1}}}},
+			[]string{RuleRoutesRemoved}, "drain them first (`switchyard drain db3 --cluster main --wait`)"},
+		{"one undrained idle node of three removed: refused, suggests drain", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes = c.Clusters[0].Nodes[:2]
+			return c
+		}, liveMain(), []string{RuleRoutesRemoved}, "2 of 6 routes (33%) are removed, more than config.guard.max_removed_fraction 0.2 (20%); to remove nodes, drain them first (`switchyard drain db3 --cluster main --wait`)"},
+		{"drained node removed while a proxy does not report sessions", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes = c.Clusters[0].Nodes[:2]
+			return c
+		}, Live{SessionsUnknown: []string{"p1"}, Clusters: map[string]LiveCluster{"main": {Primary: "db1", Drained: []string{"db3"}}}},
+			[]string{RuleRoutesRemoved}, "2 of 6 routes"},
 		{"listener with sessions removed", tenBase, func(c *Config) *Config {
 			c.Listeners = c.Listeners[1:]
 			return c
@@ -314,5 +333,21 @@ func TestDiffFromNothing(t *testing.T) {
 	d = ComputeDiff(guardBase(), nil)
 	if d.RemovedRoutes() != 6 || len(d.Nodes) != 3 || d.Nodes[0].Kind != Removed {
 		t.Fatalf("diff to nothing: %+v", d)
+	}
+}
+
+func TestRestartOnly(t *testing.T) {
+	cur := guardBase()
+	next := guardBase()
+	next.Listeners[0].Address = "127.0.0.1:7446"
+	next.Admin.Address = "127.0.0.1:9999"
+	next.Clusters[0].ReadRouting.MaxLag = Duration(3 * time.Second)
+	got := ComputeDiff(cur, next).RestartOnly()
+	want := []string{"listener rw changed", "admin.address"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("RestartOnly = %q, want %q", got, want)
+	}
+	if ro := ComputeDiff(cur, guardBase()).RestartOnly(); len(ro) != 0 {
+		t.Fatalf("no change: %q", ro)
 	}
 }

@@ -7,7 +7,8 @@ import (
 )
 
 // CheckSecrets resolves every secret the config refers to — the monitor and
-// replication credentials and each user's plaintext password — and reports
+// replication credentials, each user's plaintext password and the
+// proxy.backend_accounts account's (when enabled with its own user) — and reports
 // each one that cannot be used, naming its field: an unset or empty
 // environment variable (`credentials.monitor.password_env: environment
 // variable MON_PW is not set`), an unreadable or empty file
@@ -65,6 +66,9 @@ func (c *Config) CheckSecrets() error {
 				}
 			}
 		}
+	}
+	if b := c.Proxy.BackendAccounts; b.Enabled && b.User != "" {
+		check("proxy.backend_accounts", b.Password, b.PasswordEnv, b.PasswordFile)
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -337,20 +338,126 @@ func BootstrapFromFile(ctx context.Context, st topo.Store, keys topo.Keys, cfg *
 	})
 }
 
-// ReloadFile validates the config file at path and applies it (Source
-// SourceReload) through the guard, for `switchyard up` on SIGHUP. A bad or
-// destructive file changes nothing and the error says why (validation
-// errors name the file and field; *RefusedError carries the diff).
-func ReloadFile(ctx context.Context, st topo.Store, keys topo.Keys, path, author string) (*Result, error) {
+// FileLoad is what `switchyard up` remembers of its config file: the
+// content it last loaded and the revision current in the store then. A
+// reload is based on that revision.
+type FileLoad struct {
+	// Path is the config file.
+	Path string
+	// SHA256 is the hex SHA-256 of the file's bytes when last loaded.
+	SHA256 string
+	// Rev is the store's current revision when the file was last loaded
+	// (at start, or by the last reload that succeeded).
+	Rev int64
+}
+
+// LoadedFile returns the FileLoad of path as read now, based on rev.
+func LoadedFile(path string, rev int64) (FileLoad, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return FileLoad{}, fmt.Errorf("configstore: read %s: %w", path, err)
+	}
+	return FileLoad{Path: path, SHA256: Hash(b), Rev: rev}, nil
+}
+
+// Why a reload changed nothing (ReloadRefusedError.Kind).
+const (
+	// ReloadUnchanged: the file has the bytes it had when last loaded.
+	ReloadUnchanged = "unchanged"
+	// ReloadStale: the store's current revision is not the one the file was
+	// loaded at: someone applied another revision meanwhile, and the file
+	// would undo it.
+	ReloadStale = "stale"
+)
+
+// ReloadRefusedError is a SIGHUP reload that was not applied because the
+// file did not change since it was last loaded, or because it is not based
+// on the store's current revision. Nothing was written.
+type ReloadRefusedError struct {
+	// Kind is ReloadUnchanged or ReloadStale.
+	Kind string
+	// Why says what happened and what to do, in words.
+	Why string
+	// Current is the store's current revision (nil when none is valid).
+	Current *Revision
+	// Diff is what applying the file would change against Current: for
+	// ReloadStale, what it would undo.
+	Diff config.Diff
+}
+
+// Error is Why, then the diff indented.
+func (e *ReloadRefusedError) Error() string {
+	var b strings.Builder
+	b.WriteString("configstore: reload refused, nothing changed: " + e.Why)
+	if !e.Diff.Empty() {
+		b.WriteString("\nthe file against the current revision:\n")
+		for _, l := range strings.Split(strings.TrimRight(e.Diff.String(), "\n"), "\n") {
+			b.WriteString("  " + l + "\n")
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// ReloadFile validates the config file last.Path and applies it (Source
+// SourceReload) through the guard, for `switchyard up` on SIGHUP — only if
+// the file changed since it was last loaded (last.SHA256) and the store's
+// current revision is still last.Rev, the one the file was loaded at; the
+// write is conditioned on that revision (Change.ExpectRev). So a SIGHUP
+// never silently undoes another operator's `config apply`. It returns the
+// FileLoad to remember for the next reload (last itself on error).
+//
+// Errors: *ReloadRefusedError (unchanged file, or a store revision newer
+// than the file's base, with the diff); a bad file's validation errors
+// (naming the file and field); *RefusedError from the guard (with the
+// diff); ErrConflict when the revision changed between the check and the
+// write. Nothing is written on any error.
+func ReloadFile(ctx context.Context, st topo.Store, keys topo.Keys, last FileLoad, author string) (*Result, FileLoad, error) {
+	path := last.Path
+	now, err := LoadedFile(path, last.Rev)
+	if err != nil {
+		return nil, last, fmt.Errorf("configstore: reload refused, nothing changed: %w", err)
+	}
 	cfg, err := config.ValidateFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("configstore: reload refused, nothing changed: %w", err)
+		return nil, last, fmt.Errorf("configstore: reload refused, nothing changed: %w", err)
 	}
-	return Apply(ctx, st, keys, Change{
+	rev, cur, loaded, err := Current(ctx, st, keys)
+	if err != nil && loaded == nil { // the store did not answer (no valid revision is revision 0)
+		return nil, last, fmt.Errorf("configstore: reload refused, nothing changed: read the current revision: %w", err)
+	}
+	var curRev int64
+	if rev != nil {
+		curRev = rev.Rev
+	}
+	d := config.ComputeDiff(cur, cfg)
+	if now.SHA256 == last.SHA256 {
+		why := fmt.Sprintf("%s has not changed since it was loaded (at revision %d); edit it first", path, last.Rev)
+		if curRev != last.Rev && !d.Empty() {
+			why += fmt.Sprintf("; the store has revision %d now, which this file would undo", curRev)
+		}
+		return nil, last, &ReloadRefusedError{Kind: ReloadUnchanged, Why: why, Current: rev, Diff: d}
+	}
+	if curRev != last.Rev {
+		who := ""
+		if rev != nil {
+			who = fmt.Sprintf(" (%s by %s: %s)", rev.Source, rev.Author, rev.Reason)
+		}
+		why := fmt.Sprintf("the store's current config is revision %d%s, not revision %d that %s was loaded at: the file may undo it. "+
+			"Apply the file deliberately with `switchyard config apply %s --reason TEXT` (review `switchyard config diff %s` first), "+
+			"or start from the store's revision with `switchyard config show`", curRev, who, last.Rev, path, path, path)
+		return nil, last, &ReloadRefusedError{Kind: ReloadStale, Why: why, Current: rev, Diff: d}
+	}
+	res, err := Apply(ctx, st, keys, Change{
 		Config:       cfg,
 		Reason:       "SIGHUP: reload of " + path,
 		Author:       author,
 		Source:       SourceReload,
+		ExpectRev:    last.Rev,
 		OverrideHint: "nothing changed; if the removal is intended, apply the file with `switchyard config apply " + path + " --reason TEXT --allow-destructive`",
 	})
+	if err != nil {
+		return res, last, err
+	}
+	now.Rev = res.Revision.Rev
+	return res, now, nil
 }

@@ -333,17 +333,35 @@ func TestReloadFile(t *testing.T) {
 	mustApply(t, st, Change{Config: cfg})
 	dir := t.TempDir()
 	path := filepath.Join(dir, "switchyard.yaml")
+	write := func(cfg *config.Config) {
+		t.Helper()
+		data, err := cfg.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(cfg)
+	last, err := LoadedFile(path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr *ReloadRefusedError
+	if _, got, err := ReloadFile(c, st, keys, last, "hup@host"); !errors.As(err, &rr) || rr.Kind != ReloadUnchanged || got != last {
+		t.Fatalf("unchanged file: %v", err)
+	}
 
 	os.WriteFile(path, []byte("listeners: [}\n"), 0o600)
-	if _, err := ReloadFile(c, st, keys, path, "hup@host"); err == nil || !strings.Contains(err.Error(), "nothing changed") || !strings.Contains(err.Error(), path) {
+	if _, _, err := ReloadFile(c, st, keys, last, "hup@host"); err == nil || !strings.Contains(err.Error(), "nothing changed") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("bad file: %v", err)
 	}
 	dropped := clone(t, cfg)
 	dropped.Listeners = dropped.Listeners[:1]
-	data, _ := dropped.Marshal()
-	os.WriteFile(path, data, 0o600)
+	write(dropped)
 	var re *RefusedError
-	if _, err := ReloadFile(c, st, keys, path, "hup@host"); !errors.As(err, &re) || !strings.Contains(err.Error(), "nothing changed") {
+	if _, _, err := ReloadFile(c, st, keys, last, "hup@host"); !errors.As(err, &re) || !strings.Contains(err.Error(), "nothing changed") {
 		t.Fatalf("destructive file: %v", err)
 	}
 	if s, _ := Load(c, st, keys); s.Current.Rev != 1 {
@@ -351,11 +369,69 @@ func TestReloadFile(t *testing.T) {
 	}
 	good := clone(t, cfg)
 	good.Clusters[0].ReadRouting.MaxLag = config.Duration(time.Second)
-	data, _ = good.Marshal()
-	os.WriteFile(path, data, 0o600)
-	res, err := ReloadFile(c, st, keys, path, "hup@host")
-	if err != nil || res.Revision.Rev != 2 || res.Revision.Source != SourceReload || res.Revision.Author != "hup@host" {
-		t.Fatalf("good reload: %+v %v", res, err)
+	write(good)
+	res, last, err := ReloadFile(c, st, keys, last, "hup@host")
+	if err != nil || res.Revision.Rev != 2 || res.Revision.Source != SourceReload || res.Revision.Author != "hup@host" || last.Rev != 2 {
+		t.Fatalf("good reload: %+v %+v %v", res, last, err)
+	}
+
+	// Another operator applies revision 3; the file (based on 2) must not
+	// undo it, whether it was edited or not.
+	other := clone(t, good)
+	other.Clusters[0].ReadRouting.MaxLag = config.Duration(7 * time.Second)
+	mustApply(t, st, Change{Config: other})
+	if _, _, err := ReloadFile(c, st, keys, last, "hup@host"); !errors.As(err, &rr) || rr.Kind != ReloadUnchanged || !strings.Contains(err.Error(), "which this file would undo") ||
+		!strings.Contains(err.Error(), "max_lag  7s -> 1s") {
+		t.Fatalf("unchanged file after another apply: %v", err)
+	}
+	edited := clone(t, good)
+	edited.Clusters[0].ReadRouting.MaxLag = config.Duration(2 * time.Second)
+	write(edited)
+	if _, _, err := ReloadFile(c, st, keys, last, "hup@host"); !errors.As(err, &rr) || rr.Kind != ReloadStale ||
+		!strings.Contains(err.Error(), "revision 3") || !strings.Contains(err.Error(), "not revision 2") || !strings.Contains(err.Error(), "max_lag  7s -> 2s") ||
+		!strings.Contains(err.Error(), "switchyard config apply "+path) {
+		t.Fatalf("edited file based on an old revision: %v", err)
+	}
+	if s, _ := Load(c, st, keys); s.Current.Rev != 3 {
+		t.Fatalf("a stale reload changed the store: rev %d", s.Current.Rev)
+	}
+	// Based on the current revision, an edit applies.
+	if res, _, err := ReloadFile(c, st, keys, FileLoad{Path: path, SHA256: "old", Rev: 3}, "hup@host"); err != nil || res.Revision.Rev != 4 {
+		t.Fatalf("edited file based on the current revision: %+v %v", res, err)
+	}
+}
+
+// TestReadLiveDrained: the guard's live view carries drained nodes and the
+// sessions per node, so removing a drained node without sessions passes.
+func TestReadLiveDrained(t *testing.T) {
+	st := topo.NewMemory()
+	c := ctx(t)
+	cfg := baseConfig(t, 0)
+	mustApply(t, st, Change{Config: cfg})
+	cs := topo.ClusterState{Cluster: "main", Primary: "db1", Nodes: []topo.NodeState{{Name: "db1", Serving: true}, {Name: "db2", Serving: true}, {Name: "db3"}}}
+	if _, err := topo.PutJSON(c, st, keys.ClusterState("main"), cs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topo.PutJSON(c, st, keys.Drained("main"), topo.DrainedNodes{Cluster: "main", Nodes: map[string]topo.DrainRecord{"db3": {}}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	reg := topo.ProxyRegistration{ID: "p1", Sessions: map[string]int{"rw": 2},
+		BackendSessions: []topo.BackendSessions{{Cluster: "main", Node: "db1", Sessions: 2}}}
+	if _, err := topo.PutJSON(c, st, keys.Proxies()+"p1", reg, 0); err != nil {
+		t.Fatal(err)
+	}
+	live, err := ReadLive(c, st, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := live.Clusters["main"]
+	if len(lc.Drained) != 1 || lc.Drained[0] != "db3" || lc.NodeSessions["db1"] != 2 || lc.NodeSessions["db3"] != 0 {
+		t.Fatalf("live %+v", lc)
+	}
+	two := clone(t, cfg)
+	two.Clusters[0].Nodes = two.Clusters[0].Nodes[:2]
+	if _, err := Apply(c, st, keys, Change{Config: two, Reason: "db3 retired"}); err != nil {
+		t.Fatalf("removing the drained, sessionless db3: %v", err)
 	}
 }
 

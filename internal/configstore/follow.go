@@ -64,6 +64,11 @@ type FollowOptions struct {
 	Report bool
 	// Now is the clock for alarm and report times. Default time.Now.
 	Now func() time.Time
+	// PendingRestart, when set, says which changes from Initial (the config
+	// the process started with) to an applied revision the process does not
+	// apply until it restarts (e.g. config.Diff.RestartOnly): they are kept
+	// in Status.PendingRestart and logged once per revision.
+	PendingRestart func(started, applied *config.Config) []string
 }
 
 // Alarm is a revision a consumer refused while it keeps serving its
@@ -105,6 +110,10 @@ type Status struct {
 	Alarm *Alarm `json:"alarm,omitempty"`
 	// Rejected counts the revisions refused since start.
 	Rejected int64 `json:"rejected"`
+	// PendingRestart lists the changes of the applied revision that this
+	// process applies only when it restarts (listener addresses, the admin
+	// address, the etcd section); empty when none.
+	PendingRestart []string `json:"pending_restart,omitempty"`
 	// UpdatedAt is when the status last changed.
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -353,8 +362,16 @@ func (f *Follower) accept(version topo.Version, rev *Revision, cfg *config.Confi
 	f.status.AppliedSHA256 = rev.SHA256
 	f.status.Alarm = nil
 	f.status.UpdatedAt = f.now()
+	var pending []string
+	if f.o.PendingRestart != nil && f.o.Initial != nil {
+		pending = f.o.PendingRestart(f.o.Initial, cfg)
+	}
+	f.status.PendingRestart = pending
 	st := f.status
 	f.mu.Unlock()
+	if len(pending) > 0 && log {
+		f.log.Warn("config revision applied, but some changes wait for a restart of this process", "rev", rev.Rev, "pending_restart", pending)
+	}
 	f.m.alarm.Set(0)
 	f.m.applied.Set(float64(rev.Rev))
 	if log {

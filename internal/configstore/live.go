@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/switchyard-db/switchyard/internal/config"
@@ -14,13 +15,27 @@ import (
 // each cluster's primary and serving replicas from the published
 // topo.ClusterState documents, and the open sessions per listener from the
 // proxies' topo.ProxyRegistration documents (a proxy without a Sessions map
-// is listed in Live.SessionsUnknown). Documents that do not decode are
-// skipped.
+// is listed in Live.SessionsUnknown), the drained nodes from each cluster's
+// topo.DrainedNodes and the sessions per node from the registrations'
+// BackendSessions. Documents that do not decode are skipped.
 func ReadLive(ctx context.Context, st topo.Store, keys topo.Keys) (config.Live, error) {
 	live := config.Live{Sessions: map[string]int{}, Clusters: map[string]config.LiveCluster{}}
 	kvs, err := st.List(ctx, keys.ClustersPrefix())
 	if err != nil {
 		return live, fmt.Errorf("configstore: read cluster states: %w", err)
+	}
+	drained := map[string][]string{}
+	for _, kv := range kvs {
+		if strings.HasSuffix(kv.Key, "/drained") {
+			var d topo.DrainedNodes
+			if json.Unmarshal(kv.Value, &d) == nil {
+				c := strings.TrimSuffix(strings.TrimPrefix(kv.Key, keys.ClustersPrefix()), "/drained")
+				for n := range d.Nodes {
+					drained[c] = append(drained[c], n)
+				}
+			}
+			continue
+		}
 	}
 	for _, kv := range kvs {
 		if !strings.HasSuffix(kv.Key, "/state") {
@@ -30,7 +45,8 @@ func ReadLive(ctx context.Context, st topo.Store, keys topo.Keys) (config.Live, 
 		if json.Unmarshal(kv.Value, &cs) != nil || cs.Cluster == "" {
 			continue
 		}
-		lc := config.LiveCluster{Primary: cs.Primary}
+		lc := config.LiveCluster{Primary: cs.Primary, Drained: drained[cs.Cluster], NodeSessions: map[string]int{}}
+		sort.Strings(lc.Drained)
 		for _, n := range cs.Nodes {
 			if n.Serving && n.Name != cs.Primary {
 				lc.Serving = append(lc.Serving, n.Name)
@@ -57,6 +73,11 @@ func ReadLive(ctx context.Context, st topo.Store, keys topo.Keys) (config.Live, 
 		}
 		for l, n := range p.Sessions {
 			live.Sessions[l] += n
+		}
+		for _, b := range p.BackendSessions {
+			if lc, ok := live.Clusters[b.Cluster]; ok && b.Sessions > 0 {
+				lc.NodeSessions[b.Node] += b.Sessions
+			}
 		}
 	}
 	return live, nil

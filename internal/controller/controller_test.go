@@ -160,9 +160,17 @@ func TestUnreachableClusterAndRequests(t *testing.T) {
 	if !errors.Is(err, ErrRequestFailed) || req.State != topo.RequestFailed || !strings.Contains(req.Message, "no published primary") {
 		t.Fatalf("switchover of a cluster without primary: %v %+v", err, req)
 	}
-	req, err = RequestSwitchover(ctx, st, testKeys, "nosuch", "")
-	if !errors.Is(err, ErrRequestFailed) || !strings.Contains(req.Message, `unknown cluster "nosuch"`) {
-		t.Fatalf("switchover of an unknown cluster: %v %+v", err, req)
+	// A mistyped cluster is refused before anything is written, naming the
+	// known clusters.
+	_, err = RequestSwitchover(ctx, st, testKeys, "nosuch", "")
+	if !errors.Is(err, ErrUnknownCluster) || !strings.Contains(err.Error(), `unknown cluster "nosuch"`) || !strings.Contains(err.Error(), "known clusters: main") {
+		t.Fatalf("switchover of an unknown cluster: %v", err)
+	}
+	if kvs, err := st.List(ctx, testKeys.Requests("nosuch")); err != nil || len(kvs) != 0 {
+		t.Fatalf("request keys left for the unknown cluster: %v %v", kvs, err)
+	}
+	if _, err := Undrain(ctx, st, testKeys, "main", "node9"); err == nil || !strings.Contains(err.Error(), "node9 is not a node of cluster main (its nodes: node1, node2") {
+		t.Fatalf("undrain of an unknown node: %v", err)
 	}
 }
 

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -66,7 +68,7 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 		return res, fmt.Errorf("drain: read state of cluster %s: %w", cluster, err)
 	}
 	if cs.Node(node) == nil {
-		return res, fmt.Errorf("drain: %s is not a node of cluster %s", node, cluster)
+		return res, fmt.Errorf("drain: %s is not a node of cluster %s (its nodes: %s)", node, cluster, stateNodeNames(&cs))
 	}
 	before, _, err := drainedNodes(ctx, st, keys, cluster)
 	if err != nil {
@@ -128,12 +130,23 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 // Undrain removes node from cluster's drained nodes: it serves reads again
 // once the controller sees it replicating, and may be a candidate again.
 // It reports whether the node was drained.
+//
+// A node that is neither drained nor a node of the cluster's published
+// state is an error naming the cluster's nodes (a typo must not look like
+// success); so is a cluster without a published state.
 func Undrain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node string) (bool, error) {
 	d, _, err := drainedNodes(ctx, st, keys, cluster)
 	if err != nil {
 		return false, fmt.Errorf("undrain: %w", err)
 	}
 	if _, ok := d.Nodes[node]; !ok {
+		cs, err := publishedState(ctx, st, keys, cluster)
+		if err != nil {
+			return false, fmt.Errorf("undrain: %w", err)
+		}
+		if cs.Node(node) == nil {
+			return false, fmt.Errorf("undrain: %s is not a node of cluster %s (its nodes: %s)", node, cluster, stateNodeNames(cs))
+		}
 		return false, nil
 	}
 	return true, setDrained(ctx, st, keys, cluster, node, nil)
@@ -151,7 +164,9 @@ func setDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster, nod
 			d.Nodes = map[string]topo.DrainRecord{}
 		}
 		if rec != nil {
-			if _, ok := d.Nodes[node]; ok {
+			// An explicit drain replaces a node maintenance (which may
+			// expire by itself); a drain already recorded stays as it is.
+			if old, ok := d.Nodes[node]; ok && !old.Maintenance {
 				return nil
 			}
 			d.Nodes[node] = *rec
@@ -192,4 +207,78 @@ func NodeSessions(ctx context.Context, st topo.Store, keys topo.Keys, cluster, n
 	}
 	sort.Strings(by)
 	return total, by, nil
+}
+
+// stateNodeNames lists the nodes of a published state, comma separated.
+func stateNodeNames(cs *topo.ClusterState) string {
+	names := make([]string, 0, len(cs.Nodes))
+	for _, n := range cs.Nodes {
+		names = append(names, n.Name)
+	}
+	if len(names) == 0 {
+		return "none published"
+	}
+	return strings.Join(names, ", ")
+}
+
+// publishedState reads cluster's published state. A cluster without one is
+// an error naming the clusters that have one (a mistyped --cluster).
+func publishedState(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) (*topo.ClusterState, error) {
+	var cs topo.ClusterState
+	_, err := topo.GetJSON(ctx, st, keys.ClusterState(cluster), &cs)
+	if errors.Is(err, topo.ErrNotFound) {
+		return nil, unknownCluster(ctx, st, keys, cluster)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state of cluster %s: %w", cluster, err)
+	}
+	return &cs, nil
+}
+
+// ErrUnknownCluster is wrapped by operator calls given a cluster that has
+// no published state in the store.
+var ErrUnknownCluster = errors.New("unknown cluster")
+
+// knownCluster returns nil when cluster has a published state or is in the
+// store's current config revision (a cluster just added, not published
+// yet), else unknownCluster's error.
+func knownCluster(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) error {
+	_, err := st.Get(ctx, keys.ClusterState(cluster))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, topo.ErrNotFound) {
+		return fmt.Errorf("read state of cluster %s: %w", cluster, err)
+	}
+	if _, cfg, _, cerr := configstore.Current(ctx, st, keys); cerr == nil && cfg.Cluster(cluster) != nil {
+		return nil
+	}
+	return unknownCluster(ctx, st, keys, cluster)
+}
+
+// unknownCluster is the error for a cluster without a published state: it
+// names the clusters that have one or are in the current config.
+func unknownCluster(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) error {
+	known := "none: is a controller running?"
+	var names []string
+	if kvs, err := st.List(ctx, keys.ClustersPrefix()); err == nil {
+		for _, kv := range kvs {
+			rest := strings.TrimPrefix(kv.Key, keys.ClustersPrefix())
+			if name, ok := strings.CutSuffix(rest, "/state"); ok && !strings.Contains(name, "/") {
+				names = append(names, name)
+			}
+		}
+	}
+	if _, cfg, _, err := configstore.Current(ctx, st, keys); err == nil {
+		for _, cl := range cfg.Clusters {
+			if !slices.Contains(names, cl.Name) {
+				names = append(names, cl.Name)
+			}
+		}
+	}
+	if len(names) > 0 {
+		sort.Strings(names)
+		known = strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%w %q: not in the config and no published state in the store (known clusters: %s)", ErrUnknownCluster, cluster, known)
 }

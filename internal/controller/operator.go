@@ -57,19 +57,6 @@ func RequestFailover(ctx context.Context, st topo.Store, keys topo.Keys, cluster
 		PlanOnly: o.PlanOnly, Force: o.Force, ForceReachable: o.ForceReachable, Reason: o.Reason, By: o.By})
 }
 
-// RequestMaintenance turns maintenance mode of cluster on or off through
-// the leader. Turning it on needs a reason.
-func RequestMaintenance(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, on bool, reason, by string) (topo.Request, error) {
-	action := "off"
-	if on {
-		action = "on"
-		if strings.TrimSpace(reason) == "" {
-			return topo.Request{}, errors.New("maintenance on: a --reason is required (it is shown in status and the events)")
-		}
-	}
-	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestMaintenance, Cluster: cluster, Action: action, Reason: reason, By: by})
-}
-
 // RequestAck acknowledges the last failover of cluster through the
 // leader: the block on automatic failover is lifted, automatic failover is
 // enabled again if a failed recovery disabled it, and the recovery alarms
@@ -142,40 +129,6 @@ func (t *term) serveFailover(ctx context.Context, key string, req *topo.Request,
 		return true
 	}
 	return false
-}
-
-func (t *term) serveMaintenance(ctx context.Context, req *topo.Request) bool {
-	cr, err := t.cluster(ctx, req.Cluster)
-	if err != nil {
-		req.Message = err.Error()
-		return false
-	}
-	now := t.c.now()
-	on := req.Action == "on"
-	if !on && req.Action != "off" {
-		req.Message = fmt.Sprintf("maintenance action %q is not on or off", req.Action)
-		return false
-	}
-	st, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
-		if on {
-			st.Maintenance = &topo.Maintenance{Reason: req.Reason, Since: now, By: req.By}
-		} else {
-			st.Maintenance = nil
-		}
-		return nil
-	})
-	if err != nil {
-		req.Message = "maintenance not recorded: " + err.Error()
-		return false
-	}
-	msg := fmt.Sprintf("maintenance mode off for cluster %s: automatic failover (failover.mode %s) applies again", req.Cluster, t.modeOf(req.Cluster))
-	if on {
-		msg = fmt.Sprintf("maintenance mode on for cluster %s by %s: %s; automatic failover is blocked, repair, routing and manual switchover/failover continue",
-			req.Cluster, orDash(req.By), req.Reason)
-	}
-	req.Message = msg
-	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "maintenance_" + req.Action, Message: msg, Epoch: st.Epoch})
-	return true
 }
 
 func (t *term) modeOf(cluster string) string {

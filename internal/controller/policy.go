@@ -71,6 +71,7 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	if !ok {
 		return
 	}
+	t.expireMaintenance(ctx, cl.Name, cr, &st)
 	if !busy {
 		t.raiseFloor(ctx, cl, &st, probes, m)
 		t.readPrimaryBinlogState(ctx, cfg, cl, &st, probes, m)

@@ -32,7 +32,9 @@ const finishedRetention = 24 * time.Hour
 // when Done, wraps ErrRequestFailed when Failed, wraps ErrNoLeader (and
 // creates nothing) when no leader is elected, and wraps ctx's error when ctx
 // ended first — the request then stays in the store and the leader may still
-// execute it.
+// execute it (LookupRequest reads it later). A cluster that has no published
+// state and is not in the current config revision is an error wrapping
+// ErrUnknownCluster, and nothing is written.
 func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, cluster, target string) (topo.Request, error) {
 	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: target})
 }
@@ -50,6 +52,11 @@ func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request
 			return topo.Request{}, fmt.Errorf("%s of %s: %w: start `switchyard up` or `switchyard controller`", kind, cluster, ErrNoLeader)
 		}
 		return topo.Request{}, fmt.Errorf("%s of %s: find the controller leader: %w", kind, cluster, err)
+	}
+	// A mistyped cluster leaves nothing behind: no request is written for
+	// a cluster that is neither published nor in the current config.
+	if err := knownCluster(ctx, st, keys, cluster); err != nil {
+		return topo.Request{}, fmt.Errorf("%s: %w", kind, err)
 	}
 	now := time.Now().UTC()
 	req.ID, req.State, req.CreatedAt, req.UpdatedAt = newRequestID(now), topo.RequestPending, now, now
@@ -287,4 +294,20 @@ func (t *term) finishRequest(ctx context.Context, key string, req *topo.Request,
 	if err := t.saveRequest(ctx, key, req, &version); err != nil && ctx.Err() == nil {
 		t.log.Warn("cannot finish operator request", "request", req.ID, "state", state, "err", err)
 	}
+}
+
+// LookupRequest reads operator request id of cluster (the id Submit
+// returned, also after a timeout). Errors wrap topo.ErrNotFound when there
+// is no such request (finished requests are kept for a day), and
+// ErrUnknownCluster for a cluster without a published state.
+func LookupRequest(ctx context.Context, st topo.Store, keys topo.Keys, cluster, id string) (topo.Request, error) {
+	var r topo.Request
+	_, err := topo.GetJSON(ctx, st, keys.Request(cluster, id), &r)
+	if errors.Is(err, topo.ErrNotFound) {
+		if _, serr := publishedState(ctx, st, keys, cluster); serr != nil {
+			return r, serr
+		}
+		return r, fmt.Errorf("request %s of cluster %s: %w (finished requests are kept for %s)", id, cluster, err, finishedRetention)
+	}
+	return r, err
 }

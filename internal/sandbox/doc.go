@@ -40,8 +40,10 @@
 // read_only=ON. Every defaults file says read_only=ON (and, with semi-sync,
 // makes every node a semi-sync replica), so any node restarted by StartNode or
 // Up comes back read-only — the safe setting, since switchovers move the
-// primary; the controller, not this package, makes the published primary
-// writable again after a restart.
+// primary. The controller makes the published primary writable again after
+// a restart it saw; Up, when it restarted the node that every other node
+// replicates from and no node is writable (e.g. after Down), gives it
+// read_only=OFF itself, so a sandbox restarted whole takes writes again.
 //
 // NetLab (netns.go) moves a sandbox's nodes into network namespaces behind
 // a bridge, for partitions with dropped packets (scenario tests and

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -371,19 +372,74 @@ func (c *Cluster) resume(ctx context.Context, nodes int, semiSync bool, bins bin
 	if semiSync != c.SemiSync {
 		c.logger().Warn("sandbox: semi-sync option differs from the existing sandbox; keeping the existing setting", "semi_sync", c.SemiSync)
 	}
+	restarted := make([]bool, len(c.Nodes))
 	err := c.parallel(func(i int) error {
 		if c.pid(i) > 0 {
 			return c.waitReady(ctx, i, c.RootPassword, nil)
 		}
+		restarted[i] = true
 		c.logger().Info("sandbox: starting stopped node", "node", c.Nodes[i].Name)
 		return c.startNode(ctx, bins, i, c.RootPassword)
 	})
 	if err != nil {
 		return err
 	}
+	if slices.Contains(restarted, true) {
+		if err := c.restorePrimary(ctx, restarted); err != nil {
+			return err
+		}
+	}
 	if _, err := os.Stat(c.ConfigPath); err != nil {
 		return c.writeConfig()
 	}
+	return nil
+}
+
+// restorePrimary gives back writes to the primary of a sandbox whose nodes
+// were restarted. Every node starts read_only=ON (defaultsFile), so after
+// all of them were stopped no node is writable, and a controller starting
+// afresh has no primary to discover: every write is refused with 1290. The
+// node that was primary when the nodes stopped is the one with no
+// replication source, that every other node replicates from; when it is one
+// of the restarted nodes and no node is writable it gets read_only=OFF again
+// (and the semi-sync primary switch, with SemiSync). Anything else — a node
+// unreachable, a writable node, no single such source — is left to the
+// controller and the operator: the sandbox never chooses a primary.
+func (c *Cluster) restorePrimary(ctx context.Context, restarted []bool) error {
+	st := c.Status(ctx)
+	source := -1
+	for i, n := range st {
+		if !n.Reachable || n.Error != "" || !n.ReadOnly {
+			return nil
+		}
+		if n.ReplicatingFrom == "" {
+			if source >= 0 {
+				return nil
+			}
+			source = i
+		}
+	}
+	if source < 0 || !restarted[source] {
+		return nil
+	}
+	for i, n := range st {
+		if i != source && n.SourceNode != c.Nodes[source].Name {
+			return nil
+		}
+	}
+	conn, done, err := c.rootConn(ctx, source, c.RootPassword)
+	if err != nil {
+		return err
+	}
+	defer done()
+	stmts := []string{"SET GLOBAL read_only=0"}
+	if c.SemiSync {
+		stmts = append([]string{"SET GLOBAL rpl_semi_sync_master_enabled=ON"}, stmts...)
+	}
+	if err := execAll(ctx, conn, c.Nodes[source].Name, "restore the primary", stmts...); err != nil {
+		return err
+	}
+	c.logger().Info("sandbox: primary restarted read-only; read_only=OFF again", "node", c.Nodes[source].Name)
 	return nil
 }
 

@@ -362,6 +362,39 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("up after the primary or every node stopped gives writes back to the primary", func(t *testing.T) {
+		writable := func(what string, id int) {
+			t.Helper()
+			st := c.Status(ctx)
+			if st[0].ReadOnly {
+				t.Fatalf("%s: node1 read_only=ON: every write is refused", what)
+			}
+			for _, s := range st[1:] {
+				if !s.ReadOnly || s.SourceNode != "node1" {
+					t.Errorf("%s: %s read_only=%v source %q; want a read-only replica of node1", what, s.Name, s.ReadOnly, s.SourceNode)
+				}
+			}
+			app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, sandbox.SysbenchDatabase)
+			if _, err := app.Exec("INSERT INTO t_repl VALUES (?, ?)", id, what); err != nil {
+				t.Fatalf("%s: write on node1: %v", what, err)
+			}
+		}
+		if err := c.KillNode(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sandbox.Up(ctx, sandbox.Options{Dir: c.Dir}); err != nil {
+			t.Fatal(err)
+		}
+		writable("node1 killed", 30)
+		if err := sandbox.Down(ctx, c.Dir, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sandbox.Up(ctx, sandbox.Options{Dir: c.Dir}); err != nil {
+			t.Fatal(err)
+		}
+		writable("all stopped", 31)
+	})
+
 	t.Run("down stops every process and removes data", func(t *testing.T) {
 		before := pids(c)
 		if err := sandbox.Down(ctx, c.Dir, false); err != nil {

@@ -260,9 +260,10 @@ func (c *Cluster) KillNode(i int) error {
 
 // StartNode starts node i (0-based index) again with its datadir and defaults
 // file and waits until it accepts connections (up to 30 s). A running node is
-// left alone. The node comes back with the read_only setting of its defaults
-// file (OFF for node1, ON for the others) and, if it had a replication source,
-// replicates from it again.
+// left alone. The node comes back with read_only=ON (its defaults file) and,
+// if it had a replication source, replicates from it again; making a
+// restarted primary writable is left to the controller (Up, which restarts
+// stopped nodes, does it itself when the roles are unambiguous).
 func (c *Cluster) StartNode(ctx context.Context, i int) error {
 	if err := c.checkIndex(i); err != nil {
 		return err

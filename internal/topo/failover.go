@@ -32,6 +32,9 @@ type Maintenance struct {
 	Since  time.Time `json:"since"`
 	// By names who turned it on (user@host), when known.
 	By string `json:"by,omitempty"`
+	// Until is when the controller turns it off by itself (`maintenance on
+	// --for`); nil: until `maintenance off`.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // FailoverBlock blocks automatic failover of a cluster after a failover

@@ -438,6 +438,15 @@ type Request struct {
 	PlanOnly bool `json:"plan_only,omitempty"`
 	// Action is "on" or "off" for RequestMaintenance.
 	Action string `json:"action,omitempty"`
+	// Node, for RequestMaintenance, puts one node in (or out of)
+	// maintenance instead of the whole cluster.
+	Node string `json:"node,omitempty"`
+	// For, for RequestMaintenance on, is how long it lasts before the
+	// controller turns it off by itself (0: until turned off).
+	For time.Duration `json:"for,omitempty"`
+	// Replace, for RequestMaintenance on, replaces the reason of a
+	// maintenance that is already on (otherwise that is refused).
+	Replace bool `json:"replace,omitempty"`
 	// By names who asked (user@host), for the events.
 	By string `json:"by,omitempty"`
 	// Plan is the failover plan the leader computed (PlanOnly, and every

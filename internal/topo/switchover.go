@@ -115,6 +115,13 @@ type DrainRecord struct {
 	Since  time.Time `json:"since"`
 	By     string    `json:"by,omitempty"`
 	Reason string    `json:"reason,omitempty"`
+	// Maintenance is true when the node was put in maintenance (`switchyard
+	// maintenance on --node`) rather than drained; `maintenance off --node`
+	// removes only such a record.
+	Maintenance bool `json:"maintenance,omitempty"`
+	// Until is when the controller leader removes the record by itself
+	// (`maintenance on --node --for`); nil: never.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // HotReadSet is the read statements a proxy saw most, per cluster, sampled
