@@ -425,7 +425,8 @@ func listenerHealth(srv *proxy.Server) func() []proxy.ListenerHealth {
 // checkRoleSecrets resolves the secrets the roles of this process use
 // (config.CheckSecrets names each field): the monitor account for both (the
 // proxy's failsafe checks probe with it), the replication account for the
-// controller, the users' and proxy.backend_accounts passwords for the proxy.
+// controller and the hooks' header secrets for the controller, the users'
+// and proxy.backend_accounts passwords for the proxy.
 func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
 	err := cfg.CheckSecrets()
 	if err == nil {
