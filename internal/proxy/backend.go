@@ -178,8 +178,9 @@ func (s *session) greeting(t *target, snap *routeSnapshot, rc *runtimeConfig) (*
 		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("no server greeting: %w", err))
 	}
 	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
-		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node).Inc()
-		return nil, serverERR(p)
+		e := serverERR(p)
+		s.srv.metrics.backendErrors.WithLabelValues(t.cluster, t.node, loginReason(e.Code)).Inc()
+		return nil, e
 	}
 	h, err := mysqlproto.ParseHandshake(p)
 	if err != nil {
