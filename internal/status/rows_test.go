@@ -113,4 +113,14 @@ func TestStatusFreshProbesAndRoles(t *testing.T) {
 	if out := table(t, r); !strings.Contains(out, "phase: NO PRIMARY (writes refused)") || strings.Contains(out, "phase: stable") {
 		t.Fatalf("no primary shown as stable:\n%s", out)
 	}
+
+	// A dead primary in a stable state.
+	st3 := topo.NewMemory()
+	state.Primary = "node1"
+	state.Analysis = []topo.AnalysisEntry{{Code: "DeadPrimary", Node: "node1"}}
+	putJSON(t, st3, keys.ClusterState("main"), state)
+	r, _ = Collect(ctx, st3, keys, now)
+	if out := table(t, r); !strings.Contains(out, "phase: PRIMARY DEAD") || strings.Contains(out, "phase: stable") {
+		t.Fatalf("dead primary shown as stable:\n%s", out)
+	}
 }

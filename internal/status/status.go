@@ -152,6 +152,8 @@ func WriteTable(w io.Writer, r *Report) error {
 			phase += " -> " + cs.Target
 		case cs.Phase == topo.PhaseStable && cs.Primary == "":
 			phase = "NO PRIMARY (writes refused)"
+		case cs.Phase == topo.PhaseStable && hasAnalysis(cs, "DeadPrimary"):
+			phase = "PRIMARY DEAD (writes refused until a failover; see analysis and events)"
 		}
 		primary := cs.Primary
 		if primary == "" {
@@ -265,4 +267,14 @@ func failsafeText(cluster string, p topo.FailsafePeriod, now time.Time) string {
 	}
 	return fmt.Sprintf("failsafe %s %s–%s (%s) on %s: %s", cluster, p.Since.Format("15:04:05"), p.Until.Format("15:04:05"),
 		p.Until.Sub(p.Since).Round(100*time.Millisecond), p.Primary, p.Ended)
+}
+
+// hasAnalysis reports whether the cluster's last analysis has the code.
+func hasAnalysis(cs topo.ClusterState, code string) bool {
+	for _, a := range cs.Analysis {
+		if a.Code == code {
+			return true
+		}
+	}
+	return false
 }
