@@ -124,14 +124,7 @@ func rewriteConnID(cmd byte, q []byte, id uint32) []byte {
 		c := q[i]
 		switch {
 		case c == '\'' || c == '"' || c == '`':
-			j := i + 1
-			for j < len(q) && q[j] != c {
-				if q[j] == '\\' && c != '`' {
-					j++
-				}
-				j++
-			}
-			i = j
+			i = skipQuoted(q, i)
 			continue
 		case c == '/' && i+1 < len(q) && q[i+1] == '*':
 			if i+2 < len(q) && q[i+2] == '!' || i+3 < len(q) && q[i+2] == 'M' && q[i+3] == '!' {

@@ -327,6 +327,15 @@ func splitTop(b []byte) (item, rest []byte, ok bool) {
 	return b, nil, depth == 0
 }
 
+// skipQuoted returns the index of the quote closing the one at q[i], or
+// len(q) when the string is not closed: where a scan resumes after it.
+func skipQuoted(q []byte, i int) int {
+	if j := closeQuote(q, i); j >= 0 {
+		return j
+	}
+	return len(q)
+}
+
 // closeQuote returns the index of the quote closing the one at b[i]
 // (doubled quotes and backslash escapes inside), or -1.
 func closeQuote(b []byte, i int) int {

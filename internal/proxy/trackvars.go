@@ -398,14 +398,7 @@ func firstStatement(q []byte) []byte {
 		case ';':
 			return q[:i]
 		case '\'', '"', '`':
-			j := i + 1
-			for j < len(q) && q[j] != c {
-				if q[j] == '\\' && c != '`' {
-					j++
-				}
-				j++
-			}
-			i = j
+			i = skipQuoted(q, i)
 		}
 	}
 	return q
@@ -556,14 +549,7 @@ func (ts *trackSettings) rewriteTrackRefs(q []byte) []byte {
 			depth--
 			continue
 		case '\'', '"', '`':
-			j := i + 1
-			for j < len(q) && q[j] != c {
-				if q[j] == '\\' && c != '`' {
-					j++
-				}
-				j++
-			}
-			i = j
+			i = skipQuoted(q, i)
 			continue
 		case '@':
 		default:
