@@ -106,7 +106,9 @@ class APIError extends Error {
 
 function errText(e) {
   if (!(e instanceof APIError)) return String(e && e.message || e);
-  let t = (e.status ? e.status + ' ' : '') + e.message;
+  let t = e.message;
+  if (e.status === 404 && !e.body.code) t = 'not served by this admin endpoint (404)';
+  else if (e.status && !t.startsWith(String(e.status))) t = e.status + ' ' + t;
   if (e.body.override) t += ' (override: ' + e.body.override + ')';
   return t;
 }
@@ -1122,8 +1124,14 @@ function localPlan(req) {
 
 async function runAction() {
   const req = actionRequest();
-  if (!A.planned || JSON.stringify(Object.assign({}, A.planned.req.body, { reason: '' })) !== JSON.stringify(Object.assign({}, req.body, { reason: '' })) ||
-      A.planned.req.path !== req.path) {
+  // The plan must be for what is sent; the reason and the overrides may
+  // change after planning.
+  const planned = (r) => {
+    const b = Object.assign({}, r.body, { reason: '' });
+    for (const [k] of r.a.flags || []) delete b[k];
+    return r.path + ' ' + JSON.stringify(b);
+  };
+  if (!A.planned || planned(A.planned.req) !== planned(req)) {
     A.planned = null;
     updateGo();
     return;
