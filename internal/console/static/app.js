@@ -257,7 +257,7 @@ function renderBanners() {
   const d = S.doc;
   const store = [];
   const stale = [];
-  if (S.fetchErr) {
+  if (S.fetchErr && S.fetchErr.status !== 401) { // a 401 raises the login banner instead
     const e = S.fetchErr;
     if (e.status === 503 || (e.body && e.body.code === 'unavailable' && e.status !== 0)) {
       store.push('Topology store unreachable: ' + e.message + '. Actions will fail until it answers.');
