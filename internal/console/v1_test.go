@@ -150,6 +150,13 @@ func (f *fakeAPI) handler() http.Handler {
 		}
 		writeJSON(w, 200, map[string]any{"id": "op-1", "state": "done", "message": "node2 is the primary", "steps": []string{"fenced node1", "promoted node2"}})
 	}))
+	mux.HandleFunc("GET /api/v1/sessions", auth(func(w http.ResponseWriter, r *http.Request, _ string) {
+		writeJSON(w, 200, map[string]any{"proxy": true, "sessions": []any{map[string]any{"id": "17", "user": "app", "client_addr": "127.0.0.1:50000",
+			"listener": "rw", "backend_node": "node1", "age_s": 42, "state": "in_transaction", "current_statement": "UPDATE t SET v = 1", "in_transaction": true}}})
+	}))
+	mux.HandleFunc("POST /api/v1/sessions/{id}/kill", mutating(func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		writeJSON(w, 200, map[string]any{"ok": true})
+	}))
 	mux.HandleFunc("GET /api/v1/config", auth(func(w http.ResponseWriter, r *http.Request, _ string) {
 		writeJSON(w, 200, map[string]any{"revision": 2, "yaml": "probe:\n  interval: 2s\n", "applied_by": "alice", "at": time.Now()})
 	}))
@@ -268,6 +275,21 @@ func TestConsoleAgainstAPIv1(t *testing.T) {
 	}
 	if f.called("POST /api/v1/clusters/main/switchover/plan ") == "" {
 		t.Error("no plan call before the switchover")
+	}
+
+	// Sessions: kill asks for a reason.
+	js(`location.hash = '#sessions'`)
+	waitFor(t, b, "session listed", 10*time.Second, `!!document.querySelector('tr[data-session="17"] button.danger')`, ok)
+	js(`document.querySelector('tr[data-session="17"] button.danger').click()`)
+	var killDisabled bool
+	if err := b.eval(`document.querySelector('#modal-body button.danger').disabled`, &killDisabled); err != nil || !killDisabled {
+		t.Errorf("Kill enabled without a reason (%v)", err)
+	}
+	js(`const k = document.getElementById('kill-reason'); k.value = 'runaway update'; k.dispatchEvent(new Event('input'));
+	    document.getElementById('kill-query-only').click(); document.querySelector('#modal-body button.danger').click()`)
+	waitFor(t, b, "kill sent and the dialog closed", 10*time.Second, `document.getElementById('modal').hidden`, ok)
+	if call := f.called("POST /api/v1/sessions/17/kill "); !strings.Contains(call, `"query_only":true`) || !strings.Contains(call, `"reason":"runaway update"`) {
+		t.Errorf("kill call %q", call)
 	}
 
 	// Config rollback: the confirmation shows the server's diff and needs a reason.
