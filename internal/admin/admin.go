@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/switchyard-db/switchyard/internal/console"
 	"github.com/switchyard-db/switchyard/internal/proxy"
 )
 
@@ -83,6 +84,12 @@ func Start(o Options) (*Server, error) {
 			_ = enc.Encode(doc)
 		})
 	}
+	// The web console: its page at / and its assets under /console/ (only
+	// those paths, so that an API path not served here stays 404).
+	ui := console.Handler()
+	mux.Handle("GET /{$}", ui)
+	mux.Handle("GET /console", ui)
+	mux.Handle("GET /console/", ui)
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && o.Log != nil {
