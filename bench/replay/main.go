@@ -40,7 +40,11 @@
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
 // [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors none|1105]
-// [-commit-outcome marker|unknown] [-max-hold D] [-v]
+// [-commit-outcome marker|unknown] [-max-hold D] [-parallel-replication N] [-v]
+//
+// -parallel-replication N gives the replicas N optimistic parallel
+// appliers (failover.replica_parallel_threads N), which keeps the relay
+// log not yet applied at the kill short.
 //
 // -kill-at 0 kills nothing: the transactions per trial then compare the
 // cost of the commit marker (-commit-outcome marker against unknown).
@@ -111,7 +115,7 @@ func main() {
 	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
 	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
 	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
-	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on the replicas (slave_parallel_mode optimistic), set before the run; 0 keeps the sandbox's single SQL thread")
+	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on the replicas (slave_parallel_mode optimistic): set before the run and kept by the controller (failover.replica_parallel_threads); 0 keeps the sandbox's single SQL thread")
 	flag.BoolVar(&o.verbose, "v", false, "print the controller's events after the kill in every trial (else only when the failover took over 3 s)")
 	flag.Parse()
 	if o.ignoreErrors != "1105" && o.ignoreErrors != "none" {
@@ -644,6 +648,7 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 		cfg.Clusters[0].Failover.MaxHold = config.Duration(o.maxHold)
 	}
 	cfg.Clusters[0].Durability = config.DurabilitySemiSync
+	cfg.Clusters[0].Failover.ReplicaParallelThreads = o.parallel // the controller keeps them (and sets them on a repointed replica)
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 	if err := cfg.Validate(); err != nil {
