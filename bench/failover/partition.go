@@ -73,9 +73,9 @@ func runPartition(o options) error {
 	}
 	var fo config.FailoverConfig
 	fo.SilenceBound = config.Duration(config.DefaultSilenceBound)
-	fmt.Printf("partitioned primary: node1's link taken down (network namespaces, packets dropped, no RST) under write load; %d trials, probe.interval %s, probe.timeout %s, proxy.connect_timeout %s, failover.silence_bound %s (heartbeat %s, slave_net_timeout %ds), semi-sync %v, durability %s, %d writers, failover.mode auto (confirm_rounds 2), proxy.failsafe %v\n",
+	fmt.Printf("partitioned primary: node1's link taken down (network namespaces, packets dropped, no RST) under write load; %d trials, probe.interval %s, probe.timeout %s, proxy.connect_timeout %s, failover.silence_bound %s (heartbeat %s, slave_net_timeout %ds), semi-sync %v, durability %s, %d writers, failover.mode auto (confirm_rounds 2), proxy.failsafe %v, failover.replica_parallel_threads %d\n",
 		o.trials, o.interval, probeTimeout(o.interval), partitionConnectTimeout(o.interval), fo.SilenceBound, fo.HeartbeatPeriod(), fo.NetTimeout(),
-		o.semiSync, durabilityName(o), o.writers, o.failsafe)
+		o.semiSync, durabilityName(o), o.writers, o.failsafe, o.parallel)
 	var dec, pub, first []time.Duration
 	lost, acked := 0, 0
 	for i := 1; i <= o.trials; i++ {

@@ -40,7 +40,11 @@
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
 // [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors none|1105]
-// [-commit-outcome marker|unknown] [-max-hold D] [-v]
+// [-commit-outcome marker|unknown] [-max-hold D] [-parallel-replication N] [-v]
+//
+// -parallel-replication N gives the replicas N optimistic parallel
+// appliers (failover.replica_parallel_threads N), which keeps the relay
+// log not yet applied at the kill short.
 //
 // -kill-at 0 kills nothing: the transactions per trial then compare the
 // cost of the commit marker (-commit-outcome marker against unknown).
@@ -48,6 +52,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -74,6 +79,7 @@ import (
 
 type options struct {
 	trials, threads, seconds, tables, tableSize int
+	parallel                                    int // slave_parallel_threads on the replicas (0: the sandbox's single SQL thread)
 	killAt, interval, maxHold                   time.Duration
 	ignoreErrors, commitOutcome                 string
 	verbose                                     bool
@@ -109,6 +115,7 @@ func main() {
 	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
 	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
 	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
+	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on the replicas (slave_parallel_mode optimistic): set before the run and kept by the controller (failover.replica_parallel_threads); 0 keeps the sandbox's single SQL thread")
 	flag.BoolVar(&o.verbose, "v", false, "print the controller's events after the kill in every trial (else only when the failover took over 3 s)")
 	flag.Parse()
 	if o.ignoreErrors != "1105" && o.ignoreErrors != "none" {
@@ -119,6 +126,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "replay: -commit-outcome must be marker or unknown")
 		os.Exit(2)
 	}
+	if o.parallel < 0 || o.parallel > 256 {
+		fmt.Fprintln(os.Stderr, "replay: -parallel-replication must be 0 to 256")
+		os.Exit(2)
+	}
 	if _, err := exec.LookPath("sysbench"); err != nil {
 		fmt.Fprintln(os.Stderr, "replay: sysbench not found: apt-get install -y sysbench")
 		os.Exit(1)
@@ -127,8 +138,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "replay: -kill-at must be before the end of the run (-seconds)")
 		os.Exit(2)
 	}
-	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s, --mysql-ignore-errors=%s, commit_outcome %s\n",
-		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval, o.ignoreErrors, o.commitOutcome)
+	repl := "replicas with one SQL thread"
+	if o.parallel > 0 {
+		repl = fmt.Sprintf("replicas with slave_parallel_threads=%d optimistic", o.parallel)
+	}
+	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s, --mysql-ignore-errors=%s, commit_outcome %s, %s\n",
+		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval, o.ignoreErrors, o.commitOutcome, repl)
 	var all []trial
 	for i := 1; i <= o.trials; i++ {
 		tr, err := runTrial(o)
@@ -611,6 +626,11 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 		defer dcancel()
 		return sandbox.Down(dctx, sb.Dir, true)
 	})
+	if o.parallel > 0 {
+		if err := parallelReplication(ctx, sb, o.parallel); err != nil {
+			return nil, err
+		}
+	}
 	etcd, err := topo.StartEmbedded(topo.EmbeddedOptions{DataDir: filepath.Join(dir, "etcd"), ClientAddress: addrs[3], PeerAddress: addrs[4], UnsafeNoFsync: true})
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
@@ -628,6 +648,7 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 		cfg.Clusters[0].Failover.MaxHold = config.Duration(o.maxHold)
 	}
 	cfg.Clusters[0].Durability = config.DurabilitySemiSync
+	cfg.Clusters[0].Failover.ReplicaParallelThreads = o.parallel // the controller keeps them (and sets them on a repointed replica)
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 	if err := cfg.Validate(); err != nil {
@@ -678,4 +699,28 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	return &stack{errs: errs, sb: sb, store: cst, keys: keys, srv: srv, close: cleanup}, nil
+}
+
+// parallelReplication gives every replica of sb n parallel appliers in
+// optimistic mode (the replication threads stopped meanwhile: MariaDB
+// refuses both variables while a replica runs).
+func parallelReplication(ctx context.Context, sb *sandbox.Cluster, n int) error {
+	for i := 1; i < len(sb.Nodes); i++ {
+		db, err := sql.Open("mysql", sb.RootDSN(i))
+		if err != nil {
+			return err
+		}
+		for _, q := range []string{"STOP SLAVE", fmt.Sprintf("SET GLOBAL slave_parallel_threads = %d", n),
+			"SET GLOBAL slave_parallel_mode = 'optimistic'", "START SLAVE"} {
+			if _, err = db.ExecContext(ctx, q); err != nil {
+				err = fmt.Errorf("%s on %s: %w", q, sb.Nodes[i].Name, err)
+				break
+			}
+		}
+		db.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -478,6 +478,19 @@ type FailoverConfig struct {
 	// failover applies before promotion.
 	// Type: duration. Default: 10s.
 	MaxLag Duration `yaml:"max_lag"`
+	// ReplicaParallelThreads, above 0, is the slave_parallel_threads the
+	// controller keeps on the replicas it manages, with
+	// slave_parallel_mode=optimistic (MariaDB): that many workers apply
+	// what a replica receives, committing in the primary's order, so that
+	// its relay log not yet applied stays short under write load — a
+	// failover applies the candidate's before promoting it while clients
+	// are held (max_hold). Set with every CHANGE MASTER the controller
+	// issues and aligned on replicas found otherwise as the heartbeat
+	// period is (STOP SLAVE, SET GLOBAL, START SLAVE: one replica per round
+	// while the primary is healthy). 0 leaves the servers' settings alone.
+	// At most 256.
+	// Type: int. Default: 0.
+	ReplicaParallelThreads int `yaml:"replica_parallel_threads"`
 	// RecoveryTimeout bounds one failover from decision to verified
 	// primary; a failover that fails or exceeds it disables automatic
 	// failover for the cluster and raises an alarm.
@@ -572,6 +585,9 @@ func (f FailoverConfig) EffectiveMaxHold(interval time.Duration) time.Duration {
 
 // Silence bounds (failover.silence_bound).
 const (
+	// MaxReplicaParallelThreads is the largest
+	// failover.replica_parallel_threads accepted.
+	MaxReplicaParallelThreads = 256
 	// DefaultSilenceBound is failover.silence_bound when unset.
 	DefaultSilenceBound = 1200 * time.Millisecond
 	// MinSilenceBound is the least failover.silence_bound accepted: with

@@ -116,6 +116,11 @@ func TestValidateCases(t *testing.T) {
 		mutate  func(*Config)
 		wantErr string // "" means valid
 	}{
+		{"replica parallel threads", func(c *Config) { c.Clusters[0].Failover.ReplicaParallelThreads = 4 }, ""},
+		{"replica parallel threads negative", func(c *Config) { c.Clusters[0].Failover.ReplicaParallelThreads = -1 },
+			"clusters[0].failover.replica_parallel_threads: -1 must be between 0 (leave the servers' setting) and 256"},
+		{"replica parallel threads too many", func(c *Config) { c.Clusters[0].Failover.ReplicaParallelThreads = 257 },
+			"replica_parallel_threads: 257 must be between 0"},
 		{"external etcd frees the embedded ports", func(c *Config) {
 			c.Etcd.Endpoints = []string{"10.0.0.1:2379"}
 			c.Etcd.Embedded.PeerAddress = c.Etcd.Embedded.ClientAddress

@@ -93,6 +93,10 @@ type failoverRun struct {
 	// semiSyncEarly: the candidate was made a semi-sync primary before
 	// its replicas were repointed (semiSyncAhead).
 	semiSyncEarly bool
+	// waitNoSlaveOff: semiSyncAhead switched the candidate's
+	// rpl_semi_sync_master_wait_no_slave off until a semi-sync replica is
+	// attached again (restoreWaitNoSlave switches it back on).
+	waitNoSlaveOff bool
 	// hooked: the failover got as far as a plan; failover_end is notified.
 	hooked bool
 }
@@ -227,6 +231,16 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 		cr.mu.Lock()
 		cr.switching = false
 		cr.mu.Unlock()
+	}()
+	// A failover that ended before semiSyncAfterRepoint (a failed
+	// publication, a rollback) still switches the candidate's
+	// rpl_semi_sync_master_wait_no_slave back on.
+	defer func() {
+		if f.waitNoSlaveOff {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+			defer cancel()
+			_ = f.step(rctx, "semi-sync wait_no_slave on "+f.plan.Candidate, f.restoreWaitNoSlave)
+		}
 	}()
 	if st.Phase != topo.PhaseStable {
 		return foRefused, fmt.Sprintf("cluster %s is in phase %s: wait for it to finish", f.cl.Name, st.Phase)

@@ -242,11 +242,22 @@ func (f *failoverRun) resetAfterCut(ctx context.Context) (string, error) {
 
 // semiSyncAhead makes the candidate a semi-sync primary before its
 // replicas are repointed (they wait for their cut IO threads to exit
-// first): its commits wait for the first of them to attach and
-// acknowledge (rpl_semi_sync_master_wait_no_slave), so the publication
-// need not wait for the repointing and acknowledged writes stay lossless.
-// It needs at least one replica that will be repointed to be a semi-sync
-// replica.
+// first), so the publication need not wait for the repointing. It needs at
+// least one replica that will be repointed to be a semi-sync replica.
+//
+// Unless clusters[].durability is semi_sync_durable it also switches the
+// candidate's rpl_semi_sync_master_wait_no_slave off until the first
+// semi-sync replica is repointed (restoreWaitNoSlave): with no semi-sync
+// replica attached a commit then returns without waiting (MariaDB's
+// Repl_semi_sync_master::commit_trx), so the first writes through the
+// proxies do not wait for a cut IO thread's exit — about
+// rpl_semi_sync_slave_kill_conn_timeout, 1 s — and the repointing. Those
+// writes are on the new primary alone until a replica receives them (its
+// GTID position follows on from the candidate's), as the writes of a
+// semi_sync primary that falls back to asynchronous replication after
+// rpl_semi_sync_master_timeout; from the replica's attachment on, every
+// commit waits for its acknowledgement again. semi_sync_durable keeps
+// wait_no_slave ON: its first commits wait for the attachment.
 func (f *failoverRun) semiSyncAhead(ctx context.Context) (string, error) {
 	var targets []string
 	for _, n := range f.repointTargets() {
@@ -254,27 +265,79 @@ func (f *failoverRun) semiSyncAhead(ctx context.Context) (string, error) {
 			targets = append(targets, n.Name)
 		}
 	}
+	cand := f.plan.Candidate
+	relax := false
+	if p := f.probes[cand]; f.cl.Durability != config.DurabilitySemiSyncDurable && p.SemiSync != nil && p.SemiSync.WaitNoSlave && len(targets) > 0 {
+		pr, err := f.prober(cand)
+		if err != nil {
+			return "", err
+		}
+		off := false
+		if err := pr.ApplySemiSyncPrimary(ctx, probe.SemiSyncSettings{WaitNoSlave: &off}); err != nil {
+			return "", err
+		}
+		relax, f.waitNoSlaveOff = true, true
+	}
 	f.semiSyncEarly = true
-	detail, err := f.t.semiSyncPrimary(ctx, f.cfg, f.cl, f.plan.Candidate, targets)
+	detail, err := f.t.semiSyncPrimary(ctx, f.cfg, f.cl, cand, targets)
 	if err != nil {
 		f.semiSyncEarly = false
+		if relax {
+			if _, rerr := f.restoreWaitNoSlave(ctx); rerr != nil {
+				err = fmt.Errorf("%w; %v", err, rerr)
+			}
+		}
 		return "", err
+	}
+	if relax {
+		return detail + " (before they are repointed), rpl_semi_sync_master_wait_no_slave=OFF until one is: commits do not wait for a replica still being repointed", nil
 	}
 	return detail + " (before they are repointed: commits wait for the first to attach)", nil
 }
 
-// semiSyncAfterRepoint turns semi-sync off again on a new primary that got
-// it before the repointing (semiSyncAhead) when no semi-sync replica was
-// repointed after all and clusters[].durability does not ask for it: its
-// commits would otherwise each wait rpl_semi_sync_master_timeout.
+// restoreWaitNoSlave switches the candidate's
+// rpl_semi_sync_master_wait_no_slave back on after semiSyncAhead switched
+// it off (a no-op otherwise).
+func (f *failoverRun) restoreWaitNoSlave(ctx context.Context) (string, error) {
+	if !f.waitNoSlaveOff {
+		return "", nil
+	}
+	pr, err := f.prober(f.plan.Candidate)
+	if err != nil {
+		return "", err
+	}
+	on := true
+	if err := pr.ApplySemiSyncPrimary(ctx, probe.SemiSyncSettings{WaitNoSlave: &on}); err != nil {
+		return "", fmt.Errorf("%w: rpl_semi_sync_master_wait_no_slave stays OFF on %s (commits do not wait while no semi-sync replica is attached)", err, f.plan.Candidate)
+	}
+	f.waitNoSlaveOff = false
+	return "rpl_semi_sync_master_wait_no_slave=ON again", nil
+}
+
+// semiSyncAfterRepoint follows the repointing of a new primary that got
+// semi-sync before it (semiSyncAhead): its rpl_semi_sync_master_wait_no_slave
+// is switched back on, and semi-sync is turned off again when no semi-sync
+// replica was repointed after all and clusters[].durability does not ask
+// for it (its commits would otherwise each wait
+// rpl_semi_sync_master_timeout).
 func (f *failoverRun) semiSyncAfterRepoint(ctx context.Context) (string, error) {
+	restored, err := f.restoreWaitNoSlave(ctx)
+	if err != nil {
+		return "", err
+	}
+	with := func(s string) string {
+		if restored == "" {
+			return s
+		}
+		return s + ", " + restored
+	}
 	for _, name := range f.repointed {
 		n := f.cl.Node(name)
 		if n == nil {
 			continue
 		}
 		if pr, err := f.t.c.prober(f.cfg, f.cl, n); err == nil && pr.SemiSyncReplica(ctx) {
-			return "semi-sync replica " + name + " repointed", nil
+			return with("semi-sync replica " + name + " repointed"), nil
 		}
 	}
 	if mode := f.cl.Durability; mode == config.DurabilitySemiSync || mode == config.DurabilitySemiSyncDurable {

@@ -134,6 +134,25 @@ func TestReplicaSettingsDiffer(t *testing.T) {
 	if d != "MASTER_HEARTBEAT_PERIOD 1.000s → 0.200s, slave_net_timeout 10s → 3s" {
 		t.Errorf("differ = %q", d)
 	}
+	// Parallel appliers: compared only when failover.replica_parallel_threads is set.
+	serial := topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3, ParallelThreads: 0, ParallelMode: "optimistic"}
+	if d := replicaSettingsDiffer(serial, rs); d != "" {
+		t.Errorf("parallel threads compared while unset: %q", d)
+	}
+	rs.ParallelThreads = 4
+	if d := replicaSettingsDiffer(serial, rs); d != "slave_parallel_threads 0 (optimistic) → 4 (optimistic)" {
+		t.Errorf("differ = %q", d)
+	}
+	conservative := topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3, ParallelThreads: 4, ParallelMode: "conservative"}
+	if d := replicaSettingsDiffer(conservative, rs); d != "slave_parallel_threads 4 (conservative) → 4 (optimistic)" {
+		t.Errorf("differ = %q", d)
+	}
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3, ParallelThreads: 4, ParallelMode: "optimistic"}, rs); d != "" {
+		t.Errorf("aligned parallel replica differs: %q", d)
+	}
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3}, rs); d != "" {
+		t.Errorf("unread parallel settings must not count: %q", d)
+	}
 }
 
 func TestClusterMemoryProgress(t *testing.T) {

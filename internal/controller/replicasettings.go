@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/analysis"
@@ -17,13 +18,16 @@ import (
 const alignBackoff = time.Minute
 
 // replicaSettings are the heartbeat period and slave_net_timeout the
-// controller keeps on the replicas of cl (from failover.silence_bound).
+// controller keeps on the replicas of cl (from failover.silence_bound),
+// and their parallel appliers (failover.replica_parallel_threads).
 func replicaSettings(cl *config.Cluster) probe.ReplicaSettings {
-	return probe.ReplicaSettings{HeartbeatPeriod: cl.Failover.HeartbeatPeriod(), NetTimeout: cl.Failover.NetTimeout()}
+	return probe.ReplicaSettings{HeartbeatPeriod: cl.Failover.HeartbeatPeriod(), NetTimeout: cl.Failover.NetTimeout(),
+		ParallelThreads: cl.Failover.ReplicaParallelThreads}
 }
 
 // replicaSettingsDiffer says how a replica's probe differs from rs ("" when
-// it does not). A NetTimeoutSeconds of 0 was not read and is not compared.
+// it does not). A NetTimeoutSeconds of 0 was not read and is not compared,
+// nor is an empty ParallelMode; rs.ParallelThreads 0 is not compared.
 func replicaSettingsDiffer(p topo.Probe, rs probe.ReplicaSettings) string {
 	var d string
 	if math.Abs(p.HeartbeatPeriod-rs.HeartbeatPeriod.Seconds()) >= 0.0005 {
@@ -35,12 +39,19 @@ func replicaSettingsDiffer(p topo.Probe, rs probe.ReplicaSettings) string {
 		}
 		d += fmt.Sprintf("slave_net_timeout %ds → %ds", p.NetTimeoutSeconds, rs.NetTimeout)
 	}
+	if rs.ParallelThreads > 0 && p.ParallelMode != "" && (p.ParallelThreads != int64(rs.ParallelThreads) || !strings.EqualFold(p.ParallelMode, "optimistic")) {
+		if d != "" {
+			d += ", "
+		}
+		d += fmt.Sprintf("slave_parallel_threads %d (%s) → %d (optimistic)", p.ParallelThreads, p.ParallelMode, rs.ParallelThreads)
+	}
 	return d
 }
 
 // alignReplicaSettings gives one replica per round that replicates from
 // the published primary with other settings the heartbeat period and
-// slave_net_timeout of failover.silence_bound (every repoint sets them
+// slave_net_timeout of failover.silence_bound, and the parallel appliers
+// of failover.replica_parallel_threads when set (every repoint sets them
 // too; this catches replicas set up by hand or by an older version). It
 // acts only when nothing is wrong: a stable phase, no trouble on the
 // primary (stopping a replica's IO thread while the primary may be dying
@@ -86,9 +97,14 @@ func (t *term) alignReplicaSettings(ctx context.Context, cfg *config.Config, cl 
 			return
 		}
 		log.Info("replica settings aligned", "heartbeat_period", rs.HeartbeatPeriod, "slave_net_timeout_s", rs.NetTimeout)
+		what, how := "", ""
+		if rs.ParallelThreads > 0 {
+			what = fmt.Sprintf(" and failover.replica_parallel_threads %d", rs.ParallelThreads)
+			how = " and SET GLOBAL slave_parallel_threads, slave_parallel_mode"
+		}
 		t.repairEvent(ctx, st, topo.EventDecision, "replica_settings", n.Name, fmt.Sprintf(
-			"aligned %s's replication settings for failover.silence_bound %s: %s (STOP SLAVE, CHANGE MASTER TO MASTER_HEARTBEAT_PERIOD, START SLAVE: same source, same GTID position)",
-			n.Name, cl.Failover.SilenceBound, diff))
+			"aligned %s's replication settings for failover.silence_bound %s%s: %s (STOP SLAVE, CHANGE MASTER TO MASTER_HEARTBEAT_PERIOD%s, START SLAVE: same source, same GTID position)",
+			n.Name, cl.Failover.SilenceBound, what, diff, how))
 		return // one replica per round: the others keep acknowledging and serving
 	}
 }

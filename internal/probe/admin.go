@@ -120,8 +120,8 @@ func (p *Prober) ResetReplicaAll(ctx context.Context) error {
 // ChangeSource points the (stopped) replica at host:port with the
 // replication account. useGTID is GTIDSlavePos or GTIDCurrentPos
 // (MASTER_USE_GTID on MariaDB; MySQL always uses SOURCE_AUTO_POSITION=1).
-// Connect retry is 1 s and the heartbeat period and slave_net_timeout are
-// the prober's ReplicaSettings (heartbeat 1 s and the server's timeout when
+// Connect retry is 1 s and the heartbeat period, slave_net_timeout and
+// the parallel appliers (when set) are the prober's ReplicaSettings (heartbeat 1 s and the server's timeout when
 // none were set), so a silent source is noticed quickly (MariaDB KB "CHANGE
 // MASTER TO", "slave_net_timeout"). The password never appears in errors.
 func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, password, useGTID string) error {
@@ -135,12 +135,16 @@ func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, 
 			return err
 		}
 	}
+	if err := p.setParallel(ctx, rs.ParallelThreads); err != nil {
+		return err
+	}
 	return p.exec(ctx, fmt.Sprintf("change source to %s:%d", host, port), q, args...)
 }
 
 // AlignReplicaSettings gives a running replica the prober's
 // ReplicaSettings without changing its source or position: it sets
-// slave_net_timeout, then STOP SLAVE, CHANGE MASTER TO
+// slave_net_timeout, then STOP SLAVE, the parallel appliers (when
+// ReplicaSettings.ParallelThreads is set), CHANGE MASTER TO
 // MASTER_HEARTBEAT_PERIOD = …, START SLAVE (MariaDB 10.11 refuses the
 // CHANGE MASTER while a replication thread runs, error 1198; with GTID
 // replication the IO thread resumes from gtid_slave_pos, so nothing is
@@ -156,11 +160,25 @@ func (p *Prober) AlignReplicaSettings(ctx context.Context) error {
 	if err := p.StopReplica(ctx); err != nil {
 		return err
 	}
-	herr := p.exec(ctx, "set heartbeat period", p.d.setHeartbeat(rs.HeartbeatPeriod))
+	herr := errors.Join(p.setParallel(ctx, rs.ParallelThreads), p.exec(ctx, "set heartbeat period", p.d.setHeartbeat(rs.HeartbeatPeriod)))
 	if err := p.StartReplica(ctx); err != nil {
 		return errors.Join(herr, fmt.Errorf("replication left stopped: %w", err))
 	}
 	return herr
+}
+
+// setParallel sets slave_parallel_threads to n and slave_parallel_mode to
+// optimistic on a stopped replica (n 0: nothing).
+func (p *Prober) setParallel(ctx context.Context, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	for _, q := range p.d.setParallel(n) {
+		if err := p.exec(ctx, "set parallel replication", q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SetReplicaPosFromBinlog makes a node that was a primary resume replication

@@ -30,7 +30,8 @@ type dialect interface {
 	name() string
 	// variablesQuery returns one row: server_id, version, read_only,
 	// three GTID positions (MariaDB current/slave/binlog; MySQL executed in
-	// the first, the others empty) and slave_net_timeout.
+	// the first, the others empty), slave_net_timeout, slave_parallel_threads
+	// and slave_parallel_mode (MySQL: 0, 0, "").
 	variablesQuery() string
 	replicaStatusQuery() string
 	stopReplica() string
@@ -46,6 +47,9 @@ type dialect interface {
 	// setNetTimeout sets the global replica network timeout (seconds); ""
 	// when the flavor leaves it alone.
 	setNetTimeout(seconds int) string
+	// setParallel gives a stopped replica n optimistic parallel appliers
+	// (nil where not managed).
+	setParallel(n int) []string
 	// writtenGTIDQuery selects every GTID this node has written to its binlog.
 	writtenGTIDQuery() string
 	// setReplicaPosFromBinlog makes the node, about to become a replica,
@@ -89,7 +93,8 @@ type mariadbDialect struct{}
 func (mariadbDialect) name() string { return FlavorMariaDB }
 
 func (mariadbDialect) variablesQuery() string {
-	return "SELECT @@server_id, @@version, @@read_only, @@gtid_current_pos, @@gtid_slave_pos, @@gtid_binlog_pos, @@global.slave_net_timeout"
+	return "SELECT @@server_id, @@version, @@read_only, @@gtid_current_pos, @@gtid_slave_pos, @@gtid_binlog_pos, @@global.slave_net_timeout, " +
+		"@@global.slave_parallel_threads, @@global.slave_parallel_mode"
 }
 
 func (mariadbDialect) replicaStatusQuery() string { return "SHOW ALL SLAVES STATUS" }
@@ -122,6 +127,10 @@ func (mariadbDialect) changeSource(host string, port int, user, password, gtidMo
 // stopped first, error 1198 otherwise).
 func (mariadbDialect) setHeartbeat(heartbeat time.Duration) string {
 	return "CHANGE MASTER TO MASTER_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
+}
+
+func (mariadbDialect) setParallel(n int) []string {
+	return []string{fmt.Sprintf("SET GLOBAL slave_parallel_threads = %d", n), "SET GLOBAL slave_parallel_mode = 'optimistic'"}
 }
 
 func (mariadbDialect) setNetTimeout(seconds int) string {
@@ -187,7 +196,7 @@ func (mysqlDialect) name() string { return FlavorMySQL }
 func (mysqlDialect) variablesQuery() string {
 	// The net timeout is not read (0): its name changed in 8.0.26
 	// (replica_net_timeout) and the controller manages it on MariaDB only.
-	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', 0"
+	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', 0, 0, ''"
 }
 
 func (mysqlDialect) replicaStatusQuery() string { return "SHOW REPLICA STATUS" }
@@ -209,6 +218,8 @@ func (mysqlDialect) changeSource(host string, port int, user, password, _ string
 		"SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, SOURCE_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)
 	return q, []any{host, port, user, password}, nil
 }
+
+func (mysqlDialect) setParallel(int) []string { return nil }
 
 func (mysqlDialect) setHeartbeat(heartbeat time.Duration) string {
 	return "CHANGE REPLICATION SOURCE TO SOURCE_HEARTBEAT_PERIOD = " + heartbeatSeconds(heartbeat)

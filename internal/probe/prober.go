@@ -79,6 +79,10 @@ type ReplicaSettings struct {
 	// after that long without a byte from the source the IO thread
 	// reconnects. 0 leaves the server's value alone.
 	NetTimeout int
+	// ParallelThreads, above 0, is slave_parallel_threads (with
+	// slave_parallel_mode optimistic; MariaDB): a global variable that
+	// needs the replication threads stopped. 0 leaves the server's.
+	ParallelThreads int
 }
 
 // SetReplicaSettings sets what the next ChangeSource applies.
@@ -225,8 +229,11 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 		readOnly            sql.NullInt64
 		gtidA, gtidB, gtidC sql.NullString
 		netTimeout          sql.NullInt64
+		parallelThreads     sql.NullInt64
+		parallelMode        sql.NullString
 	)
-	err = conn.QueryRowContext(ctx, p.d.variablesQuery()).Scan(&serverID, &version, &readOnly, &gtidA, &gtidB, &gtidC, &netTimeout)
+	err = conn.QueryRowContext(ctx, p.d.variablesQuery()).Scan(&serverID, &version, &readOnly, &gtidA, &gtidB, &gtidC, &netTimeout,
+		&parallelThreads, &parallelMode)
 	if err != nil {
 		return fail("read variables", err)
 	}
@@ -234,6 +241,7 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 	pr.Version = version.String
 	pr.ReadOnly = readOnly.Int64 != 0
 	pr.NetTimeoutSeconds = netTimeout.Int64
+	pr.ParallelThreads, pr.ParallelMode = parallelThreads.Int64, parallelMode.String
 	if p.d.name() == FlavorMySQL {
 		pr.GTIDExecuted = gtidA.String
 	} else {

@@ -262,6 +262,10 @@ type Probe struct {
 	// read): how long the node's IO thread waits for its source before it
 	// reconnects.
 	NetTimeoutSeconds int64 `json:"net_timeout_s,omitempty"`
+	// ParallelThreads and ParallelMode are @@global.slave_parallel_threads
+	// and @@global.slave_parallel_mode (MariaDB; 0 and "" when not read).
+	ParallelThreads int64  `json:"parallel_threads,omitempty"`
+	ParallelMode    string `json:"parallel_mode,omitempty"`
 
 	// SemiSync is the node's semi-sync settings and status (MariaDB
 	// rpl_semi_sync_* variables and Rpl_semi_sync_* status); nil when the

@@ -189,6 +189,42 @@ func checkCutPublication(t *testing.T, s *foStack, st topo.ClusterState) {
 	if p := s.probeRoot(nodeIdx(st.Primary)); p != "" {
 		t.Errorf("new primary %s still replicating after the failover: %s", st.Primary, p)
 	}
+	checkWaitNoSlaveWindow(t, s, st, done.Message, steps)
+}
+
+// checkWaitNoSlaveWindow checks that the semi-sync new primary of a
+// partitioned primary's failover (durability not semi_sync_durable) took
+// writes without waiting for a replica still being repointed: semi-sync
+// was switched on before the repointing with
+// rpl_semi_sync_master_wait_no_slave OFF, switched back ON once a
+// semi-sync replica was repointed (and ON on the server afterwards), and
+// commits meanwhile returned without an acknowledgement
+// (Rpl_semi_sync_master_no_tx > 0). It logs how many ledger rows the new
+// primary committed before the repointing ended.
+func checkWaitNoSlaveWindow(t *testing.T, s *foStack, st topo.ClusterState, msg string, steps map[string]time.Duration) {
+	t.Helper()
+	if !strings.Contains(msg, "rpl_semi_sync_master_wait_no_slave=OFF until one is") {
+		t.Errorf("semi-sync was not switched on before the repointing with wait_no_slave OFF: %s", msg)
+	}
+	if !strings.Contains(msg, "rpl_semi_sync_master_wait_no_slave=ON again") {
+		t.Errorf("wait_no_slave not switched back on after the repointing: %s", msg)
+	}
+	i := nodeIdx(st.Primary)
+	if v := s.rootInt(i, "SELECT @@GLOBAL.rpl_semi_sync_master_wait_no_slave"); v != 1 {
+		t.Errorf("new primary %s: rpl_semi_sync_master_wait_no_slave=%d after the failover, want 1", st.Primary, v)
+	}
+	if v := s.rootInt(i, "SELECT @@GLOBAL.rpl_semi_sync_master_enabled"); v != 1 {
+		t.Errorf("new primary %s: rpl_semi_sync_master_enabled=%d after the failover, want 1", st.Primary, v)
+	}
+	noTx := s.rootInt(i, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_NO_TX'")
+	if noTx == 0 {
+		t.Errorf("new primary %s: Rpl_semi_sync_master_no_tx 0: no commit returned before a replica was attached", st.Primary)
+	}
+	repointEnd := st.LastFailover.At.Add(steps["publish primary "+st.Primary] + steps["repoint replicas"])
+	early := s.rootInt(i, fmt.Sprintf("SELECT COUNT(*) FROM sbtest.ledger WHERE server_id = %d AND UNIX_TIMESTAMP(at) < %s",
+		i+1, strconv.FormatFloat(float64(repointEnd.UnixMicro())/1e6, 'f', 6, 64)))
+	t.Logf("new primary %s: %d commits without an acknowledgement (Rpl_semi_sync_master_no_tx) while no semi-sync replica was attached; %d ledger rows committed before the repointing (%s) ended",
+		st.Primary, noTx, early, steps["repoint replicas"])
 }
 
 // failoverSteps returns the duration of each step of a failover event's
