@@ -492,7 +492,7 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 	if s.peerGone(be) {
 		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("pooled connection closed by the server"))
 	}
-	be.restored, be.sameState = nil, false
+	be.restored, be.resend, be.sameState = nil, nil, false
 	kind := checkoutClean
 	switch {
 	case be == s.lastBe && be.owner == s.id:
