@@ -141,4 +141,31 @@ func TestPooledConnectionSchemaCharset(t *testing.T) {
 	}
 	h.waitIdle(node, 1)
 	check("transaction-pooled session on a connection reset for it", "rw-tx", checkoutReset)
+
+	// The schema is dropped while sessions have it selected: a reset
+	// for one of them selects it again, the server refuses, and the
+	// session goes on as it would direct (its statements that need no
+	// schema run).
+	h.waitIdle(node, 1)
+	third := h.db("rw-tx", "csdb", nil)
+	tc, err := third.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if _, err := tc.ExecContext(ctx, "SET @@session.sql_mode = 'ANSI_QUOTES'"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitIdle(node, 1)
+	if _, err := root.Exec("DROP DATABASE csdb"); err != nil {
+		t.Fatal(err)
+	}
+	resets := h.checkouts(node, checkoutReset)
+	var mode string
+	if err := oc.QueryRowContext(ctx, "SELECT @@session.sql_mode").Scan(&mode); err != nil {
+		t.Fatalf("a statement of a session whose schema was dropped, on a connection reset for it: %v", err)
+	}
+	if mode != "ANSI_QUOTES" || h.checkouts(node, checkoutReset) == resets {
+		t.Fatalf("sql_mode %q (want ANSI_QUOTES), reset checkouts %d before, %d after", mode, resets, h.checkouts(node, checkoutReset))
+	}
 }

@@ -37,9 +37,16 @@ const migrateAttempts = 3
 // (tracking: a new or reset connection) or, with restore, the one that
 // also rebuilds the session's variables (replaySQL), and with restore a
 // COM_STMT_PREPARE per prepared statement.
+//
+// reselect marks initDB as the schema the connection already has, selected
+// again after the reset (which takes character_set_database and
+// collation_database from their global values): the server refusing it
+// (the schema was dropped meanwhile) leaves the connection as it was and
+// is no error, as the reset alone was not.
 type setupOpts struct {
 	reset    bool
 	initDB   string
+	reselect bool
 	tracking bool
 	restore  bool
 }
@@ -113,7 +120,11 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 		}
 	}
 	if o.initDB != "" {
+		before := first
 		readOK("the default schema", true)
+		if o.reselect && before == nil && first != nil && !connectLost(first) {
+			first = nil
+		}
 	}
 	if set {
 		readOK("the session's variables", false)

@@ -514,14 +514,18 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 		// does (and as a login with the schema does): a reset connection
 		// selects its schema again.
 		var initDB string
-		if s.schema != be.schema || reset {
+		reselect := false
+		switch {
+		case s.schema != be.schema:
 			initDB = s.schema
+		case reset && s.schema != "":
+			initDB, reselect = s.schema, true
 		}
 		if reset || rebuild || initDB != "" {
 			_ = be.conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 			br := s.srv.readers.Get().(*bufio.Reader)
 			br.Reset(be.reader())
-			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, restore: rebuild, tracking: reset})
+			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, reselect: reselect, restore: rebuild, tracking: reset})
 			left := br.Buffered()
 			br.Reset(nil)
 			s.srv.readers.Put(br)
@@ -577,7 +581,7 @@ func (s *session) giveBackIn(be *backend, reusable bool, schema string) {
 	br.Reset(be.reader())
 	// The schema is selected again after the reset, which takes
 	// character_set_database from its global value (preparePooled).
-	merr := s.setupBackend(be, br, setupOpts{reset: true, initDB: schema, tracking: true})
+	merr := s.setupBackend(be, br, setupOpts{reset: true, initDB: schema, reselect: true, tracking: true})
 	left := br.Buffered()
 	br.Reset(nil)
 	s.srv.readers.Put(br)
