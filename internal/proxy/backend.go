@@ -48,6 +48,10 @@ type backend struct {
 	// restored maps client statement ids to the ids this backend gave the
 	// statements it prepared again (connect with restore).
 	restored map[uint32]uint32
+	// resend holds, by client statement id, the definitions of statements
+	// prepared again whose columns differ from those the client holds
+	// (readPrepared), installed with restored (applyRestored).
+	resend map[uint32]*metaResend
 	// rd is what the session's response reader reads from (reader).
 	rd stickyReader
 

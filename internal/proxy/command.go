@@ -335,6 +335,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		}
 	}
 	s.seq, s.in, s.out, s.lastOK, s.warned, s.results = 0, 0, 0, false, false, 0
+	s.seqShift = 0
 	var err error
 	plain, sent := false, false
 	if mark {

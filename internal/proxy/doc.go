@@ -172,9 +172,10 @@
 // mid-response are relayed without ending it; COM_STMT_BULK_EXECUTE is
 // relayed like an execute (statement ids translated, types put back after
 // a move) and never replayed; column counts carry the metadata-follows
-// byte and executes may omit definitions the client caches, so a move
-// whose re-prepared statement has other result columns than the client
-// holds is refused.
+// byte and executes may omit definitions the client caches, so when a
+// statement prepared again on another connection has other result columns
+// than the client holds, the proxy puts them into the next execute the
+// server sends without them (relayResults, resendMeta).
 //
 // Not supported yet: COM_MULTI and bulk unit results (not offered),
 // authentication plugins towards backends other than mysql_native_password

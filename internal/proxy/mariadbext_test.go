@@ -69,8 +69,23 @@ func (x *extConn) result() extResult {
 	x.t.Helper()
 	var r extResult
 	deprecate := x.caps&mysql.CLIENT_DEPRECATE_EOF != 0
+	// Every packet must come in sequence, as the client library checks
+	// ("packets out of order"): the proxy puts packets in.
+	want := byte(1)
+	next := func() []byte {
+		x.t.Helper()
+		p, seq, err := mysqlproto.ReadPacket(x.r, nil, 0)
+		if err != nil {
+			x.t.Fatalf("raw read: %v", err)
+		}
+		if seq != want {
+			x.t.Fatalf("packet %x has sequence id %d, want %d", p, seq, want)
+		}
+		want = seq + 1
+		return append([]byte(nil), p...)
+	}
 	for {
-		p := x.next()
+		p := next()
 		switch {
 		case mysqlproto.IsProgress(p):
 			if x.ext&mysqlproto.MariaDBClientProgress == 0 {
@@ -95,16 +110,16 @@ func (x *extConn) result() extResult {
 		}
 		if r.meta {
 			for range n {
-				r.cols = append(r.cols, x.next())
+				r.cols = append(r.cols, next())
 			}
 		}
 		if !deprecate {
-			if e := x.next(); e[0] != mysql.EOF_HEADER {
+			if e := next(); e[0] != mysql.EOF_HEADER {
 				x.t.Fatalf("expected EOF after the column definitions, got %s", describe(e))
 			}
 		}
 		for {
-			p := x.next()
+			p := next()
 			if (p[0] == mysql.EOF_HEADER && len(p) < 0xffffff) || p[0] == mysql.ERR_HEADER {
 				r.end = p
 				return r
@@ -172,11 +187,14 @@ func okAffectedRows(t *testing.T, p []byte) uint64 {
 // MariaDB extended capabilities through the proxy, each side by side with
 // the same exchange straight against the primary: the greeting offers the
 // backend's extended capabilities; JSON and POINT columns keep their
-// extended type names; metadata caching is not offered, so executes carry
-// their metadata as the server sends them; a bulk insert of 2000 rows; and,
-// after a reparent moves the session, the statement's next execute brings
-// its metadata (also to a session prepared before an ALTER) and a bulk
-// execute without types gets the types put back.
+// extended type names; a prepared SELECT's second execute leaves its
+// metadata out (cache metadata) and the relay still finds the result's
+// end; a bulk insert of 2000 rows; and, after a reparent moves the session,
+// the statements are prepared again on the new primary, which leaves their
+// metadata out of the next execute: a session that holds the same
+// definitions gets none, one whose definitions predate an ALTER gets the
+// new ones put in by the proxy (in sequence), once; and a bulk execute
+// without types gets the types put back.
 // With and without CLIENT_DEPRECATE_EOF, session and transaction pooling.
 func TestMariaDBExtendedCapabilities(t *testing.T) { poolings(t, testMariaDBExtendedCapabilities) }
 
@@ -209,15 +227,15 @@ func testMariaDBExtendedCapabilities(t *testing.T, pooling func(*config.Config))
 			if !equalPackets(dr.cols, vr.cols) || !equalPackets(dr.rows, vr.rows) {
 				t.Fatalf("text result differs: direct %q / %q, proxy %q / %q", dr.cols, dr.rows, vr.cols, vr.rows)
 			}
-			// Metadata caching is not offered (relayExtCaps): every
-			// execute carries its column definitions, as the server
-			// sends them to a client that did not ask for caching.
+			// Metadata caching: the server sent the column definitions
+			// with the prepare, so executes leave them out until the
+			// table changes.
 			const ps = "SELECT id, j, s FROM sbtest.ext_t WHERE id >= ? ORDER BY id"
 			did, _ := direct.prepare(ps)
 			vid, _ := via.prepare(ps)
 			d1, v1 := direct.execInt(did, 1), via.execInt(vid, 1)
-			if !d1.meta || !v1.meta || !equalPackets(d1.cols, v1.cols) {
-				t.Fatalf("first execute: metadata sent by the server %v, through the proxy %v", d1.meta, v1.meta)
+			if d1.meta || v1.meta {
+				t.Fatalf("first execute sent metadata: server %v, proxy %v", d1.meta, v1.meta)
 			}
 			if !equalPackets(d1.rows, v1.rows) || len(v1.rows) != 3 {
 				t.Fatalf("binary results differ: direct %q, proxy %q", d1.rows, v1.rows)
@@ -246,9 +264,10 @@ func testMariaDBExtendedCapabilities(t *testing.T, pooling func(*config.Config))
 			}
 		})
 	}
-	// A session move: the statements are prepared again on node2 and the
-	// next executes bring their metadata, also to a session whose last
-	// metadata came before the ALTER below.
+	// A session move: the statements are prepared again on node2, which
+	// then leaves their metadata out. Session via saw the metadata the
+	// ALTER below changed, session stale did not (it only prepared): the
+	// proxy gives stale the new definitions.
 	via := dialExt(t, h.srv.ListenerAddr("rw"), h.c.AppUser, h.c.AppPassword, 0, all)
 	stale := dialExt(t, h.srv.ListenerAddr("rw"), h.c.AppUser, h.c.AppPassword, 0, all)
 	const ps = "SELECT id, s FROM sbtest.ext_t WHERE id >= ? ORDER BY id"
@@ -257,17 +276,22 @@ func testMariaDBExtendedCapabilities(t *testing.T, pooling func(*config.Config))
 	bid, _ := via.prepare("INSERT INTO sbtest.ext_b (id, s) VALUES (?, ?)")
 	okAffectedRows(t, via.bulkInsert(bid, 10000, 10010, true).end)
 	mustExec(t, root, "ALTER TABLE sbtest.ext_t MODIFY s VARCHAR(50)")
-	if r := via.execInt(sid, 1); !r.meta || len(r.rows) != 3 {
-		t.Fatalf("execute after ALTER TABLE: metadata %v, %d rows", r.meta, len(r.rows))
+	altered := via.execInt(sid, 1)
+	if !altered.meta || len(altered.cols) != 2 || len(altered.rows) != 3 {
+		t.Fatalf("execute after ALTER TABLE: metadata %v, %d rows", altered.meta, len(altered.rows))
 	}
 	reparent(t, h)
 	h.srv.SetClusterState(sandboxState(h.c, 2, 1))
 	r := via.execInt(sid, 2)
-	if r.end[0] == mysql.ERR_HEADER || !r.meta || len(r.rows) != 2 {
-		t.Fatalf("first execute after the move: %s, metadata %v, %d rows (want rows with metadata)", describe(r.end), r.meta, len(r.rows))
+	if r.end[0] == mysql.ERR_HEADER || r.meta || len(r.rows) != 2 {
+		t.Fatalf("first execute after the move: %s, metadata %v, %d rows (want rows without metadata)", describe(r.end), r.meta, len(r.rows))
 	}
-	if r := stale.execInt(staleID, 1); r.end[0] == mysql.ERR_HEADER || !r.meta || len(r.cols) != 2 || len(r.rows) != 3 {
-		t.Fatalf("a session prepared before the ALTER, after the move: %s, metadata %v, %d columns, %d rows", describe(r.end), r.meta, len(r.cols), len(r.rows))
+	if r := stale.execInt(staleID, 1); r.end[0] == mysql.ERR_HEADER || !r.meta || !equalPackets(r.cols, altered.cols) || len(r.rows) != 3 {
+		t.Fatalf("a session prepared before the ALTER, after the move: %s, metadata %v, columns %q (want %q), %d rows",
+			describe(r.end), r.meta, r.cols, altered.cols, len(r.rows))
+	}
+	if r := stale.execInt(staleID, 2); r.end[0] == mysql.ERR_HEADER || r.meta || len(r.rows) != 2 {
+		t.Fatalf("its next execute: %s, metadata %v, %d rows (want rows without metadata)", describe(r.end), r.meta, len(r.rows))
 	}
 	if n := okAffectedRows(t, via.bulkInsert(bid, 20000, 20010, false).end); n != 10 {
 		t.Fatalf("bulk insert without types after the move affected %d rows", n)

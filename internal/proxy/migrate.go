@@ -37,9 +37,16 @@ const migrateAttempts = 3
 // (tracking: a new or reset connection) or, with restore, the one that
 // also rebuilds the session's variables (replaySQL), and with restore a
 // COM_STMT_PREPARE per prepared statement.
+//
+// reselect marks initDB as the schema the connection already has, selected
+// again after the reset (which takes character_set_database and
+// collation_database from their global values): the server refusing it
+// (the schema was dropped meanwhile) leaves the connection as it was and
+// is no error, as the reset alone was not.
 type setupOpts struct {
 	reset    bool
 	initDB   string
+	reselect bool
 	tracking bool
 	restore  bool
 }
@@ -113,7 +120,11 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 		}
 	}
 	if o.initDB != "" {
+		before := first
 		readOK("the default schema", true)
+		if o.reselect && before == nil && first != nil && !connectLost(first) {
+			first = nil
+		}
 	}
 	if set {
 		readOK("the session's variables", false)
@@ -121,36 +132,48 @@ func (s *session) setupBackend(be *backend, br *bufio.Reader, o setupOpts) *mysq
 	if first != nil && connectLost(first) && !o.restore {
 		return first
 	}
+	be.resend = nil
 	if len(ids) > 0 {
 		be.restored = make(map[uint32]uint32, len(ids))
 	}
 	for _, id := range ids {
-		newID, merr := s.readPrepared(br, be, s.stmts[id])
+		newID, resend, merr := s.readPrepared(br, be, s.stmts[id])
 		if merr != nil {
 			return merr
 		}
 		be.restored[id] = newID
+		if resend != nil {
+			if be.resend == nil {
+				be.resend = map[uint32]*metaResend{}
+			}
+			be.resend[id] = resend
+		}
 	}
 	return first
 }
 
 // readPrepared reads the response to a COM_STMT_PREPARE sent by
-// setupBackend and checks it matches the statement as first prepared.
-func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uint32, *mysql.MyError) {
+// setupBackend and checks it matches the statement as first prepared. With
+// metadata caching, the result column definitions are returned when they
+// differ from those the client holds (st.meta: the table changed since the
+// client last got them): the server counts them as sent and may leave them
+// out of the next execute, which must then bring them to the client.
+func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uint32, *metaResend, *mysql.MyError) {
 	t := be.t
 	p, _, err := mysqlproto.ReadPacket(br, nil, 0)
 	if err != nil {
-		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
+		return 0, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
 	}
 	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
 		e := mysqlproto.ParseERR(p)
-		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) cannot prepare one of the session's statements again (error %d: %s)", t.node, t.addr, e.Code, e.Message))
+		return 0, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) cannot prepare one of the session's statements again (error %d: %s)", t.node, t.addr, e.Code, e.Message))
 	}
 	ok, err := mysqlproto.ParseStmtPrepareOK(p)
 	if err != nil {
-		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): bad answer preparing a statement again: %v", t.node, t.addr, err))
+		return 0, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): bad answer preparing a statement again: %v", t.node, t.addr, err))
 	}
 	var cols metaSum
+	var defs [][]byte
 	for i, n := range []uint16{ok.Params, ok.Columns} {
 		if n == 0 {
 			continue
@@ -161,28 +184,26 @@ func (s *session) readPrepared(br *bufio.Reader, be *backend, st *stmtInfo) (uin
 			}
 			p, _, err := mysqlproto.ReadPacket(br, nil, 0)
 			if err != nil {
-				return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
+				return 0, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s): preparing the session's statements again failed: %v", t.node, t.addr, err))
 			}
 			if i == 1 && j < int(n) && s.cacheMeta() {
 				cols.add(s.srv.metaSeed, p, s.ext)
+				defs = append(defs, p)
 			}
 		}
 	}
+	var resend *metaResend
 	if s.cacheMeta() && cols != st.meta {
-		// The server would leave the metadata out of the next execute
-		// (it sent it with this prepare, to the proxy), while the client
-		// holds other metadata: its rows would be decoded with the wrong
-		// columns (MARIADB_CLIENT_CACHE_METADATA). ER_NEED_REPREPARE, not
-		// 1105: this is no connect failure to wait out.
-		return 0, &mysql.MyError{Code: mysql.ER_NEED_REPREPARE, State: mysql.DEFAULT_MYSQL_STATE, Message: fmt.Sprintf(
-			"switchyard: backend %s (%s) prepares a statement of this session with other result columns than the client knows; reconnect",
-			t.node, t.addr)}
+		// The server would leave the definitions out of the next
+		// execute (it sent them with this prepare, to the proxy) while
+		// the client holds others: that execute brings these.
+		resend = &metaResend{defs: defs, sum: cols}
 	}
 	if ok.Params != st.params {
-		return 0, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) prepares a statement of this session with %d parameters, not %d as before",
+		return 0, nil, errUnknown(fmt.Sprintf("switchyard: backend %s (%s) prepares a statement of this session with %d parameters, not %d as before",
 			t.node, t.addr, ok.Params, st.params))
 	}
-	return ok.StatementID, nil
+	return ok.StatementID, resend, nil
 }
 
 // inTx reports whether the session has a transaction open.
@@ -487,7 +508,7 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 			s.lastDiag = s.lastDiag || be.setupWarned
 		}
 		if !be.sameState {
-			s.applyRestored(be.restored)
+			s.applyRestored(be)
 		}
 		s.lastBe = be
 		s.detached = false
@@ -523,15 +544,17 @@ func (s *session) moveToCurrent() (*mysql.MyError, string) {
 	}
 }
 
-// applyRestored installs the backend ids of statements prepared again and
-// turns id translation on when any differs from the client's.
-func (s *session) applyRestored(m map[uint32]uint32) {
+// applyRestored installs the backend ids of the statements be prepared
+// again and the definitions their next executes must bring (be.resend),
+// and turns id translation on when any id differs from the client's.
+func (s *session) applyRestored(be *backend) {
 	s.xlate = false
-	for cid, bid := range m {
+	for cid, bid := range be.restored {
 		st := s.stmts[cid]
 		st.backendID = bid
 		st.cursor, st.longData = false, false
 		st.rebind = st.params > 0
+		st.resend = be.resend[cid]
 		if cid != bid {
 			s.xlate = true
 		}

@@ -28,15 +28,18 @@ import (
 //     COM_RESET_CONNECTION (MariaDB ≥ 10.2: rolls back, drops temporary
 //     tables, user variables, prepared statements and locks, resets the
 //     session variables — session_track_* included, so tracking is set up
-//     again — and restores the login charset; the default schema stays)
-//     and is "clean";
+//     again — and restores the login charset; the default schema stays,
+//     but character_set_database and collation_database take their global
+//     values, so a COM_INIT_DB selects the schema again in the same round
+//     trip) and is "clean";
 //   - a connection given back at a transaction boundary keeps its owner's
 //     state; it is clean only when that session had none (no variable
 //     changed, no user variable, no prepared statement);
 //   - a checkout prefers the session's own previous connection (nothing to
 //     send), then a clean one (at most a COM_INIT_DB for the schema), and
 //     otherwise resets one and re-creates the session's state on it in one
-//     pipelined round trip (COM_RESET_CONNECTION, COM_INIT_DB, the SET of
+//     pipelined round trip (COM_RESET_CONNECTION, COM_INIT_DB of its
+//     schema even when it is the connection's, the SET of
 //     replaySQL, a COM_STMT_PREPARE per statement: migrate.go
 //     setupBackend).
 //
@@ -489,7 +492,7 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 	if s.peerGone(be) {
 		return nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("pooled connection closed by the server"))
 	}
-	be.restored, be.sameState = nil, false
+	be.restored, be.resend, be.sameState = nil, nil, false
 	kind := checkoutClean
 	switch {
 	case be == s.lastBe && be.owner == s.id:
@@ -505,15 +508,24 @@ func (s *session) preparePooled(be *backend, snap *routeSnapshot, rc *runtimeCon
 			kind = checkoutReset
 		}
 		rebuild := restore && (reset || s.hasState() || s.insertIDSQL() != "")
+		// COM_RESET_CONNECTION keeps the default schema but takes
+		// character_set_database and collation_database from their
+		// global values, not from the schema's options as selecting it
+		// does (and as a login with the schema does): a reset connection
+		// selects its schema again.
 		var initDB string
-		if s.schema != be.schema {
+		reselect := false
+		switch {
+		case s.schema != be.schema:
 			initDB = s.schema
+		case reset && s.schema != "":
+			initDB, reselect = s.schema, true
 		}
 		if reset || rebuild || initDB != "" {
 			_ = be.conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 			br := s.srv.readers.Get().(*bufio.Reader)
 			br.Reset(be.reader())
-			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, restore: rebuild, tracking: reset})
+			merr := s.setupBackend(be, br, setupOpts{reset: reset, initDB: initDB, reselect: reselect, restore: rebuild, tracking: reset})
 			left := br.Buffered()
 			br.Reset(nil)
 			s.srv.readers.Put(br)
@@ -567,7 +579,9 @@ func (s *session) giveBackIn(be *backend, reusable bool, schema string) {
 	_ = be.conn.SetDeadline(time.Now().Add(s.srv.rc.Load().connectTimeout))
 	br := s.srv.readers.Get().(*bufio.Reader)
 	br.Reset(be.reader())
-	merr := s.setupBackend(be, br, setupOpts{reset: true, tracking: true})
+	// The schema is selected again after the reset, which takes
+	// character_set_database from its global value (preparePooled).
+	merr := s.setupBackend(be, br, setupOpts{reset: true, initDB: schema, reselect: true, tracking: true})
 	left := br.Buffered()
 	br.Reset(nil)
 	s.srv.readers.Put(br)

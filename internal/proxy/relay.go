@@ -22,8 +22,15 @@ func backendProtocol(format string, args ...any) error {
 	return fail(closeBackendLost, fmt.Errorf("%w: "+format, append([]any{errBackendProtocol}, args...)...))
 }
 
-// copyPacket relays one physical packet from the backend to the client.
+// copyPacket relays one physical packet from the backend to the client,
+// its sequence id moved on by seqShift (in the read buffer, before the
+// copy).
 func (s *session) copyPacket() (mysqlproto.Packet, error) {
+	if s.seqShift != 0 {
+		if hb, err := s.br.Peek(mysqlproto.HeaderSize); err == nil {
+			hb[3] += s.seqShift
+		}
+	}
 	p, err := mysqlproto.CopyPacket(s.cw, s.br)
 	if err != nil {
 		var we *mysqlproto.WriteError
@@ -71,9 +78,13 @@ func (s *session) defPackets(ncols uint64, meta bool) int {
 func (s *session) relay(cmd byte, kind responseKind) error {
 	switch kind {
 	case respResults:
-		return s.relayResults(cmd == mysql.COM_QUERY)
+		err := s.relayResults(cmd == mysql.COM_QUERY)
+		s.seqShift = 0
+		return err
 	case respBinary:
-		return s.relayResults(false)
+		err := s.relayResults(false)
+		s.seqShift = 0
+		return err
 	case respPrepare:
 		return s.relayPrepare()
 	case respRows:
@@ -180,6 +191,7 @@ func (s *session) copyOK() (mysqlproto.Packet, error) {
 		return s.copyPacket()
 	}
 	var hdr [mysqlproto.HeaderSize]byte
+	h.Seq += s.seqShift
 	mysqlproto.PutHeader(hdr[:], len(s.okBuf), h.Seq)
 	if _, err := s.cw.Write(hdr[:]); err != nil {
 		return mysqlproto.Packet{}, fail(closeClientGone, err)
@@ -214,9 +226,11 @@ func (s *session) relayResults(infile bool) error {
 	for {
 		var p mysqlproto.Packet
 		var err error
+		resend := false
 		if s.peekFirst() == mysql.OK_HEADER {
 			p, err = s.copyOK()
 		} else {
+			resend = s.flagResend()
 			p, err = s.copyPacket()
 		}
 		if err != nil {
@@ -256,11 +270,78 @@ func (s *session) relayResults(infile bool) error {
 		if !ok {
 			return backendProtocol("bad column count packet")
 		}
+		if resend {
+			if err := s.resendMeta(p.Seq); err != nil {
+				return err
+			}
+			meta = false // the server sent none
+		} else if st := s.execStmt; meta && st != nil {
+			st.resend = nil // the server sends them itself
+		}
 		more, err := s.relayResultSet(ncols, meta)
 		if err != nil || !more {
 			return err
 		}
 	}
+}
+
+// flagResend is called before the first packet of a result to a
+// COM_STMT_EXECUTE is copied. When the statement was prepared again on a
+// server that took other column definitions than the client holds
+// (stmtInfo.resend) and the packet is a column count that says none follow
+// (MARIADB_CLIENT_CACHE_METADATA), it sets the "metadata follows" byte in
+// the read buffer, so that the client reads the definitions resendMeta puts
+// in after it, and reports true.
+func (s *session) flagResend() bool {
+	st := s.execStmt
+	if st == nil || st.resend == nil || !s.cacheMeta() {
+		return false
+	}
+	hb, err := s.br.Peek(mysqlproto.HeaderSize)
+	if err != nil {
+		return false
+	}
+	h := mysqlproto.ParseHeader(hb)
+	if h.Len < 2 || h.Len >= mysqlproto.MaxPacketPayload || mysqlproto.HeaderSize+h.Len > s.br.Size() {
+		return false
+	}
+	b, err := s.br.Peek(mysqlproto.HeaderSize + h.Len)
+	if err != nil {
+		return false
+	}
+	payload := b[mysqlproto.HeaderSize:]
+	switch payload[0] {
+	case mysql.OK_HEADER, mysql.ERR_HEADER, mysql.EOF_HEADER, mysql.LocalInFile_HEADER:
+		return false
+	}
+	n, k, ok := mysqlproto.ReadLenEnc(payload)
+	if !ok || k != len(payload)-1 || payload[k] != 0 || n != uint64(len(st.resend.defs)) {
+		return false
+	}
+	payload[k] = 1
+	return true
+}
+
+// resendMeta writes the definitions of s.execStmt.resend to the client
+// after the column count (sequence id seq) that flagResend changed, and
+// moves the sequence ids of the rest of the response on by as many
+// packets (seqShift). The client then holds these definitions
+// (stmtInfo.meta).
+func (s *session) resendMeta(seq byte) error {
+	st := s.execStmt
+	first := seq
+	for _, d := range st.resend.defs {
+		next, err := mysqlproto.WritePacket(s.cw, seq+1, d)
+		if err != nil {
+			return fail(closeClientGone, err)
+		}
+		s.out += int(next-seq-1)*mysqlproto.HeaderSize + len(d)
+		seq = next - 1
+	}
+	s.seq = seq
+	s.seqShift += seq - first
+	st.meta, st.resend = st.resend.sum, nil
+	return nil
 }
 
 // relayResultSet relays ncols column definitions (none when meta is false:

@@ -409,7 +409,7 @@ func (s *session) connectPrimary(lost string) (_ *backend, _ *mysql.MyError, wai
 	s.tracked = be.tracked
 	s.strip = be.tracked && s.caps&mysql.CLIENT_SESSION_TRACK == 0
 	s.updateTrackFilter()
-	s.applyRestored(be.restored)
+	s.applyRestored(be)
 	s.detached = false
 	if snap.hold == nil {
 		s.snap = snap
@@ -431,7 +431,8 @@ func (s *session) replayStmtID(br *bufio.Reader, be *backend, e *replayEntry) (i
 	if err := writePacket(be.conn, 0, append([]byte{mysql.COM_STMT_PREPARE}, e.st.text...)); err != nil {
 		return 0, false, errUnknown(fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err))
 	}
-	id, merr = s.readPrepared(br, be, e.st)
+	// The client closed it: no definitions to give it.
+	id, _, merr = s.readPrepared(br, be, e.st)
 	return id, true, merr
 }
 

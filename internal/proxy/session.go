@@ -40,15 +40,16 @@ const relayCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIEN
 // (relayResults), COM_STMT_BULK_EXECUTE (command.go), extended type info
 // in column definitions (relayed as they are: the relay counts them, never
 // parses them), the "metadata follows" byte of column counts
-// (mysqlproto.ColumnCount). COM_MULTI (not in 10.11) and bulk unit results
-// (11.5) are not offered, nor is metadata caching
-// (MARIADB_CLIENT_CACHE_METADATA): after a session move the new server
-// takes the metadata of the statement prepared again as sent to the client
-// and may leave it out of the next execute while the client holds the
-// metadata of its last execute on the old server, so a move could refuse
-// or misdecode a statement. Without it every execute carries its metadata.
+// (mysqlproto.ColumnCount) and, with metadata caching
+// (MARIADB_CLIENT_CACHE_METADATA), the column definitions a server leaves
+// out of a COM_STMT_EXECUTE result: a statement prepared again on another
+// connection counts there as having sent its metadata, so when the client
+// holds other definitions (stmtInfo.meta) the proxy puts those of the new
+// prepare into the next execute that leaves them out (stmtInfo.resend,
+// relayResults). COM_MULTI (not in 10.11) and bulk unit results (11.5)
+// are not offered.
 const relayExtCaps = mysqlproto.MariaDBClientProgress | mysqlproto.MariaDBClientStmtBulkOperations |
-	mysqlproto.MariaDBClientExtendedTypeInfo
+	mysqlproto.MariaDBClientExtendedTypeInfo | mysqlproto.MariaDBClientCacheMetadata
 
 // session is one client connection and the backend connection it owns.
 // Only the session's goroutine touches its fields, except shutdown (from
@@ -209,6 +210,10 @@ type session struct {
 	seq     byte          // last sequence id written to the client
 	in, out int           // bytes relayed this command
 	lastOK  bool          // the response ended with OK/EOF (not ERR)
+	// seqShift is added to the sequence ids of the backend packets still
+	// to be relayed in this response: the packets the proxy put in
+	// (resendMeta).
+	seqShift byte
 	// cursorReq: the command is a COM_STMT_EXECUTE whose flags byte asked
 	// for a cursor (CURSOR_TYPE_READ_ONLY, _FOR_UPDATE, _SCROLLABLE).
 	cursorReq bool

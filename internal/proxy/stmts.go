@@ -46,6 +46,11 @@ type stmtInfo struct {
 	// statement, under MARIADB_CLIENT_CACHE_METADATA only: from its
 	// prepare, or the last execute that sent them again.
 	meta metaSum
+	// resend: prepared again on another connection, whose server took
+	// other result column definitions than the client holds as sent
+	// (cache metadata): the next execute that leaves them out gets these
+	// put in (relayResults).
+	resend *metaResend
 	// rebind: prepared again on a new backend, which has no parameter
 	// types yet; the next COM_STMT_EXECUTE must carry them (clients send
 	// them only with the first execute after binding).
@@ -436,6 +441,13 @@ func (m *metaSum) add(seed maphash.Seed, def []byte, ext uint32) {
 	}
 	m.sum = m.sum*31 + maphash.Bytes(seed, def[:pos+1])
 	m.sum = m.sum*31 + maphash.Bytes(seed, append([]byte{isBin}, def[pos+3:]...))
+}
+
+// metaResend is the result column definitions of a statement prepared
+// again (payloads) and their metaSum, for the client that holds others.
+type metaResend struct {
+	defs [][]byte
+	sum  metaSum
 }
 
 // addPacket adds a relayed definition (p.Payload is nil when it was
