@@ -83,7 +83,7 @@ func TestStatusMaintenanceAndPendingRestart(t *testing.T) {
 	st := topo.NewMemory()
 	cs := topo.ClusterState{Cluster: "main", Primary: "n1", Epoch: 2, Phase: topo.PhaseStable,
 		Maintenance: &topo.Maintenance{Reason: "kernel upgrade", Since: now.Add(-time.Hour), By: "ops@h", Until: &until},
-		Nodes: []topo.NodeState{{Name: "n1", Role: topo.RolePrimary}, {Name: "n2", Role: topo.RoleReplica}, {Name: "n3", Role: topo.RoleReplica}}}
+		Nodes:       []topo.NodeState{{Name: "n1", Role: topo.RolePrimary}, {Name: "n2", Role: topo.RoleReplica}, {Name: "n3", Role: topo.RoleReplica}}}
 	b, _ := json.Marshal(cs)
 	put(t, st, keys.ClusterState("main"), b)
 	b, _ = json.Marshal(topo.DrainedNodes{Cluster: "main", Nodes: map[string]topo.DrainRecord{
