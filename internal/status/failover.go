@@ -80,6 +80,11 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 			codes = append(codes, c)
 		}
 		fmt.Fprintf(w, "analysis: %s\n", strings.Join(codes, ", "))
+		for _, a := range cs.Analysis {
+			if a.Code == "NoWritablePrimary" {
+				fmt.Fprintf(w, "NO WRITABLE PRIMARY: %s\n", a.Detail)
+			}
+		}
 	}
 	if f := cs.LastFailover; f != nil {
 		how := "manual"

@@ -23,6 +23,8 @@ func TestStatusJSONPhaseAgreesWithText(t *testing.T) {
 		{"no primary", `{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, PhaseNoPrimary, "NO PRIMARY (writes refused)"},
 		{"primary dead", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"DeadPrimary","node":"n1"}]}`,
 			PhasePrimaryDead, "PRIMARY DEAD (writes refused until a failover"},
+		{"all read_only", `{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"NoPrimary"},{"code":"NoWritablePrimary","node":"n1","detail":"every reachable node is read_only; n1 is the replication source"}]}`,
+			PhaseNoPrimary, "NO WRITABLE PRIMARY: every reachable node is read_only; n1 is the replication source"},
 		{"stable", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, topo.PhaseStable, "phase: stable"},
 		{"failover", `{"cluster":"main","primary":"","old_primary":"n1","target":"n2","epoch":5,"phase":"failover","nodes":[{"name":"n1"},{"name":"n2"}]}`,
 			topo.PhaseFailover, "phase: failover"},
