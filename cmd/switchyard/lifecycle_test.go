@@ -551,6 +551,29 @@ func TestSIGHUPDoesNotUndoAnotherApply(t *testing.T) {
 	if err != nil || !strings.Contains(out, "PENDING RESTART") || !strings.Contains(out, "listener rw changed") {
 		t.Fatalf("config diff of a moved listener: %q %v", out, err)
 	}
+	// Applied, the move waits for a restart of the running `up`: status
+	// says so for the proxy (its row and its config consumer), in text and
+	// JSON.
+	if out, err := runCLI(t, "config", "apply", mf, "--reason", "move rw", "--config", p); err != nil {
+		t.Fatalf("config apply of a moved listener: %q %v", out, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err = runCLI(t, "status", "--config", p)
+		if err == nil && strings.Contains(out, "PENDING RESTART proxy ") && strings.Contains(out, "listener rw changed; these take effect only when this process restarts") &&
+			strings.Contains(out, "PENDING RESTART: listener rw changed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not show the pending restart of the moved listener: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("status after the move:\n%s", out)
+	js, err := runCLI(t, "status", "--json", "--config", p)
+	if err != nil || !strings.Contains(js, `"pending_restart": [`) || !strings.Contains(js, `"listener rw changed"`) {
+		t.Fatalf("status --json does not carry the pending restart: %v\n%s", err, js)
+	}
 }
 
 // TestLockDataDirDatabaseHeld: a data directory whose etcd database file is

@@ -114,7 +114,7 @@ func TestStatusMaintenanceAndPendingRestart(t *testing.T) {
 		"MAINTENANCE node n3 since 2026-03-04T09:55:00Z (5m0s ago), until turned off",
 		"memory test",
 		"no: maintenance",
-		"PENDING RESTART proxy p1 (rev 4 applied): listener main-rw changed, admin.address take effect only when this process restarts",
+		"PENDING RESTART proxy p1 (rev 4 applied): listener main-rw changed, admin.address; these take effect only when this process restarts",
 		"PENDING RESTART controller p1 (rev 4 applied): admin.address",
 		"PENDING RESTART: listener main-rw changed, admin.address",
 	} {

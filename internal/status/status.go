@@ -284,7 +284,7 @@ func writePendingRestart(w io.Writer, s *configstore.Summary) {
 		if len(c.PendingRestart) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "PENDING RESTART %s %s (rev %d applied): %s take effect only when this process restarts; until then it keeps the old setting\n",
+		fmt.Fprintf(w, "PENDING RESTART %s %s (rev %d applied): %s; these take effect only when this process restarts (until then it keeps the old setting)\n",
 			c.Name, c.ID, c.AppliedRev, strings.Join(c.PendingRestart, ", "))
 	}
 }
