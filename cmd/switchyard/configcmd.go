@@ -16,7 +16,9 @@ import (
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
-// Exit status of a change the destructive-change guard refused.
+// Exit status of a refusal, nothing changed: a config change the
+// destructive-change guard refused, a switchover or failover a safety
+// check, a veto hook or another running operation refused.
 const exitRefused = 2
 
 // configOpTimeout bounds one config command's store work.

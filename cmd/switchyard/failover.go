@@ -56,7 +56,13 @@ position, why the others were rejected, the estimated data loss as missing
 GTIDs) without acting. --force-stale lets a candidate that is behind the
 floor, behind another replica or lagging through; the floor is then reset to
 the new primary's position. Both --force-stale and --force need --reason,
-which is recorded in the events.`,
+which is recorded in the events.
+
+Exit status: 0 the failover (or the plan) is done; 2 refused, nothing was
+changed ("failover refused: <why>; override: <flags>", "none" when no flag
+lets it through; also --plan of a failover that would be refused); 1
+anything else (bad flags, no controller leader, the failover failed, timed
+out or was rolled back).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cluster == "" {
@@ -83,20 +89,20 @@ which is recorded in the events.`,
 				printFailover(out, req)
 			}
 			if err != nil {
-				if req.Message != "" && !asJSON {
-					msg := req.Message
-					if req.Plan != nil && req.Plan.Cluster != "" {
-						msg, _, _ = strings.Cut(msg, "\n") // the plan was printed above
-					}
-					return exitError{code: 1, msg: fmt.Sprintf("failover %s: %s", req.State, msg)}
+				if req.Message == "" {
+					return err
 				}
-				return err
+				msg := req.Message
+				if req.Plan != nil && req.Plan.Cluster != "" {
+					msg, _, _ = strings.Cut(msg, "\n") // the plan was printed above (or is in the JSON)
+				}
+				return requestExit("failover", req, msg)
 			}
 			// The plan of a failover that would be refused (a healthy,
-			// reachable primary without --force) exits 1, as the failover
-			// itself would.
+			// reachable primary without --force) exits as the failover
+			// itself would: refused.
 			if req.PlanOnly && req.Plan != nil && strings.Contains(req.Plan.Warning, "healthy and reachable") && !forceReachable {
-				return exitError{code: 1, msg: "failover would be refused: " + req.Plan.Warning}
+				return exitError{code: exitRefused, msg: "failover would be refused: " + req.Plan.Warning + "; override: " + overrideText(req.Plan.Override)}
 			}
 			return nil
 		},
@@ -139,4 +145,34 @@ func operatorName() string {
 		name += "@" + h
 	}
 	return name
+}
+
+// requestExit is the exit of a switchover or failover request that did not
+// finish done: a refusal (a safety check, a veto hook or another operation
+// said no before anything changed) exits exitRefused with "<kind> refused:
+// <why>; override: <flags>"; anything else exits 1 with "<kind> <result>:
+// <message>".
+func requestExit(kind string, req topo.Request, msg string) error {
+	why, refused := strings.CutPrefix(msg, "refused: ")
+	if req.Result != "" {
+		refused = req.Result == topo.RequestResultRefused
+	}
+	if refused {
+		why = strings.TrimPrefix(why, "refused ") // "refused by veto hook ..."
+		return exitError{code: exitRefused, msg: fmt.Sprintf("%s refused: %s; override: %s", kind, why, overrideText(req.Override))}
+	}
+	result := req.Result
+	if result == "" || result == topo.RequestResultDone {
+		result = req.State
+	}
+	return exitError{code: 1, msg: fmt.Sprintf("%s %s: %s", kind, result, msg)}
+}
+
+// overrideText words a refusal's override ("none" when no flag lets it
+// through).
+func overrideText(o string) string {
+	if o == "" {
+		return "none (no flag lets this through: remove the cause and retry)"
+	}
+	return o
 }

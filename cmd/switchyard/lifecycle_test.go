@@ -392,8 +392,66 @@ func TestFailoverPlanPrintedOnce(t *testing.T) {
 			t.Errorf("--to %q: the plan is printed %d times:\n%s", to, n, out)
 		}
 		var ee exitError
-		if !errors.As(err, &ee) || ee.code == 0 || !strings.Contains(ee.msg, "no safe candidate") || strings.Contains(ee.msg, "\n") {
-			t.Errorf("--to %q: %v; want exit 1 with the one-line refusal", to, err)
+		if !errors.As(err, &ee) || ee.code != exitRefused || !strings.HasPrefix(ee.msg, "failover refused: no safe candidate") ||
+			!strings.Contains(ee.msg, "; override: none") || strings.Contains(ee.msg, "\n") {
+			t.Errorf("--to %q: %v; want exit %d with the one-line refusal and its override", to, err, exitRefused)
+		}
+	}
+	// A refusal is not a failure: the failover and the switchover say
+	// "refused", why, and which flag (none here) would override it.
+	for _, args := range [][]string{
+		{"failover", "--cluster", "main"},
+		{"failover", "--cluster", "main", "--json"},
+		{"switchover", "--cluster", "main", "--to", "db2"},
+	} {
+		out, err := runCLI(t, append(args, "--etcd-endpoints", ep)...)
+		var ee exitError
+		want := args[0] + " refused: "
+		if !errors.As(err, &ee) || ee.code != exitRefused || !strings.HasPrefix(ee.msg, want) || !strings.Contains(ee.msg, "; override: none") ||
+			strings.Contains(ee.msg, "failed") || strings.Contains(ee.msg, "\n") {
+			t.Errorf("%v: %v (%T); want exit %d with %q...; override: none\n%s", args, err, err, exitRefused, want, out)
+		}
+		t.Logf("%v: exit %d: %s", args, ee.code, ee.msg)
+	}
+}
+
+// requestExit tells refusals (exit 2, with the override) from failures
+// (exit 1), also for requests of controllers that do not record a result.
+func TestRequestExit(t *testing.T) {
+	for _, c := range []struct {
+		kind string
+		req  topo.Request
+		code int
+		msg  string
+	}{
+		{"failover", topo.Request{State: topo.RequestFailed, Result: "refused", Override: "--force --reason TEXT"}, exitRefused,
+			"failover refused: primary db1 is healthy; override: --force --reason TEXT"},
+		{"failover", topo.Request{State: topo.RequestFailed, Result: "refused"}, exitRefused,
+			"failover refused: by veto hook \"freeze\": change freeze; override: none"},
+		{"failover", topo.Request{State: topo.RequestFailed, Result: "timed_out"}, 1, "failover timed_out: took too long"},
+		{"switchover", topo.Request{State: topo.RequestFailed, Result: "rolled_back"}, 1, "switchover rolled_back: catch up failed"},
+		{"switchover", topo.Request{State: topo.RequestFailed}, exitRefused, "switchover refused: candidate lags; override: none"},
+		{"switchover", topo.Request{State: topo.RequestFailed}, 1, "switchover failed: fence failed"},
+	} {
+		msg := map[string]string{
+			"--force --reason TEXT": "primary db1 is healthy",
+		}[c.req.Override]
+		switch {
+		case msg != "":
+		case strings.Contains(c.msg, "veto"):
+			msg = `refused by veto hook "freeze": change freeze`
+		case strings.Contains(c.msg, "took too long"):
+			msg = "took too long"
+		case strings.Contains(c.msg, "catch up"):
+			msg = "catch up failed"
+		case strings.Contains(c.msg, "lags"):
+			msg = "refused: candidate lags"
+		default:
+			msg = "fence failed"
+		}
+		var ee exitError
+		if err := requestExit(c.kind, c.req, msg); !errors.As(err, &ee) || ee.code != c.code || !strings.HasPrefix(ee.msg, c.msg) {
+			t.Errorf("%s %+v %q: %v (code %d), want exit %d %q", c.kind, c.req, msg, err, ee.code, c.code, c.msg)
 		}
 	}
 }
@@ -492,6 +550,29 @@ func TestSIGHUPDoesNotUndoAnotherApply(t *testing.T) {
 	out, err := runCLI(t, "config", "diff", mf, "--config", p)
 	if err != nil || !strings.Contains(out, "PENDING RESTART") || !strings.Contains(out, "listener rw changed") {
 		t.Fatalf("config diff of a moved listener: %q %v", out, err)
+	}
+	// Applied, the move waits for a restart of the running `up`: status
+	// says so for the proxy (its row and its config consumer), in text and
+	// JSON.
+	if out, err := runCLI(t, "config", "apply", mf, "--reason", "move rw", "--config", p); err != nil {
+		t.Fatalf("config apply of a moved listener: %q %v", out, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err = runCLI(t, "status", "--config", p)
+		if err == nil && strings.Contains(out, "PENDING RESTART proxy ") && strings.Contains(out, "listener rw changed; these take effect only when this process restarts") &&
+			strings.Contains(out, "PENDING RESTART: listener rw changed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not show the pending restart of the moved listener: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("status after the move:\n%s", out)
+	js, err := runCLI(t, "status", "--json", "--config", p)
+	if err != nil || !strings.Contains(js, `"pending_restart": [`) || !strings.Contains(js, `"listener rw changed"`) {
+		t.Fatalf("status --json does not carry the pending restart: %v\n%s", err, js)
 	}
 }
 

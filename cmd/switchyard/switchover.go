@@ -42,7 +42,12 @@ replaying the proxies' hot read set, --require-warm refuses a cold candidate.
 
 When --timeout passes first, the request id is printed: the controller may
 still finish it, and --status REQUEST_ID shows its state, steps and message
-later (finished requests are kept for a day).`,
+later (finished requests are kept for a day).
+
+Exit status: 0 done; 2 refused by a check before anything changed
+("switchover refused: <why>; override: <flags>", "none" when no flag lets
+it through); 1 anything else (bad flags, no controller leader, rolled back,
+failed, still running after --timeout).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cluster == "" {
@@ -76,11 +81,11 @@ later (finished requests are kept for a day).`,
 					fmt.Fprintln(cmd.OutOrStdout(), "  "+s)
 				}
 			}
-			if err != nil {
+			if err != nil && !errors.Is(err, controller.ErrRequestFailed) {
 				return err
 			}
 			if req.State != topo.RequestDone {
-				return exitError{code: 1, msg: fmt.Sprintf("switchover %s: %s", req.State, req.Message)}
+				return requestExit("switchover", req, req.Message)
 			}
 			if !asJSON {
 				fmt.Fprintf(cmd.OutOrStdout(), "switchover done: cluster %s primary is now %s (epoch %d -> %d)\n", cluster, req.Target, req.FromEpoch, req.ToEpoch)

@@ -277,6 +277,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				ctrl.SetConfig(c)
 				return nil
 			},
+			PendingRestart: func(started, applied *config.Config) []string {
+				return config.ComputeDiff(started, applied).RestartOnlySettings()
+			},
 		}); err != nil {
 			return err
 		}

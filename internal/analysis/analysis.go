@@ -218,6 +218,7 @@ func Analyze(s Snapshot) Result {
 	if s.Primary == "" || primary == nil {
 		if s.Phase == "" || s.Phase == topo.PhaseStable {
 			add(NoPrimary, "", "no primary is published")
+			s.noteReadOnly(add)
 		}
 	} else {
 		s.analyzePrimary(primary, &r, add)
@@ -235,7 +236,7 @@ func Analyze(s Snapshot) Result {
 
 var ranks = map[Code]int{DeadPrimary: 0, TwoWritablePrimaries: 1, NoPrimary: 2, UnreachablePrimary: 3,
 	PrimaryReadOnly: 4, PrimaryOverloaded: 5, ErrantGTID: 6, ReplicaWrongSource: 7, ReplicaNotReplicating: 8, ReplicaLagging: 9,
-	PrimaryWritesBlocked: 4, ApplicationLoginsRefused: 5}
+	PrimaryWritesBlocked: 4, ApplicationLoginsRefused: 5, NoWritablePrimary: 2}
 
 func rank(c Code) int { return ranks[c] }
 

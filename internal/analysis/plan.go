@@ -56,6 +56,14 @@ type cand struct {
 	errant   bool // holds GTIDs the old primary never had
 }
 
+// Overrides a refused failover plan names (topo.FailoverPlan.Override).
+const (
+	// OverrideForceStale lets a candidate through the staleness checks.
+	OverrideForceStale = "--force-stale --reason TEXT"
+	// OverrideForceReachable fails over a healthy, reachable primary.
+	OverrideForceReachable = "--force --reason TEXT"
+)
+
 // Plan orders the failover candidates and picks one. Candidates are every
 // node but the old primary; a node is rejected when it is quarantined,
 // drained, must_not, unreachable, not replicating, its SQL thread is
@@ -84,6 +92,7 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		if !in.Force {
 			plan.Refusal = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): candidates cannot be checked against it; "+
 				"override with --force-stale and a --reason (the floor is then replaced)", in.Floor, ferr)
+			plan.Override = OverrideForceStale
 			return plan
 		}
 		plan.Warning = fmt.Sprintf("the recorded promotion floor %q does not parse (%v): ignored (forced)", in.Floor, ferr)
@@ -212,6 +221,7 @@ func Plan(in PlanInput) topo.FailoverPlan {
 					plan.Refusal = fmt.Sprintf("%s is not eligible: %s", in.Target, c.reject)
 					if c.soft && !in.Force {
 						plan.Refusal += " (override with --force-stale and a --reason)"
+						plan.Override = OverrideForceStale
 					}
 				}
 			}
@@ -219,6 +229,11 @@ func Plan(in PlanInput) topo.FailoverPlan {
 		return plan
 	case chosen == nil:
 		plan.Refusal = "no eligible candidate"
+		for _, c := range cands {
+			if c.soft && !in.Force {
+				plan.Override = OverrideForceStale
+			}
+		}
 		return plan
 	}
 	plan.Candidate = chosen.n.Name

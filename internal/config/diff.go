@@ -108,6 +108,14 @@ func (d Diff) RestartOnly() []string {
 	for _, c := range d.Listeners {
 		out = append(out, fmt.Sprintf("listener %s %s", c.Name, c.Kind))
 	}
+	return append(out, d.RestartOnlySettings()...)
+}
+
+// RestartOnlySettings is RestartOnly without the listener changes: the
+// etcd and admin.address settings, which a process without listeners (a
+// controller) also reads only at start.
+func (d Diff) RestartOnlySettings() []string {
+	var out []string
 	for _, c := range d.Policies {
 		for _, p := range restartOnlyPrefixes {
 			if strings.HasPrefix(c.Name, p) {

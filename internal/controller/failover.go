@@ -214,24 +214,21 @@ func (f *failoverRun) step(ctx context.Context, name string, fn func(ctx context
 // run performs the failover; see the package documentation of the steps.
 func (f *failoverRun) run(ctx context.Context) (string, string) {
 	cr := f.cr
-	cr.mu.Lock()
-	busy := cr.switching
-	if !busy {
-		cr.switching = true
+	// A plan changes nothing: it does not take the operation slot, so
+	// computing one (failover --plan, the dead_primary hook's) never makes
+	// an operator's failover or switchover wait or be refused.
+	if !f.o.planOnly {
+		if busy, ok := cr.claim(f.opName(), f.t.c.now()); !ok {
+			return foRefused, busy
+		}
+		defer cr.release()
 	}
 	var st topo.ClusterState
+	cr.mu.Lock()
 	if cr.state != nil {
 		st = *cr.state
 	}
 	cr.mu.Unlock()
-	if busy {
-		return foRefused, "another switchover or failover of this cluster is running"
-	}
-	defer func() {
-		cr.mu.Lock()
-		cr.switching = false
-		cr.mu.Unlock()
-	}()
 	// A failover that ended before semiSyncAfterRepoint (a failed
 	// publication, a rollback) still switches the candidate's
 	// rpl_semi_sync_master_wait_no_slave back on.
@@ -375,6 +372,15 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	return foDone, msg
 }
 
+// opName words the failover for a refusal of another operation meanwhile.
+func (f *failoverRun) opName() string {
+	what := modeLabel(f.o.auto) + " failover"
+	if f.o.by != "" {
+		what += " requested by " + f.o.by
+	}
+	return what
+}
+
 // refreshAndPlan probes every node afresh, re-runs analysis (an automatic
 // failover needs DeadPrimary still) and plans.
 func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState) (string, error) {
@@ -416,6 +422,9 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 	if healthy != "" {
 		f.plan.Warning = strings.TrimSuffix(healthy+"; "+f.plan.Warning, "; ")
 	}
+	if healthy != "" && !f.o.forceReachable {
+		f.plan.Override = analysis.OverrideForceReachable
+	}
 	if healthy != "" && !f.o.planOnly {
 		if !f.o.forceReachable || strings.TrimSpace(f.o.reason) == "" {
 			return "", errors.New(healthy)
@@ -427,6 +436,7 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 		return "", fmt.Errorf("no safe candidate: %s\n%s", f.plan.Refusal, analysis.FormatPlan(f.plan))
 	}
 	if f.plan.Forced && strings.TrimSpace(f.o.reason) == "" {
+		f.plan.Override = "--reason TEXT"
 		return "", fmt.Errorf("candidate %s passes only with --force-stale, which needs a --reason", f.plan.Candidate)
 	}
 	if f.plan.Forced {

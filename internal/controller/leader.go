@@ -51,9 +51,12 @@ type clusterRun struct {
 	state     *topo.ClusterState // last written or read; nil if none exists
 	version   topo.Version       // of state in the store; 0 = key absent
 	lastWrite time.Time
-	// switching is true while this term runs a switchover of the cluster:
-	// the probe loop then leaves Primary/Epoch/Phase/Target alone.
+	// switching is true while this term runs a switchover or failover of
+	// the cluster: the probe loop then leaves Primary/Epoch/Phase/Target
+	// alone. op says what holds it and opSince since when (claim).
 	switching bool
+	op        string
+	opSince   time.Time
 	findings  map[string]time.Time // finding key → last logged
 	// roundAt and roundVersion are the last probe round record written
 	// (round.go) and its version in the store (0: read it again).
@@ -506,4 +509,37 @@ func (t *term) resolveAbandoned(ctx context.Context, cfg *config.Config, cl *con
 	if err != nil {
 		log.Error("could not publish the restored state", "err", err)
 	}
+}
+
+// claim takes the cluster's operation slot for what (e.g. "automatic
+// failover of node1") at now: ok is false when a switchover or failover
+// already holds it, and busy then says which and since when, for the
+// refusal. release gives the slot back.
+func (cr *clusterRun) claim(what string, now time.Time) (busy string, ok bool) {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.switching {
+		return cr.busyText(now), false
+	}
+	cr.switching, cr.op, cr.opSince = true, what, now
+	return "", true
+}
+
+// release ends what claim took.
+func (cr *clusterRun) release() {
+	cr.mu.Lock()
+	cr.switching, cr.op, cr.opSince = false, "", time.Time{}
+	cr.mu.Unlock()
+}
+
+// busyText words the operation that holds the slot (cr.mu held): "another
+// operation on cluster main is running: automatic failover of node1
+// (started 1.2s ago); retry when it has finished (see `switchyard status`)".
+func (cr *clusterRun) busyText(now time.Time) string {
+	what := cr.op
+	if what == "" {
+		what = "a switchover or failover"
+	}
+	return fmt.Sprintf("another switchover or failover of cluster %s is running: %s (started %s ago); retry when it has finished (see `switchyard status`)",
+		cr.name, what, now.Sub(cr.opSince).Round(100*time.Millisecond))
 }

@@ -109,7 +109,10 @@ func (t *term) serveFailover(ctx context.Context, key string, req *topo.Request,
 	if plan.Cluster != "" {
 		req.Plan = &plan
 	}
-	req.Message = msg
+	req.Message, req.Result = msg, result
+	if result == foRefused {
+		req.Override = plan.Override
+	}
 	switch result {
 	case foDone:
 		if plan.Candidate != "" {
@@ -192,14 +195,10 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 		cr.mu.Unlock()
 		return
 	}
-	cr.switching = true
+	cr.switching, cr.op, cr.opSince = true, "resuming a failover a previous leader left to "+cr.state.Target, t.c.now()
 	st := *cr.state
 	cr.mu.Unlock()
-	defer func() {
-		cr.mu.Lock()
-		cr.switching = false
-		cr.mu.Unlock()
-	}()
+	defer cr.release()
 	old, target, epoch := st.OldPrimary, st.Target, st.Epoch
 	log := t.log.With("cluster", cl.Name, "old_primary", old, "target", target, "epoch", epoch)
 	tp := probes[target]

@@ -100,6 +100,7 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	}
 	m.trouble = res.Trouble
 	t.decideFailover(ctx, cl, cr, &st, res, m, start, confirmSpacing)
+	t.noWritablePrimary(ctx, cfg, cl, cr, &st, res, probes)
 	t.repair(ctx, cfg, cl, cr, &st, probes, m)
 	t.alignReplicaSettings(ctx, cfg, cl, cr, &st, probes, res, m)
 }

@@ -82,7 +82,10 @@ func (t *term) runSwitchover(ctx context.Context, key string, req topo.Request, 
 	if result != resultDone {
 		state = topo.RequestFailed
 	}
-	s.req.State = state
+	s.req.State, s.req.Result = state, result
+	if result != resultRefused {
+		s.req.Override = ""
+	}
 	if err := t.saveRequest(ctx, key, &s.req, &s.version); err != nil {
 		s.log.Error("cannot record the switchover result", "result", result, "err", err)
 	}
@@ -138,21 +141,16 @@ func (s *switchover) run(ctx context.Context) string {
 		return resultRefused
 	}
 	s.cr = cr
-	cr.mu.Lock()
-	busy := cr.switching
-	if !busy {
-		cr.switching = true
+	what := "switchover request " + s.req.ID
+	if s.req.By != "" {
+		what += " by " + s.req.By
 	}
-	cr.mu.Unlock()
-	if busy {
-		s.req.Message = "refused: another switchover of this cluster is running"
+	busy, ok := cr.claim(what, s.t.c.now())
+	if !ok {
+		s.req.Message = "refused: " + busy
 		return resultRefused
 	}
-	defer func() {
-		cr.mu.Lock()
-		cr.switching = false
-		cr.mu.Unlock()
-	}()
+	defer cr.release()
 
 	// 1. Refresh and check; measure (and raise) the candidate's warmth.
 	if err := s.step(ctx, "check", s.check); err != nil {

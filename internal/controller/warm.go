@@ -169,7 +169,9 @@ func (s *switchover) warmth(ctx context.Context) (string, error) {
 	s.req.Warmth = &w
 	if s.req.RequireWarm && w.Fraction < sw.WarmThreshold {
 		hint := "run the switchover with --warm, or wait for reads to warm it"
+		s.req.Override = "--warm, or leave out --require-warm"
 		if s.req.Warm {
+			s.req.Override = "leave out --require-warm"
 			hint = fmt.Sprintf("warming stopped after switchover.warm_timeout %s; raise it or warm the node by other means", sw.WarmTimeout)
 		}
 		return detail, fmt.Errorf("candidate %s is cold: %s, below switchover.warm_threshold %.0f%% (--require-warm): %s",

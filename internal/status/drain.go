@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -68,6 +69,11 @@ func writeDrained(w io.Writer, r *Report, cluster string) {
 			if cs.Cluster == cluster && cs.Primary == n {
 				safe = "NOT safe to stop: still the writable primary — switch over first"
 			}
+		}
+		if rec.Maintenance {
+			fmt.Fprintf(w, "MAINTENANCE node %s since %s (%s ago), %s: out of routing and candidacy (%s)%s\n", n,
+				rec.Since.UTC().Format(time.RFC3339), age(r.CollectedAt, rec.Since), expiry(rec.Until, r.CollectedAt), safe, joinParen(extra))
+			continue
 		}
 		fmt.Fprintf(w, "drained: %s since %s ago (%s)%s\n", n, age(r.CollectedAt, rec.Since), safe, joinParen(extra))
 	}

@@ -47,8 +47,8 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 		if m.By != "" {
 			by = " by " + m.By
 		}
-		fmt.Fprintf(w, "MAINTENANCE on since %s%s: %s (automatic failover blocked; repair and routing continue)\n",
-			m.Since.UTC().Format(time.RFC3339), by, m.Reason)
+		fmt.Fprintf(w, "MAINTENANCE on since %s%s, %s: %s (automatic failover blocked; repair and routing continue)\n",
+			m.Since.UTC().Format(time.RFC3339), by, expiry(m.Until, r.CollectedAt), m.Reason)
 	}
 	if b := cs.FailoverBlock; b != nil && r.CollectedAt.Before(b.Until) {
 		fmt.Fprintf(w, "automatic failover BLOCKED until %s (%s left) after %s; `switchyard ack --cluster %s` lifts it\n",
@@ -80,6 +80,11 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 			codes = append(codes, c)
 		}
 		fmt.Fprintf(w, "analysis: %s\n", strings.Join(codes, ", "))
+		for _, a := range cs.Analysis {
+			if a.Code == "NoWritablePrimary" {
+				fmt.Fprintf(w, "NO WRITABLE PRIMARY: %s\n", a.Detail)
+			}
+		}
 	}
 	if f := cs.LastFailover; f != nil {
 		how := "manual"
@@ -99,4 +104,17 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 			fmt.Fprintf(w, "  %s  %-9s %s\n", ev.At.UTC().Format("15:04:05.000"), ev.Kind, ev.Message)
 		}
 	}
+}
+
+// expiry words when a maintenance ends: "until 2026-01-02T03:34:05Z (29m
+// left)", "expired at ... (the controller leader turns it off at its next
+// round)", or "until turned off".
+func expiry(until *time.Time, now time.Time) string {
+	switch {
+	case until == nil:
+		return "until turned off"
+	case now.Before(*until):
+		return fmt.Sprintf("until %s (%s left)", until.UTC().Format(time.RFC3339), until.Sub(now).Round(time.Second))
+	}
+	return fmt.Sprintf("expired at %s (the controller leader turns it off at its next round)", until.UTC().Format(time.RFC3339))
 }

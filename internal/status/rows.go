@@ -62,8 +62,11 @@ func (r *Report) nodeRow(cs topo.ClusterState, n topo.NodeState) []string {
 			serving = "no: " + n.Reason
 		}
 	}
-	if _, ok := r.Drained[cs.Cluster][n.Name]; ok && n.Role != topo.RolePrimary {
+	if rec, ok := r.Drained[cs.Cluster][n.Name]; ok && n.Role != topo.RolePrimary {
 		serving = "no: drained"
+		if rec.Maintenance {
+			serving = "no: maintenance"
+		}
 	}
 	if stale != "" {
 		return []string{n.Name, n.Address, n.Role, serving, "?", "?", "?", "?", "?", stale}

@@ -123,13 +123,6 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 	return r, nil
 }
 
-// WriteJSON writes the report as indented JSON.
-func WriteJSON(w io.Writer, r *Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
 // WriteTable writes the report as aligned text tables.
 func WriteTable(w io.Writer, r *Report) error {
 	leader := r.Leader
@@ -141,18 +134,19 @@ func WriteTable(w io.Writer, r *Report) error {
 		if err := r.Config.WriteTable(w, r.CollectedAt); err != nil {
 			return err
 		}
+		writePendingRestart(w, r.Config)
 	}
 	if len(r.Clusters) == 0 {
 		fmt.Fprintln(w, "\nno cluster state published yet (is a controller running?)")
 	}
 	for _, cs := range r.Clusters {
 		phase := cs.Phase
-		switch {
-		case cs.Phase == topo.PhaseSwitching:
+		switch ClusterPhase(cs) {
+		case topo.PhaseSwitching:
 			phase += " -> " + cs.Target
-		case cs.Phase == topo.PhaseStable && cs.Primary == "":
+		case PhaseNoPrimary:
 			phase = "NO PRIMARY (writes refused)"
-		case cs.Phase == topo.PhaseStable && hasAnalysis(cs, "DeadPrimary"):
+		case PhasePrimaryDead:
 			phase = "PRIMARY DEAD (writes refused until a failover; see analysis and events)"
 		}
 		primary := cs.Primary
@@ -191,6 +185,9 @@ func WriteTable(w io.Writer, r *Report) error {
 			}
 			sort.Strings(eps)
 			cfg := r.proxyConfig(p)
+			if pending := r.proxyPendingRestart(p); len(pending) > 0 {
+				cfg += " PENDING RESTART: " + strings.Join(pending, ", ")
+			}
 			for _, c := range sortedKeys(p.StateAlarms) {
 				cfg += fmt.Sprintf(" STATE ALARM %s: %s", c, p.StateAlarms[c])
 			}
@@ -277,4 +274,31 @@ func hasAnalysis(cs topo.ClusterState, code string) bool {
 		}
 	}
 	return false
+}
+
+// writePendingRestart prints, per process and role, the applied config
+// changes that take effect only when that process restarts (listeners, the
+// admin address, the etcd section): until then it keeps the old setting.
+func writePendingRestart(w io.Writer, s *configstore.Summary) {
+	for _, c := range s.Consumers {
+		if len(c.PendingRestart) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "PENDING RESTART %s %s (rev %d applied): %s; these take effect only when this process restarts (until then it keeps the old setting)\n",
+			c.Name, c.ID, c.AppliedRev, strings.Join(c.PendingRestart, ", "))
+	}
+}
+
+// proxyPendingRestart is the pending-restart list of proxy p's config
+// consumer report (nil when none).
+func (r *Report) proxyPendingRestart(p topo.ProxyRegistration) []string {
+	if r.Config == nil {
+		return nil
+	}
+	for _, c := range r.Config.Consumers {
+		if c.ID == p.ID && c.Name == "proxy" {
+			return c.PendingRestart
+		}
+	}
+	return nil
 }

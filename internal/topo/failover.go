@@ -156,6 +156,10 @@ type FailoverPlan struct {
 	// eligible; Refusal says why).
 	Candidate string `json:"candidate,omitempty"`
 	Refusal   string `json:"refusal,omitempty"`
+	// Override names the flags that would let a refused failover through
+	// ("--force-stale --reason TEXT", "--force --reason TEXT"); "" when no
+	// flag does (no candidate can be promoted at all).
+	Override string `json:"override,omitempty"`
 	// Candidates lists every node other than the old primary, eligible
 	// first in promotion order, with why the others were rejected.
 	Candidates []PlanCandidate `json:"candidates"`

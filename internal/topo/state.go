@@ -410,6 +410,13 @@ const (
 	RequestFailed  = "failed"
 )
 
+// Request results besides the failures (Request.Result).
+const (
+	RequestResultDone    = "done"
+	RequestResultPlanned = "planned"
+	RequestResultRefused = "refused"
+)
+
 // Request is an operator request (e.g. switchover) handed to the controller
 // leader through the store. The operator creates it Pending; the leader moves
 // it to Running and then Done or Failed, with Message and Steps saying what
@@ -419,9 +426,18 @@ type Request struct {
 	Kind    string `json:"kind"`
 	Cluster string `json:"cluster"`
 	// Target is the requested new primary ("" = let the controller choose).
-	Target    string    `json:"target,omitempty"`
-	State     string    `json:"state"`
-	Message   string    `json:"message,omitempty"`
+	Target  string `json:"target,omitempty"`
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
+	// Result is, once finished, the outcome of a switchover or failover:
+	// RequestResultDone, RequestResultPlanned, RequestResultRefused (a
+	// safety check, a veto hook or another operation said no before
+	// anything changed) or a failure ("failed", "timed_out", "rolled_back",
+	// "aborted"); "" for other kinds and for requests of older controllers.
+	Result string `json:"result,omitempty"`
+	// Override names the flags that would let a refused request through
+	// (e.g. "--force --reason TEXT"); "" when there is none.
+	Override  string    `json:"override,omitempty"`
 	Steps     []string  `json:"steps,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`

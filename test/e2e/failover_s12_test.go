@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +93,7 @@ func TestS12StaleNodeReturnsAlone(t *testing.T) {
 		db.Close()
 	}
 
-	// --plan exits 1 when the failover would be refused, and says why.
+	// --plan exits 2 when the failover would be refused, and says why.
 	plan, _ := s.cliErr("failover", "--cluster", "main", "--plan")
 	t.Logf("failover --plan:\n%s", plan)
 	if !strings.Contains(plan, "promotion floor: "+floor.GTID) || !strings.Contains(plan, "behind the floor: missing "+floor.GTID) {
@@ -102,7 +104,7 @@ func TestS12StaleNodeReturnsAlone(t *testing.T) {
 		t.Fatalf("status does not name the floor and node3's gap:\n%s", status)
 	}
 	out, err := s.cliErr("failover", "--cluster", "main")
-	if err == nil || !strings.Contains(out, "behind the promotion floor") {
+	if exitCode(err) != 2 || !strings.Contains(out, "behind the promotion floor") || !strings.Contains(out, "failover refused: ") {
 		t.Fatalf("manual failover to stale node3 without --force-stale: err %v\n%s", err, out)
 	}
 	if st := s.state(); st.Primary == "node3" {
@@ -226,8 +228,8 @@ func TestFailoverOfHealthyPrimaryRefused(t *testing.T) {
 	s := startFO(t, foOpts{Mode: config.FailoverManual})
 	const msg = "primary node1 is healthy and reachable: use `switchyard switchover` (or --force --reason to fail over anyway)"
 	out, err := s.cliErr("failover", "--cluster", "main")
-	if err == nil || !strings.Contains(out, msg) {
-		t.Fatalf("failover of a healthy primary: err %v\n%s", err, out)
+	if exitCode(err) != 2 || !strings.Contains(out, "failover refused: "+msg+"; override: --force --reason TEXT") {
+		t.Fatalf("failover of a healthy primary: err %v, want exit 2 (refused) with the override\n%s", err, out)
 	}
 	if st := s.state(); st.Primary != "node1" || st.Epoch != 1 || st.FailoverBlock != nil {
 		t.Fatalf("refused failover changed the cluster: primary %s epoch %d block %+v", st.Primary, st.Epoch, st.FailoverBlock)
@@ -237,8 +239,8 @@ func TestFailoverOfHealthyPrimaryRefused(t *testing.T) {
 		t.Fatalf("refused failover fenced node1 (read_only=%d, %v)", ro, err)
 	}
 	plan, perr := s.cliErr("failover", "--cluster", "main", "--plan")
-	if perr == nil {
-		t.Fatalf("failover --plan of a healthy primary exited 0; want 1 (the failover would be refused):\n%s", plan)
+	if exitCode(perr) != 2 || !strings.Contains(plan, "override: --force --reason TEXT") {
+		t.Fatalf("failover --plan of a healthy primary: %v; want exit 2 (the failover would be refused) naming the override:\n%s", perr, plan)
 	}
 	if !strings.Contains(plan, "WARNING: "+msg) {
 		t.Fatalf("plan has no warning:\n%s", plan)
@@ -316,4 +318,17 @@ func TestDrainUnmovablePrimary(t *testing.T) {
 	if st := s.state(); st.Primary != "node1" {
 		t.Fatalf("primary %s, want node1", st.Primary)
 	}
+}
+
+// exitCode is the exit status of a CLI run's error (0 for nil, -1 when it
+// did not exit).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
 }

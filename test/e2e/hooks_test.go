@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/hooks"
+	"github.com/switchyard-db/switchyard/internal/proxy"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -123,6 +124,14 @@ func TestHookDeadPrimaryManual(t *testing.T) {
 	if err := s.sb.KillNode(0); err != nil {
 		t.Fatal(err)
 	}
+	// The rw listener stops being ready within 2 probe intervals, long
+	// before the dead_primary notification (which waits for the
+	// confirmation and the plan).
+	notReady := waitListenerNotReady(t, s.proxies[0], "rw", killed, 40*foInterval)
+	t.Logf("rw listener not ready %s after kill -9 (%.1f probe intervals of %s)", notReady.Round(time.Millisecond), float64(notReady)/float64(foInterval), foInterval)
+	if notReady > 2*foInterval {
+		t.Errorf("rw listener still ready %s after the kill, want not ready within 2 probe intervals (%s)", notReady.Round(time.Millisecond), 2*foInterval)
+	}
 	p := sink.wait(t, config.HookDeadPrimary, 20*time.Second)
 	if p.Plan == nil {
 		t.Fatalf("dead_primary payload without a plan: %+v", p)
@@ -164,7 +173,8 @@ func TestHookDeadPrimaryManual(t *testing.T) {
 	}
 
 	refusal, err := s.cliErr("failover", "--cluster", "main")
-	if err == nil || !strings.Contains(refusal, `refused by veto hook "freeze"`) || !strings.Contains(refusal, "change freeze in effect") {
+	if exitCode(err) != 2 || !strings.Contains(refusal, `failover refused: by veto hook "freeze"`) || !strings.Contains(refusal, "change freeze in effect") ||
+		!strings.Contains(refusal, "; override: none") {
 		t.Fatalf("failover with a refusing veto hook: err %v\n%s", err, refusal)
 	}
 	t.Logf("switchyard failover with the veto hook refusing (%v):\n%s", err, refusal)
@@ -294,4 +304,22 @@ func metricLabeled(t *testing.T, reg *prometheus.Registry, name string, labels m
 		}
 	}
 	return 0
+}
+
+// waitListenerNotReady polls the proxy's listener health until listener
+// reports a problem and returns how long after start that was (fatal after
+// timeout).
+func waitListenerNotReady(t *testing.T, p *proxy.Server, listener string, start time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	for {
+		for _, h := range p.Health() {
+			if h.Listener == listener && h.Problem != "" {
+				return time.Since(start)
+			}
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("listener %s still ready %s after the kill", listener, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -180,6 +180,12 @@ func TestManualDeadPrimaryTellsTheOperator(t *testing.T) {
 	if !strings.Contains(body, `listener "rw"`) {
 		t.Fatalf("readiness does not name the listener: %q", body)
 	}
+	// Acceptance: the rw listener is not ready within 2 probe intervals
+	// of the kill (the proxy's own backend check sees the refused
+	// connection; it does not wait for the controller's confirmation).
+	if took > 2*foInterval {
+		t.Fatalf("/readyz/listener/rw turned 503 %s after the kill, want within 2 probe intervals (%s)", took.Round(time.Millisecond), 2*foInterval)
+	}
 	if code, body := o.get("/primary"); code != http.StatusServiceUnavailable {
 		t.Fatalf("GET /primary after the kill: %d %q, want 503", code, body)
 	}
