@@ -109,6 +109,7 @@ if [ "$TLS" = 1 ]; then
 fi
 
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+usys() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
 SYSCALLS=(raw_syscalls:sys_enter syscalls:sys_enter_read syscalls:sys_enter_write syscalls:sys_enter_recvfrom
           syscalls:sys_enter_sendto syscalls:sys_enter_epoll_pwait syscalls:sys_enter_epoll_wait syscalls:sys_enter_futex)
@@ -150,10 +151,14 @@ declare -A QPS P95 CPUUS
 run() {
   local name=$1 port=$2 wl=$3 pid=$4 out c0 c1 q
   c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
+  local us0="0 0" us1="0 0" t0 t1; t0=$(date +%s.%N)
+  [ -n "$pid" ] && us0=$(usys "$pid")
   [ "$PROFILE" = 1 ] && [ -n "$pid" ] && profile_start "$name" "$wl" "$pid"
   out=$(sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
         --mysql-ignore-errors=none --report-interval=0 run)
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
+  t1=$(date +%s.%N)
+  [ -n "$pid" ] && us1=$(usys "$pid")
   q=$(echo "$out" | awk '/queries:/ {print $2; exit}')
   QPS[$name/$wl]=$(echo "$out" | awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}')
   P95[$name/$wl]=$(echo "$out" | awk '/95th percentile:/ {print $3; exit}')
@@ -164,9 +169,31 @@ run() {
   fi
   local errs; errs=$(echo "$out" | awk '/ignored errors:/ {print $3; exit}')
   printf '  %-10s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
+  if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
+    # user and system time per query; for Switchyard also net of the
+    # background CPU it uses with no client (controller, embedded etcd).
+    awk -v a="$us0" -v b="$us1" -v hz="$HZ" -v q="$q" -v name="$name" -v idle="${IDLE:-0}" -v t0="$t0" -v t1="$t1" 'BEGIN {
+      split(a, x, " "); split(b, y, " ")
+      u = (y[1] - x[1]) / hz * 1e6 / q; s = (y[2] - x[2]) / hz * 1e6 / q
+      printf "    %-10s user %.1f us + system %.1f us per query", name, u, s
+      if (name == "switchyard") printf "; net of %.1f ms/s idle background: %.1f us", idle, u + s - idle / 1e3 * (t1 - t0) * 1e6 / q
+      printf "\n" }'
+  fi
   if [ "$PROFILE" = 1 ] && [ -n "$pid" ]; then profile_end "$name" "$wl" "$q"; fi
 }
 
+# Switchyard's CPU with no client: the controller's probes, the embedded
+# etcd and the proxy's own checks (ms of CPU per second).
+IDLE_SECS=${BENCH_IDLE_SECONDS:-5}
+i0=$(cpu "$SYPID")
+if [ "$PROFILE" = 1 ]; then
+  curl -sf -o "$PROFILE_DIR/cpu-idle.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$IDLE_SECS" || true
+else
+  sleep "$IDLE_SECS"
+fi
+i1=$(cpu "$SYPID")
+IDLE=$(awk -v c=$((i1 - i0)) -v hz="$HZ" -v s="$IDLE_SECS" 'BEGIN {printf "%.1f", c / hz * 1e3 / s}')
+echo "== switchyard idle CPU (no clients, $IDLE_SECS s): $IDLE ms/s"
 mode="plaintext"; [ "$TLS" = 1 ] && mode="TLS (--mysql-ssl=on)"
 echo "== $SECS s per run, $THREADS threads, --db-ps-mode=$PS_MODE, clients: $mode, compression $COMPRESSION, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for wl in oltp_point_select oltp_read_write; do
@@ -183,7 +210,7 @@ for wl in oltp_point_select oltp_read_write; do
 done
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$PROFILE" = 1 ]; then
-  for wl in oltp_point_select oltp_read_write; do
+  for wl in idle oltp_point_select oltp_read_write; do
     [ -s "$PROFILE_DIR/cpu-$wl.pprof" ] || continue
     echo
     echo "== switchyard CPU profile, $wl ($PROFILE_DIR/cpu-$wl.pprof; allocations: allocs-$wl.pprof)"
