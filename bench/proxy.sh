@@ -112,16 +112,20 @@ cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 usys() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
 SYSCALLS=(raw_syscalls:sys_enter syscalls:sys_enter_read syscalls:sys_enter_write syscalls:sys_enter_recvfrom
-          syscalls:sys_enter_sendto syscalls:sys_enter_epoll_pwait syscalls:sys_enter_epoll_wait syscalls:sys_enter_futex)
+          syscalls:sys_enter_sendto syscalls:sys_enter_epoll_pwait syscalls:sys_enter_epoll_wait syscalls:sys_enter_futex
+          context-switches cpu-migrations)
 mallocs() { curl -sf "http://$SWITCHYARD_ADMIN/metrics" | awk '/^go_memstats_mallocs_total / {printf "%d", $2}'; }
 # profile_start NAME WL PID: perf stat on the proxy; for Switchyard a
 # malloc count and a CPU profile of the middle of the run.
-PERFPID=""; PPROFPID=""; M0=0
+PERFPID=""; PPROFPID=""; RECPID=""; M0=0
 profile_start() {
   local name=$1 wl=$2 pid=$3 ev
   ev=$(IFS=,; echo "${SYSCALLS[*]}")
   perf stat -x, -e "$ev" -p "$pid" -o "$PROFILE_DIR/syscalls-$name-$wl.csv" 2>/dev/null &
   PERFPID=$!
+  # Where the proxy's CPU goes, kernel included, in the middle of the run.
+  (sleep $((SECS / 4)); perf record -q -F 499 -p "$pid" -o "$PROFILE_DIR/perf-$name-$wl.data" -- sleep $((SECS / 2 > 0 ? SECS / 2 : 1)) >/dev/null 2>&1) &
+  RECPID=$!
   if [ "$name" = switchyard ]; then
     M0=$(mallocs)
     local d=$((SECS / 2)); [ "$d" -lt 1 ] && d=1
@@ -135,10 +139,11 @@ profile_start() {
 profile_end() {
   local name=$1 wl=$2 q=$3 line
   kill -INT "$PERFPID" 2>/dev/null || true; wait "$PERFPID" 2>/dev/null || true
-  line=$(awk -F, -v q="$q" '$3 ~ /sys_enter/ && $1 ~ /^[0-9]+$/ && $1 > 0 {
+  wait "$RECPID" 2>/dev/null || true
+  line=$(awk -F, -v q="$q" '$3 ~ /sys_enter|context-switches|cpu-migrations/ && $1 ~ /^[0-9]+$/ && $1 > 0 {
       n=$3; sub(/^(raw_)?syscalls:sys_enter_?/, "", n); if (n == "") n="all";
       printf "%s %.2f  ", n, $1 / q }' "$PROFILE_DIR/syscalls-$name-$wl.csv")
-  printf '    %-10s syscalls/query: %s\n' "$name" "$line"
+  printf '    %-10s per query (syscalls by call, context switches, migrations): %s\n' "$name" "$line"
   if [ "$name" = switchyard ]; then
     local m1; m1=$(mallocs)
     awk -v a="$M0" -v b="$m1" -v q="$q" 'BEGIN {printf "    switchyard allocations/query: %.1f (whole process: proxy, controller, embedded etcd)\n", (b - a) / q}'
@@ -210,6 +215,12 @@ for wl in oltp_point_select oltp_read_write; do
 done
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$PROFILE" = 1 ]; then
+  for f in "$PROFILE_DIR"/perf-*.data; do
+    [ -s "$f" ] || continue
+    echo
+    echo "== perf, top symbols (kernel and user): $f"
+    perf report -q -i "$f" --no-children --sort sym 2>/dev/null | grep -v '^$' | head -22
+  done
   for wl in idle oltp_point_select oltp_read_write; do
     [ -s "$PROFILE_DIR/cpu-$wl.pprof" ] || continue
     echo
