@@ -22,6 +22,7 @@
 # admin endpoint's /debug/pprof (the sandbox config gets admin.pprof: true).
 # The profiles are kept in PROFILE_DIR (default /tmp/sy-profile.PID) and
 # their top functions printed (go tool pprof -top).
+# SWITCHYARD_BIN runs another build (default bin/switchyard), to compare two.
 # Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ COMPRESSION=${BENCH_COMPRESSION:-off}
 PS_MODE=${BENCH_PS_MODE:-auto}
 PROFILE=${PROFILE:-0}
 PROFILE_DIR=${PROFILE_DIR:-/tmp/sy-profile.$$}
-SY=$PWD/bin/switchyard
+SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
 SYPID=""; HAPID=""
