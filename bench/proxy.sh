@@ -13,6 +13,16 @@
 # BENCH_COMPRESSION=on runs every client with protocol compression
 # (sysbench --mysql-compression=on): the server compresses for direct and
 # HAProxy, Switchyard compresses itself (its backend side stays plain).
+# BENCH_PS_MODE=disable runs sysbench with --db-ps-mode=disable (text
+# queries instead of prepared statements; default auto).
+# PROFILE=1 also measures each proxy run: system calls per query (perf stat
+# on the proxy's pid for the whole run, by call), and for Switchyard
+# allocations per query (go_memstats_mallocs_total from /metrics) and a CPU
+# profile of the middle of the run plus an allocation profile from the
+# admin endpoint's /debug/pprof (the sandbox config gets admin.pprof: true).
+# The profiles are kept in PROFILE_DIR (default /tmp/sy-profile.PID) and
+# their top functions printed (go tool pprof -top).
+# SWITCHYARD_BIN runs another build (default bin/switchyard), to compare two.
 # Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +31,10 @@ if [ "${1:-}" = "--tls" ]; then TLS=1; shift; fi
 SECS=${1:-${BENCH_SECONDS:-20}}
 THREADS=${BENCH_THREADS:-8}
 COMPRESSION=${BENCH_COMPRESSION:-off}
-SY=$PWD/bin/switchyard
+PS_MODE=${BENCH_PS_MODE:-auto}
+PROFILE=${PROFILE:-0}
+PROFILE_DIR=${PROFILE_DIR:-/tmp/sy-profile.$$}
+SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
 SYPID=""; HAPID=""
@@ -45,12 +58,21 @@ echo "== sandbox and switchyard (work dir $WORK)"
 $SY sandbox up --dir "$WORK/sb" --rw-address "127.0.0.1:$(freeport)" --ro-address "127.0.0.1:$(freeport)" \
   --admin-address "127.0.0.1:$(freeport)" --etcd-client-address "127.0.0.1:$(freeport)" --etcd-peer-address "127.0.0.1:$(freeport)" >/dev/null
 eval "$($SY sandbox env --dir "$WORK/sb")"
+if [ "$PROFILE" = 1 ]; then
+  mkdir -p "$PROFILE_DIR"
+  # admin.pprof: true, right after the admin section's address.
+  awk '/^[^ ]/ {a=0} /^admin:/ {a=1} a && /^ +pprof:/ {next} {print}
+       a && /^ +address:/ {match($0, /^ +/); printf "%*spprof: true\n", RLENGTH, ""}' \
+    "$SWITCHYARD_CONFIG" >"$WORK/cfg.tmp" && cat "$WORK/cfg.tmp" >"$SWITCHYARD_CONFIG"
+  grep -q 'pprof: true' "$SWITCHYARD_CONFIG" || { echo "PROFILE=1: could not set admin.pprof in $SWITCHYARD_CONFIG" >&2; exit 1; }
+fi
 $SY up --config "$SWITCHYARD_CONFIG" --log-level warn >"$WORK/switchyard.log" 2>&1 &
 SYPID=$!
 for i in $(seq 1 60); do
   $SY status --config "$SWITCHYARD_CONFIG" --json 2>/dev/null | grep -q '"proxies": \[' && break
   sleep 0.5
 done
+kill -0 "$SYPID" 2>/dev/null || { echo "switchyard up exited:" >&2; tail -20 "$WORK/switchyard.log" >&2; exit 1; }
 
 HAPORT=$(freeport)
 cat >"$WORK/haproxy.cfg" <<CFG
@@ -74,7 +96,7 @@ RW_PORT=${SWITCHYARD_RW##*:}
 common=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-user="$SWITCHYARD_APP_USER" --mysql-password="$SWITCHYARD_APP_PASSWORD"
         --mysql-db=sbtest --tables=4 --table-size=10000 --rand-type=uniform)
 sysbench oltp_read_write "${common[@]}" --mysql-port="$PRIMARY_PORT" prepare >/dev/null
-common+=(--mysql-compression="$COMPRESSION")
+common+=(--mysql-compression="$COMPRESSION" --db-ps-mode="$PS_MODE")
 
 # sysbench 1.0 with --mysql-ssl=on loads client-key.pem, client-cert.pem
 # and cacert.pem from its working directory: the sandbox's own.
@@ -88,15 +110,61 @@ if [ "$TLS" = 1 ]; then
 fi
 
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+usys() { awk '{print $14, $15}' "/proc/$1/stat"; }
+
+SYSCALLS=(raw_syscalls:sys_enter syscalls:sys_enter_read syscalls:sys_enter_write syscalls:sys_enter_recvfrom
+          syscalls:sys_enter_sendto syscalls:sys_enter_epoll_pwait syscalls:sys_enter_epoll_wait syscalls:sys_enter_futex
+          context-switches cpu-migrations)
+mallocs() { curl -sf "http://$SWITCHYARD_ADMIN/metrics" | awk '/^go_memstats_mallocs_total / {printf "%d", $2}'; }
+# profile_start NAME WL PID: perf stat on the proxy; for Switchyard a
+# malloc count and a CPU profile of the middle of the run.
+PERFPID=""; PPROFPID=""; RECPID=""; M0=0
+profile_start() {
+  local name=$1 wl=$2 pid=$3 ev
+  ev=$(IFS=,; echo "${SYSCALLS[*]}")
+  perf stat -x, -e "$ev" -p "$pid" -o "$PROFILE_DIR/syscalls-$name-$wl.csv" 2>/dev/null &
+  PERFPID=$!
+  # Where the proxy's CPU goes, kernel included, in the middle of the run.
+  (sleep $((SECS / 4)); perf record -q -F 499 -p "$pid" -o "$PROFILE_DIR/perf-$name-$wl.data" -- sleep $((SECS / 2 > 0 ? SECS / 2 : 1)) >/dev/null 2>&1) &
+  RECPID=$!
+  if [ "$name" = switchyard ]; then
+    M0=$(mallocs)
+    local d=$((SECS / 2)); [ "$d" -lt 1 ] && d=1
+    (sleep $((SECS / 4))
+     curl -sf -o "$PROFILE_DIR/allocs-$wl.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/allocs?seconds=$d" &
+     curl -sf -o "$PROFILE_DIR/cpu-$wl.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$d"; wait) &
+    PPROFPID=$!
+  fi
+}
+# profile_end NAME WL QUERIES: per-query figures.
+profile_end() {
+  local name=$1 wl=$2 q=$3 line
+  kill -INT "$PERFPID" 2>/dev/null || true; wait "$PERFPID" 2>/dev/null || true
+  wait "$RECPID" 2>/dev/null || true
+  line=$(awk -F, -v q="$q" '$3 ~ /sys_enter|context-switches|cpu-migrations/ && $1 ~ /^[0-9]+$/ && $1 > 0 {
+      n=$3; sub(/^(raw_)?syscalls:sys_enter_?/, "", n); if (n == "") n="all";
+      printf "%s %.2f  ", n, $1 / q }' "$PROFILE_DIR/syscalls-$name-$wl.csv")
+  printf '    %-10s per query (syscalls by call, context switches, migrations): %s\n' "$name" "$line"
+  if [ "$name" = switchyard ]; then
+    local m1; m1=$(mallocs)
+    awk -v a="$M0" -v b="$m1" -v q="$q" 'BEGIN {printf "    switchyard allocations/query: %.1f (whole process: proxy, controller, embedded etcd)\n", (b - a) / q}'
+    wait "$PPROFPID" 2>/dev/null || true
+  fi
+}
 
 # run TARGET_NAME PORT WORKLOAD PID(or empty)
 declare -A QPS P95 CPUUS
 run() {
   local name=$1 port=$2 wl=$3 pid=$4 out c0 c1 q
   c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
+  local us0="0 0" us1="0 0" t0 t1; t0=$(date +%s.%N)
+  [ -n "$pid" ] && us0=$(usys "$pid")
+  [ "$PROFILE" = 1 ] && [ -n "$pid" ] && profile_start "$name" "$wl" "$pid"
   out=$(sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
         --mysql-ignore-errors=none --report-interval=0 run)
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
+  t1=$(date +%s.%N)
+  [ -n "$pid" ] && us1=$(usys "$pid")
   q=$(echo "$out" | awk '/queries:/ {print $2; exit}')
   QPS[$name/$wl]=$(echo "$out" | awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}')
   P95[$name/$wl]=$(echo "$out" | awk '/95th percentile:/ {print $3; exit}')
@@ -107,10 +175,33 @@ run() {
   fi
   local errs; errs=$(echo "$out" | awk '/ignored errors:/ {print $3; exit}')
   printf '  %-10s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
+  if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
+    # user and system time per query; for Switchyard also net of the
+    # background CPU it uses with no client (controller, embedded etcd).
+    awk -v a="$us0" -v b="$us1" -v hz="$HZ" -v q="$q" -v name="$name" -v idle="${IDLE:-0}" -v t0="$t0" -v t1="$t1" 'BEGIN {
+      split(a, x, " "); split(b, y, " ")
+      u = (y[1] - x[1]) / hz * 1e6 / q; s = (y[2] - x[2]) / hz * 1e6 / q
+      printf "    %-10s user %.1f us + system %.1f us per query", name, u, s
+      if (name == "switchyard") printf "; net of %.1f ms/s idle background: %.1f us", idle, u + s - idle / 1e3 * (t1 - t0) * 1e6 / q
+      printf "\n" }'
+  fi
+  if [ "$PROFILE" = 1 ] && [ -n "$pid" ]; then profile_end "$name" "$wl" "$q"; fi
 }
 
+# Switchyard's CPU with no client: the controller's probes, the embedded
+# etcd and the proxy's own checks (ms of CPU per second).
+IDLE_SECS=${BENCH_IDLE_SECONDS:-5}
+i0=$(cpu "$SYPID")
+if [ "$PROFILE" = 1 ]; then
+  curl -sf -o "$PROFILE_DIR/cpu-idle.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$IDLE_SECS" || true
+else
+  sleep "$IDLE_SECS"
+fi
+i1=$(cpu "$SYPID")
+IDLE=$(awk -v c=$((i1 - i0)) -v hz="$HZ" -v s="$IDLE_SECS" 'BEGIN {printf "%.1f", c / hz * 1e3 / s}')
+echo "== switchyard idle CPU (no clients, $IDLE_SECS s): $IDLE ms/s"
 mode="plaintext"; [ "$TLS" = 1 ] && mode="TLS (--mysql-ssl=on)"
-echo "== $SECS s per run, $THREADS threads, prepared statements (sysbench default), clients: $mode, compression $COMPRESSION"
+echo "== $SECS s per run, $THREADS threads, --db-ps-mode=$PS_MODE, clients: $mode, compression $COMPRESSION, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for wl in oltp_point_select oltp_read_write; do
   run direct "$PRIMARY_PORT" "$wl" ""
   run haproxy "$HAPORT" "$wl" "$HAPID"
@@ -123,3 +214,22 @@ for wl in oltp_point_select oltp_read_write; do
   awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" \
     'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f\n", w, h/d, s/d, s/h}'
 done
+echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$PROFILE" = 1 ]; then
+  for f in "$PROFILE_DIR"/perf-*.data; do
+    [ -s "$f" ] || continue
+    echo
+    echo "== perf, top symbols (kernel and user): $f"
+    perf report -q -i "$f" --no-children --sort sym 2>/dev/null | grep -v '^$' | head -22
+  done
+  for wl in idle oltp_point_select oltp_read_write; do
+    [ -s "$PROFILE_DIR/cpu-$wl.pprof" ] || continue
+    echo
+    echo "== switchyard CPU profile, $wl ($PROFILE_DIR/cpu-$wl.pprof; allocations: allocs-$wl.pprof)"
+    go tool pprof -top -nodecount=25 "$SY" "$PROFILE_DIR/cpu-$wl.pprof" 2>/dev/null | sed -n '1,32p'
+    if [ -s "$PROFILE_DIR/allocs-$wl.pprof" ]; then
+      echo "-- allocations (objects) in the same window"
+      go tool pprof -top -sample_index=alloc_objects -nodecount=12 "$SY" "$PROFILE_DIR/allocs-$wl.pprof" 2>/dev/null | sed -n '1,18p'
+    fi
+  done
+fi

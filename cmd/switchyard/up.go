@@ -319,6 +319,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		a, err := admin.Start(admin.Options{
 			Address:  adminAddr,
 			Gatherer: reg,
+			Pprof:    cfg.Admin.Pprof,
 			Status: func(ctx context.Context) (any, error) {
 				return status.Collect(ctx, st, keys, time.Now())
 			},

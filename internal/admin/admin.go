@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +40,10 @@ type Options struct {
 	// no listeners, /readyz then checks Ready only and /primary, /replica
 	// answer 503.
 	Listeners func() []proxy.ListenerHealth
-	Log       *slog.Logger
+	// Pprof serves net/http/pprof's handlers under /debug/pprof/ (config
+	// admin.pprof).
+	Pprof bool
+	Log   *slog.Logger
 }
 
 // Server is a running admin endpoint.
@@ -68,6 +72,13 @@ func Start(o Options) (*Server, error) {
 	healthHandlers(mux, o)
 	if o.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if o.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	if o.Status != nil {
 		mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {

@@ -228,6 +228,13 @@ type AdminConfig struct {
 	// disable the endpoint.
 	// Type: string (host:port or "off"). Default: "127.0.0.1:8080".
 	Address string `yaml:"address"`
+	// Pprof serves Go's runtime profiles under /debug/pprof/ on the admin
+	// address (CPU: /debug/pprof/profile?seconds=N; allocations:
+	// /debug/pprof/allocs), for measuring the proxy. Anyone who reaches the
+	// admin address can then profile the process, which costs CPU while a
+	// profile runs: keep it off in production. Read at start only.
+	// Type: bool. Default: false.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Credentials are the accounts the controller uses on the database nodes.

@@ -95,8 +95,9 @@ func (d Diff) Empty() bool {
 }
 
 // restartOnlyPrefixes are the settings the running processes read only at
-// start: the embedded or external etcd, the admin endpoint's address.
-var restartOnlyPrefixes = []string{"etcd.", "admin.address"}
+// start: the embedded or external etcd, the admin endpoint's address and
+// whether it serves profiles.
+var restartOnlyPrefixes = []string{"etcd.", "admin.address", "admin.pprof"}
 
 // RestartOnly lists the changes of d that the running proxies and `up`
 // processes do not apply until they restart, one line each: every listener

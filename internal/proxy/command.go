@@ -291,12 +291,12 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
 			if s.txPool && (cmd == mysql.COM_STMT_EXECUTE || cmd == mysqlproto.ComStmtBulkExecute) {
-				calc = mentions(stmt.text, "sql_calc_found_rows")
+				calc = stmt.calcAny
 				if merr := s.beforeStatement(stmt.text); merr != nil {
 					return s.refuseCommand(merr)
 				}
 			} else if cmd == mysql.COM_STMT_EXECUTE {
-				calc = stmt.class == classSelect && calcFoundRows(stmt.text)
+				calc = stmt.calc
 				if s.diagLost {
 					if merr := s.afterMove(stmt.text, false); merr != nil {
 						return s.refuseCommand(merr)

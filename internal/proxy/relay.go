@@ -44,6 +44,45 @@ func (s *session) copyPacket() (mysqlproto.Packet, error) {
 	return p, nil
 }
 
+// copyRun relays, with one write to the client writer, the run of
+// complete packets at the start of the backend read buffer that are
+// ordinary rows or column definitions: at most max packets, up to the
+// first one that is not wholly buffered, is empty, has MaxPacketPayload
+// bytes (a continuation follows) or starts with 0xfe (EOF, or the OK
+// terminator) or 0xff (ERR). It returns how many it relayed (0: the
+// packet-by-packet relay reads the next one, waiting for it if need be).
+// Nothing is read from the backend connection.
+func (s *session) copyRun(max int) (int, error) {
+	avail := s.br.Buffered()
+	if avail <= mysqlproto.HeaderSize || max <= 0 {
+		return 0, nil
+	}
+	b, _ := s.br.Peek(avail) // cannot fail: avail bytes are buffered
+	off, n := 0, 0
+	var seq byte
+	for n < max && off+mysqlproto.HeaderSize < len(b) {
+		h := mysqlproto.ParseHeader(b[off:])
+		end := off + mysqlproto.HeaderSize + h.Len
+		if h.Len == 0 || h.Len == mysqlproto.MaxPacketPayload || end > len(b) {
+			break
+		}
+		if f := b[off+mysqlproto.HeaderSize]; f == mysql.EOF_HEADER || f == mysql.ERR_HEADER {
+			break
+		}
+		seq, off, n = h.Seq, end, n+1
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := s.cw.Write(b[:off]); err != nil {
+		return 0, fail(closeClientGone, &mysqlproto.WriteError{Err: err})
+	}
+	_, _ = s.br.Discard(off)
+	s.seq = seq
+	s.out += off
+	return n, nil
+}
+
 // copyLogical relays one logical packet (with its continuation packets).
 func (s *session) copyLogical() (mysqlproto.Packet, error) {
 	first, err := s.copyPacket()
@@ -373,7 +412,17 @@ func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
 	} else {
 		ms = nil
 	}
-	for range ncols {
+	for i := uint64(0); i < ncols; i++ {
+		if ms == nil {
+			// Definitions already buffered go in one write.
+			k, err := s.copyRun(int(min(ncols-i, 1<<20)))
+			if err != nil {
+				return false, err
+			}
+			if i += uint64(k); i == ncols {
+				break
+			}
+		}
 		p, err := s.copyLogical()
 		if err != nil {
 			return false, err
@@ -419,7 +468,16 @@ func (s *session) relayResultSet(ncols uint64, meta bool) (bool, error) {
 func (s *session) relayRows() (bool, error) {
 	cont := false
 	deprecateEOF := s.deprecateEOF() && s.tracked
+	batch := s.rlog == nil || !s.rlog.hashing // rows are hashed one by one
 	for {
+		if batch && !cont {
+			// Rows already buffered go in one write.
+			k, err := s.copyRun(1 << 30)
+			if err != nil {
+				return false, err
+			}
+			s.rows += int64(k)
+		}
 		var p mysqlproto.Packet
 		var err error
 		if deprecateEOF && !cont && s.peekFirst() == mysql.EOF_HEADER {

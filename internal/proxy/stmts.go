@@ -42,6 +42,10 @@ type stmtInfo struct {
 	cursor    bool // a cursor is open (SERVER_STATUS_CURSOR_EXISTS)
 	types     []byte
 	digest    string // of text, for hot-read sampling (computed on first sample)
+	// calc: the text is a SELECT SQL_CALC_FOUND_ROWS (calcFoundRows);
+	// calcAny: it mentions sql_calc_found_rows at all (transaction
+	// pooling). Both worked out once, at prepare.
+	calc, calcAny bool
 	// meta sums the result column definitions the client holds for the
 	// statement, under MARIADB_CLIENT_CACHE_METADATA only: from its
 	// prepare, or the last execute that sent them again.
@@ -124,6 +128,8 @@ func (s *session) addStmt(clientID, backendID uint32, ok mysqlproto.StmtPrepareO
 	st := &stmtInfo{backendID: backendID, text: append([]byte(nil), text...), params: ok.Params, columns: ok.Columns,
 		class: classify(text)}
 	st.userLock, st.userVar = stickyState(text)
+	st.calc = st.class == classSelect && calcFoundRows(text)
+	st.calcAny = mentions(text, "sql_calc_found_rows")
 	s.stmts[clientID] = st
 	return st
 }
