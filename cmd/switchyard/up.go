@@ -437,7 +437,7 @@ func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
 		var fe *config.FieldError
 		if errors.As(e, &fe) {
 			switch {
-			case strings.HasPrefix(fe.Field, "credentials.monitor."):
+			case strings.HasPrefix(fe.Field, "credentials.monitor."), strings.HasPrefix(fe.Field, "admin."):
 			case strings.HasPrefix(fe.Field, "hooks["):
 				if !runController {
 					continue
