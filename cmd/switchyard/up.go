@@ -312,10 +312,23 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	if rf.admin != "" {
 		adminAddr = rf.admin
 	}
+	var adminSrv *admin.Server
 	if adminAddr != "off" {
+		var sessions admin.Sessions
+		if srv != nil {
+			sessions = srv
+		}
 		a, err := admin.Start(admin.Options{
 			Address:  adminAddr,
 			Gatherer: reg,
+			Store:    st,
+			Keys:     keys,
+			// The admin section is read at start (a change of it is
+			// pending restart), the certificate files again on change.
+			Tokens:      cfg.Admin.Tokens,
+			TLS:         cfg.Admin.TLS,
+			MetricsAuth: cfg.Admin.MetricsAuth,
+			Sessions:    sessions,
 			Status: func(ctx context.Context) (any, error) {
 				return status.Collect(ctx, st, keys, time.Now())
 			},
@@ -345,7 +358,11 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			return err
 		}
 		defer a.Close()
-		log.Info("admin endpoint ready", "address", a.Addr())
+		adminSrv = a
+		log.Info("admin endpoint ready", "address", a.Addr(), "https", a.TLS(), "tokens", len(cfg.Admin.Tokens))
+		for _, w := range cfg.AdminWarnings() {
+			log.Warn(w)
+		}
 	}
 
 	reloadRefused := prometheus.NewCounter(prometheus.CounterOpts{
@@ -354,7 +371,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	})
 	reg.MustRegister(reloadRefused)
 	hup := make(chan os.Signal, 1)
-	if cfgPath != "" || srv != nil {
+	if cfgPath != "" || srv != nil || adminSrv != nil {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
@@ -370,6 +387,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			// load keeps the previous one).
 			if srv != nil {
 				srv.ReloadTLS()
+			}
+			if adminSrv != nil {
+				_ = adminSrv.ReloadTLS()
 			}
 			if cfgPath == "" {
 				continue

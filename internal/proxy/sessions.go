@@ -29,6 +29,8 @@ type SessionInfo struct {
 	User       string `json:"user"`
 	ClientAddr string `json:"client_addr"`
 	Listener   string `json:"listener"`
+	// Cluster is the listener's cluster.
+	Cluster string `json:"cluster"`
 	// BackendNode is the node of the session's backend connection ("" when
 	// it has none at the moment: before login, transaction pooling between
 	// transactions, moving).
@@ -65,7 +67,7 @@ func (s *Server) Sessions() []SessionInfo {
 	for _, sess := range list {
 		busy := sess.busy.Load()
 		info := SessionInfo{ID: strconv.FormatUint(uint64(sess.id), 10), User: users[sess], ClientAddr: sess.addr,
-			Listener: sess.l.name, AgeS: now.Sub(sess.began).Seconds(), InTransaction: busy&busyTx != 0}
+			Listener: sess.l.name, Cluster: sess.l.cluster, AgeS: now.Sub(sess.began).Seconds(), InTransaction: busy&busyTx != 0}
 		sess.mu.Lock()
 		if sess.closed {
 			sess.mu.Unlock()
