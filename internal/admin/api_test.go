@@ -1,0 +1,402 @@
+package admin
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/controller"
+	"github.com/switchyard-db/switchyard/internal/topo"
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
+)
+
+var apiKeys = topo.Keys{Prefix: "/switchyard-admin-test"}
+
+// call makes one request and returns the status and the body.
+func call(t *testing.T, c *http.Client, method, url, token, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func sum(tok string) string {
+	s := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(s[:])
+}
+
+// TestOpenAPICoversRoutes: every route the server registers is in
+// api/openapi.yaml and every operation of the file is a route.
+func TestOpenAPICoversRoutes(t *testing.T) {
+	srv, err := Start(Options{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	b, err := os.ReadFile("../../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		OpenAPI string                    `yaml:"openapi"`
+		Paths   map[string]map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Errorf("api/openapi.yaml: openapi %q, want 3.x", doc.OpenAPI)
+	}
+	inFile := map[string]bool{}
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			switch m {
+			case "get", "post", "put", "delete", "patch":
+				inFile[strings.ToUpper(m)+" "+p] = true
+			}
+		}
+	}
+	registered := map[string]bool{}
+	for _, r := range srv.api.routes {
+		registered[r.Method+" "+r.Path] = true
+	}
+	var missing, extra []string
+	for r := range registered {
+		if !inFile[r] {
+			missing = append(missing, r)
+		}
+	}
+	for r := range inFile {
+		if !registered[r] {
+			extra = append(extra, r)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	if len(missing) > 0 {
+		t.Errorf("routes not described in api/openapi.yaml: %v", missing)
+	}
+	if len(extra) > 0 {
+		t.Errorf("api/openapi.yaml describes routes the server does not register: %v", extra)
+	}
+	if len(registered) < 20 {
+		t.Errorf("only %d routes registered", len(registered))
+	}
+}
+
+// TestAPIAuth: the auth matrix over a real etcd. No token 401, a bad token
+// 401, viewer GET 200, viewer POST 403, operator POST accepted, a change
+// without reason 400; health and metrics without a token unless
+// metrics_auth; without tokens a loopback endpoint is open and any other
+// refuses.
+func TestAPIAuth(t *testing.T) {
+	st := topotest.NewStore(t)
+	t.Setenv("SY_TEST_OPERATOR_TOKEN", "op-secret")
+	tokFile := filepath.Join(t.TempDir(), "viewer.token")
+	if err := os.WriteFile(tokFile, []byte("view-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_test_total", Help: "test"}))
+	start := func(metricsAuth bool) *Server {
+		srv, err := Start(Options{Address: "127.0.0.1:0", Store: st, Keys: apiKeys, Gatherer: reg, MetricsAuth: metricsAuth,
+			Status: func(context.Context) (any, error) { return map[string]any{"leader": "x"}, nil },
+			Tokens: []config.AdminToken{
+				{Name: "alice", Role: config.RoleOperator, TokenEnv: "SY_TEST_OPERATOR_TOKEN"},
+				{Name: "victor", Role: config.RoleViewer, TokenFile: tokFile},
+				{Name: "hash", Role: config.RoleViewer, TokenSHA256: sum("hashed-secret")},
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		return srv
+	}
+	srv := start(false)
+	base := "http://" + srv.Addr()
+	c := http.DefaultClient
+	for _, tc := range []struct {
+		method, path, token, body string
+		code                      int
+		want                      string
+	}{
+		{"GET", "/api/v1/whoami", "", "", 401, `"code": "unauthorized"`},
+		{"GET", "/api/v1/whoami", "wrong", "", 401, "invalid token"},
+		{"GET", "/api/v1/whoami", "view-secret", "", 200, `"name": "victor"`},
+		{"GET", "/api/v1/whoami", "hashed-secret", "", 200, `"name": "hash"`},
+		{"GET", "/api/v1/whoami", "op-secret", "", 200, `"role": "operator"`},
+		{"GET", "/api/v1/status", "view-secret", "", 200, `"store_reachable": true`},
+		{"GET", "/api/status", "", "", 401, "missing token"},
+		{"GET", "/api/status", "view-secret", "", 200, `"leader": "x"`},
+		{"GET", "/api/v1/events", "view-secret", "", 200, `"events": []`},
+		{"GET", "/api/v1/events?limit=0", "view-secret", "", 400, "limit"},
+		{"GET", "/api/v1/sessions", "view-secret", "", 200, `"proxy": false`},
+		{"POST", "/api/v1/config/validate", "view-secret", `{"yaml": "x: 1"}`, 403, "needs role operator"},
+		{"POST", "/api/v1/config/validate", "op-secret", `{"yaml": "x: 1"}`, 200, `"valid": false`},
+		{"POST", "/api/v1/clusters/main/nodes/node1/drain", "op-secret", `{}`, 400, "reason: required"},
+		{"POST", "/api/v1/clusters/main/nodes/node1/drain", "op-secret", `{"reason": "x", "bogus": 1}`, 400, "bogus"},
+		{"POST", "/api/v1/clusters/nope/switchover", "op-secret", `{"reason": "test"}`, 404, "nope"},
+		{"POST", "/api/v1/clusters/main/maintenance", "op-secret", `{"reason": "x"}`, 400, "on: required"},
+		{"GET", "/api/v1/nothing", "op-secret", "", 404, "no API endpoint"},
+		{"GET", "/healthz", "", "", 200, "ok"},
+		{"GET", "/readyz", "", "", 200, "ready"},
+		{"GET", "/metrics", "", "", 200, "switchyard_test_total"},
+	} {
+		code, body := call(t, c, tc.method, base+tc.path, tc.token, tc.body)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s %s (token %q): %d %s\nwant %d containing %q", tc.method, tc.path, tc.token, code, body, tc.code, tc.want)
+		}
+	}
+
+	// metrics_auth: /metrics needs a token of any role.
+	srv2 := start(true)
+	if code, _ := call(t, c, "GET", "http://"+srv2.Addr()+"/metrics", "", ""); code != 401 {
+		t.Errorf("/metrics with metrics_auth and no token: %d, want 401", code)
+	}
+	if code, body := call(t, c, "GET", "http://"+srv2.Addr()+"/metrics", "view-secret", ""); code != 200 || !strings.Contains(body, "switchyard_test_total") {
+		t.Errorf("/metrics with metrics_auth and a viewer token: %d", code)
+	}
+
+	// No tokens: open on loopback (actor anonymous), closed elsewhere.
+	open, err := Start(Options{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if code, body := call(t, c, "GET", "http://"+open.Addr()+"/api/v1/whoami", "", ""); code != 200 || !strings.Contains(body, `"auth": false`) || !strings.Contains(body, anonymous) {
+		t.Errorf("whoami without tokens on loopback: %d %s", code, body)
+	}
+	closed, err := newAuthenticator(nil, "10.1.2.3:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "/api/v1/whoami", nil)
+	if _, e := closed.identify(req); e == nil || e.status != 401 || !strings.Contains(e.msg, "not a loopback") {
+		t.Errorf("no tokens on a non-loopback address: %v", e)
+	}
+
+	// A token whose secret cannot be read names its field.
+	_, err = Start(Options{Address: "127.0.0.1:0", Tokens: []config.AdminToken{{Name: "x", Role: "viewer", TokenEnv: "SY_TEST_UNSET_TOKEN"}}})
+	if err == nil || !strings.Contains(err.Error(), "admin.tokens[0].token_env") {
+		t.Errorf("unset token variable: %v", err)
+	}
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 with serial
+// into dir and returns its files.
+func writeCert(t *testing.T, dir string, serial int64) (certFile, keyFile string, cert *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "switchyard-admin-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key")
+	// Written aside and renamed, as a certificate manager does.
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, {keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}} {
+		if err := os.WriteFile(f.path+".tmp", f.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(f.path+".tmp", f.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert, err = x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, cert
+}
+
+// TestAPIHTTPS: admin.tls serves HTTPS; replacing the files changes the
+// certificate served without a restart, as does ReloadTLS; a broken pair
+// keeps the previous certificate.
+func TestAPIHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, c1 := writeCert(t, dir, 1)
+	srv, err := Start(Options{Address: "127.0.0.1:0", TLS: config.AdminTLS{CertFile: certFile, KeyFile: keyFile},
+		Tokens: []config.AdminToken{{Name: "alice", Role: "operator", TokenSHA256: sum("s")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	served := func(trust *x509.Certificate) (*big.Int, error) {
+		pool := x509.NewCertPool()
+		pool.AddCert(trust)
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + srv.Addr() + "/api/v1/whoami")
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Errorf("whoami over HTTPS without a token: %d, want 401", resp.StatusCode)
+		}
+		return resp.TLS.PeerCertificates[0].SerialNumber, nil
+	}
+	if s, err := served(c1); err != nil || s.Int64() != 1 {
+		t.Fatalf("first certificate: serial %v, %v", s, err)
+	}
+	if resp, err := http.Get("http://" + srv.Addr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Error("plain HTTP answered 200 on an HTTPS endpoint")
+		}
+	}
+
+	// New files: picked up at a handshake after certCheckEvery.
+	time.Sleep(10 * time.Millisecond)
+	_, _, c2 := writeCert(t, dir, 2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := served(c2)
+		if err == nil && s.Int64() == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("certificate not reloaded within 10 s: serial %v, %v", s, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// A broken pair keeps the certificate in use; ReloadTLS says why.
+	if err := os.WriteFile(keyFile, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ReloadTLS(); err == nil {
+		t.Error("ReloadTLS with a broken key: no error")
+	}
+	if s, err := served(c2); err != nil || s.Int64() != 2 {
+		t.Errorf("after a broken reload: serial %v, %v; want the previous certificate", s, err)
+	}
+	_, _, c3 := writeCert(t, dir, 3)
+	if err := srv.ReloadTLS(); err != nil {
+		t.Fatalf("ReloadTLS: %v", err)
+	}
+	if s, err := served(c3); err != nil || s.Int64() != 3 {
+		t.Errorf("after ReloadTLS: serial %v, %v", s, err)
+	}
+}
+
+// TestAPIEventStream: an event written to the log reaches a client of the
+// stream, with its actor; the listing shows it newest first.
+func TestAPIEventStream(t *testing.T) {
+	st := topotest.NewStore(t)
+	srv, err := Start(Options{Address: "127.0.0.1:0", Store: st, Keys: apiKeys,
+		Tokens: []config.AdminToken{{Name: "victor", Role: "viewer", TokenSHA256: sum("v")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+srv.Addr()+"/api/v1/events/stream?cluster=main", nil)
+	req.Header.Set("Authorization", "Bearer v")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, ":") {
+		t.Fatalf("stream start: %q %v", line, err)
+	}
+	for i, msg := range []string{"first", "second"} {
+		if err := controller.RecordEvent(ctx, st, apiKeys, "test", topo.Event{Cluster: "main", Code: "test", Message: msg, Actor: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		var ev topo.Event
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			if strings.HasPrefix(line, "data: ") {
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			if strings.TrimSpace(line) != "" && line != "event: event\n" {
+				t.Fatalf("unexpected line %q", line)
+			}
+		}
+		if ev.Message != msg || ev.Actor != "alice" || ev.Cluster != "main" {
+			t.Errorf("event %d: %+v", i, ev)
+		}
+	}
+	code, body := call(t, http.DefaultClient, "GET", "http://"+srv.Addr()+"/api/v1/events?cluster=main&limit=1", "v", "")
+	var page struct {
+		Events []topo.Event `json:"events"`
+		Next   string       `json:"next"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil || code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	if len(page.Events) != 1 || page.Events[0].Message != "second" || page.Next == "" {
+		t.Fatalf("first page: %+v", page)
+	}
+	_, body = call(t, http.DefaultClient, "GET", "http://"+srv.Addr()+"/api/v1/events?cluster=main&before="+page.Next, "v", "")
+	page.Events, page.Next = nil, ""
+	if err := json.Unmarshal([]byte(body), &page); err != nil || len(page.Events) != 1 || page.Events[0].Message != "first" || page.Next != "" {
+		t.Fatalf("second page: %s", body)
+	}
+}
