@@ -10,10 +10,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -24,11 +27,16 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/configstore"
 	"github.com/switchyard-db/switchyard/internal/controller"
+	"github.com/switchyard-db/switchyard/internal/proxy"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
 	"github.com/switchyard-db/switchyard/internal/topo"
 	"github.com/switchyard-db/switchyard/internal/topo/topotest"
 )
@@ -398,5 +406,189 @@ func TestAPIEventStream(t *testing.T) {
 	page.Events, page.Next = nil, ""
 	if err := json.Unmarshal([]byte(body), &page); err != nil || len(page.Events) != 1 || page.Events[0].Message != "first" || page.Next != "" {
 		t.Fatalf("second page: %s", body)
+	}
+}
+
+// TestAPISwitchoverOnSandbox: on a 3-node sandbox with a controller and a
+// proxy in this process, an operator token plans a switchover, starts it
+// (202), follows the operation until done; the switchover's events carry
+// the token's name as actor; the session list shows a client of the
+// proxy, and a kill through the API ends it and is recorded in the events.
+func TestAPISwitchoverOnSandbox(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	cfg := c.Config()
+	cfg.Probe.Interval = config.Duration(500 * time.Millisecond)
+	cfg.Probe.Timeout = config.Duration(400 * time.Millisecond)
+	cfg.Switchover.CatchupTimeout = config.Duration(10 * time.Second)
+	for i := range cfg.Listeners {
+		cfg.Listeners[i].Address = "127.0.0.1:0"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := configstore.Bootstrap(ctx, st, apiKeys, cfg, "test"); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl, err := controller.New(controller.Options{Config: cfg, Store: st, Keys: apiKeys, ID: "ctl-api", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlDone := make(chan error, 1)
+	go func() { ctlDone <- ctl.Run(ctx) }()
+	px, err := proxy.New(proxy.Options{Config: cfg, ID: "proxy-api", Log: log, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := px.Start(); err != nil {
+		t.Fatal(err)
+	}
+	followDone := make(chan error, 1)
+	go func() { followDone <- proxy.Follow(ctx, st, apiKeys, px) }()
+	defer func() {
+		cancel()
+		<-followDone
+		_ = px.Close()
+		select {
+		case <-ctlDone:
+		case <-time.After(15 * time.Second):
+			t.Error("controller did not stop within 15 s")
+		}
+	}()
+	srv, err := Start(Options{Address: "127.0.0.1:0", Store: st, Keys: apiKeys, Sessions: px, Log: log,
+		Tokens: []config.AdminToken{{Name: "alice", Role: "operator", TokenSHA256: sum("op")}, {Name: "victor", Role: "viewer", TokenSHA256: sum("v")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	base := "http://" + srv.Addr() + "/api/v1"
+	hc := &http.Client{Timeout: 90 * time.Second}
+
+	// Wait until the controller published a stable state with serving
+	// replicas and the plan is OK.
+	var plan struct {
+		OK       bool                      `json:"ok"`
+		Plan     controller.SwitchoverPlan `json:"plan"`
+		Refusals []string                  `json:"refusals"`
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := call(t, hc, "POST", base+"/clusters/"+cfg.Clusters[0].Name+"/switchover/plan", "op", `{"target": "node2"}`)
+		if code == 200 {
+			if err := json.Unmarshal([]byte(body), &plan); err != nil {
+				t.Fatal(err)
+			}
+			if plan.OK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("switchover plan not OK within 60 s: %d %s", code, body)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if plan.Plan.From != "node1" || plan.Plan.To != "node2" || len(plan.Plan.Steps) < 5 {
+		t.Fatalf("plan: %+v", plan.Plan)
+	}
+	cluster := cfg.Clusters[0].Name
+
+	// A client of the proxy shows in the session list; kill it.
+	app, err := sql.Open("mysql", fmt.Sprintf("%s:%s@tcp(%s)/", c.AppUser, c.AppPassword, px.ListenerAddr("rw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	conn, err := app.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Sessions []proxy.SessionInfo `json:"sessions"`
+		Proxy    bool                `json:"proxy"`
+	}
+	_, body := call(t, hc, "GET", base+"/sessions", "v", "")
+	if err := json.Unmarshal([]byte(body), &list); err != nil || !list.Proxy || len(list.Sessions) != 1 {
+		t.Fatalf("sessions: %s", body)
+	}
+	s0 := list.Sessions[0]
+	if s0.User != c.AppUser || s0.Listener != "rw" || s0.Cluster != cluster {
+		t.Errorf("session: %+v", s0)
+	}
+	if code, body := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", "v", `{"reason": "test"}`); code != 403 {
+		t.Errorf("kill with a viewer token: %d %s", code, body)
+	}
+	if code, body := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", "op", `{"reason": "stuck client"}`); code != 200 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT 1"); err == nil {
+		t.Error("the killed session still answers")
+	}
+	if code, _ := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", "op", `{"reason": "again"}`); code != 404 {
+		t.Errorf("kill of an ended session: %d, want 404", code)
+	}
+
+	// Switch over to node2 through the API and follow the operation.
+	code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", "op", `{"target": "node2", "reason": "api test"}`)
+	if code != 202 {
+		t.Fatalf("switchover: %d %s", code, body)
+	}
+	var op struct {
+		ID        string `json:"id"`
+		StatusURL string `json:"status_url"`
+	}
+	if err := json.Unmarshal([]byte(body), &op); err != nil || op.ID == "" || op.StatusURL != "/api/v1/clusters/"+cluster+"/operations/"+op.ID {
+		t.Fatalf("switchover answer: %s", body)
+	}
+	start := time.Now()
+	var req topo.Request
+	for {
+		code, body := call(t, hc, "GET", "http://"+srv.Addr()+op.StatusURL, "v", "")
+		if code != 200 {
+			t.Fatalf("operation: %d %s", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &req); err != nil {
+			t.Fatal(err)
+		}
+		if req.State == topo.RequestDone || req.State == topo.RequestFailed {
+			break
+		}
+		if time.Since(start) > 90*time.Second {
+			t.Fatalf("switchover still %s after 90 s: %s", req.State, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if req.State != topo.RequestDone || req.Target != "node2" || req.By != "alice" {
+		t.Fatalf("switchover: %s %s (target %s, by %s)", req.State, req.Message, req.Target, req.By)
+	}
+	t.Logf("switchover through the API done in %s (polled): %s", time.Since(start).Round(time.Millisecond), req.Message)
+
+	// The events: the switchover's with actor alice, the kill's too.
+	code, body = call(t, hc, "GET", base+"/events?cluster="+cluster+"&limit=1000", "v", "")
+	var page struct {
+		Events []topo.Event `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil || code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	var switched, killed bool
+	for _, ev := range page.Events {
+		if ev.Code == "switchover_done" && ev.Actor == "alice" {
+			switched = true
+		}
+		if ev.Code == "session_kill" && ev.Actor == "alice" && strings.Contains(ev.Message, "stuck client") {
+			killed = true
+		}
+	}
+	if !switched || !killed {
+		t.Errorf("events with actor alice: switchover_done %v, session_kill %v; events: %s", switched, killed, body)
+	}
+	// A second switchover to the current primary is refused by the plan.
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", "op", `{"target": "node2", "reason": "again"}`); code != 409 ||
+		!strings.Contains(body, "already the primary") || !strings.Contains(body, `"override": "force"`) {
+		t.Errorf("switchover to the primary: %d %s", code, body)
 	}
 }
