@@ -592,3 +592,101 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 		t.Errorf("switchover to the primary: %d %s", code, body)
 	}
 }
+
+// TestAPIConfig: validate, diff, apply (with the token's name as the
+// author, base_revision compare-and-swap), history, one revision with
+// passwords redacted, and rollback, over a real etcd.
+func TestAPIConfig(t *testing.T) {
+	st := topotest.NewStore(t)
+	srv, err := Start(Options{Address: "127.0.0.1:0", Store: st, Keys: apiKeys,
+		Tokens: []config.AdminToken{{Name: "alice", Role: "operator", TokenSHA256: sum("op")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	base := "http://" + srv.Addr() + "/api/v1/config"
+	hc := http.DefaultClient
+	y1 := `credentials:
+  monitor: {user: monitor, password: monitor-secret}
+  replication: {user: repl, password: repl-secret}
+users:
+  - {name: app, password: app-secret}
+clusters:
+  - name: main
+    nodes:
+      - {name: db1, address: 127.0.0.1:3306}
+listeners:
+  - {name: rw, address: 127.0.0.1:6446, cluster: main, role: primary}
+`
+	y2 := strings.Replace(y1, "{name: app, password: app-secret}", "{name: app, password: app-secret}\n  - {name: report, password: report-secret}", 1)
+	body := func(v any) string { return string(mustJSON(v)) }
+	decodeInto := func(s string, v any) {
+		t.Helper()
+		if err := json.Unmarshal([]byte(s), v); err != nil {
+			t.Fatalf("%v: %s", err, s)
+		}
+	}
+	code, out := call(t, hc, "POST", base+"/validate", "op", body(map[string]string{"yaml": "clusters: []\nbogus: 1\n"}))
+	var v struct {
+		Valid    bool     `json:"valid"`
+		Errors   []string `json:"errors"`
+		Warnings []string `json:"warnings"`
+	}
+	decodeInto(out, &v)
+	if code != 200 || v.Valid || len(v.Errors) == 0 || !strings.Contains(strings.Join(v.Errors, "\n"), "bogus") {
+		t.Errorf("validate bad: %d %s", code, out)
+	}
+	_, out = call(t, hc, "POST", base+"/validate", "op", body(map[string]string{"yaml": y1}))
+	v = struct {
+		Valid    bool     `json:"valid"`
+		Errors   []string `json:"errors"`
+		Warnings []string `json:"warnings"`
+	}{}
+	decodeInto(out, &v)
+	if !v.Valid || len(v.Errors) != 0 || !strings.Contains(strings.Join(v.Warnings, "\n"), "admin.tokens") {
+		t.Errorf("validate good: %s", out)
+	}
+	if code, out := call(t, hc, "POST", base+"/apply", "op", body(map[string]any{"yaml": y1})); code != 400 || !strings.Contains(out, "reason") {
+		t.Errorf("apply without reason: %d %s", code, out)
+	}
+	code, out = call(t, hc, "POST", base+"/apply", "op", body(map[string]any{"yaml": y1, "reason": "first"}))
+	var res struct {
+		Revision int64 `json:"revision"`
+	}
+	decodeInto(out, &res)
+	if code != 200 || res.Revision != 1 {
+		t.Fatalf("apply: %d %s", code, out)
+	}
+	code, out = call(t, hc, "POST", base+"/diff", "op", body(map[string]any{"yaml": y2}))
+	if code != 200 || !strings.Contains(out, "report") || !strings.Contains(out, `"destructive": false`) {
+		t.Errorf("diff: %d %s", code, out)
+	}
+	// base_revision: the reviewed revision must still be current.
+	if code, out := call(t, hc, "POST", base+"/apply", "op", body(map[string]any{"yaml": y2, "reason": "stale", "base_revision": 7})); code != 409 || !strings.Contains(out, `"code": "conflict"`) {
+		t.Errorf("apply on a stale base: %d %s", code, out)
+	}
+	code, out = call(t, hc, "POST", base+"/apply", "op", body(map[string]any{"yaml": y2, "reason": "add report", "base_revision": 1}))
+	decodeInto(out, &res)
+	if code != 200 || res.Revision != 2 {
+		t.Fatalf("apply 2: %d %s", code, out)
+	}
+	code, out = call(t, hc, "GET", base, "op", "")
+	if code != 200 || !strings.Contains(out, `"revision": 2`) || !strings.Contains(out, `"applied_by": "alice"`) || strings.Contains(out, "report-secret") {
+		t.Errorf("current: %d %s", code, out)
+	}
+	code, out = call(t, hc, "GET", base+"/history?limit=1", "op", "")
+	if code != 200 || !strings.Contains(out, `"revision": 2`) || strings.Contains(out, `"revision": 1`) || !strings.Contains(out, `"actor": "alice"`) {
+		t.Errorf("history: %d %s", code, out)
+	}
+	if code, out := call(t, hc, "GET", base+"/revisions/1", "op", ""); code != 200 || strings.Contains(out, "app-secret") || !strings.Contains(out, `"revision": 1`) {
+		t.Errorf("revision 1: %d %s", code, out)
+	}
+	if code, _ := call(t, hc, "GET", base+"/revisions/99", "op", ""); code != 404 {
+		t.Errorf("revision 99: %d, want 404", code)
+	}
+	code, out = call(t, hc, "POST", base+"/rollback", "op", body(map[string]any{"revision": 1, "reason": "undo"}))
+	decodeInto(out, &res)
+	if code != 200 || res.Revision != 3 {
+		t.Errorf("rollback: %d %s", code, out)
+	}
+}
