@@ -95,8 +95,12 @@ which is recorded in the events.`,
 			// The plan of a failover that would be refused (a healthy,
 			// reachable primary without --force) exits 1, as the failover
 			// itself would.
-			if req.PlanOnly && req.Plan != nil && strings.Contains(req.Plan.Warning, "healthy and reachable") && !forceReachable {
-				return exitError{code: 1, msg: "failover would be refused: " + req.Plan.Warning}
+			if req.PlanOnly {
+				for _, why := range controller.FailoverPlanRefusals(req.Plan, forceReachable) {
+					if why == req.Plan.Warning {
+						return exitError{code: 1, msg: "failover would be refused: " + why}
+					}
+				}
 			}
 			return nil
 		},

@@ -570,19 +570,9 @@ func (a *api) failoverPlan(_ http.ResponseWriter, r *http.Request, p principal) 
 		}
 		return nil, storeError(err)
 	}
-	refusals := []string{}
-	if req.Plan != nil {
-		if req.Plan.Refusal != "" {
-			refusals = append(refusals, req.Plan.Refusal)
-		}
-		if strings.Contains(req.Plan.Warning, "healthy and reachable") {
-			refusals = append(refusals, req.Plan.Warning)
-		}
-	}
-	if req.Plan == nil || req.Plan.Candidate == "" {
-		if len(refusals) == 0 {
-			refusals = append(refusals, orText(req.Message, "no candidate"))
-		}
+	refusals := controller.FailoverPlanRefusals(req.Plan, false)
+	if (req.Plan == nil || req.Plan.Candidate == "") && len(refusals) == 0 {
+		refusals = append(refusals, orText(req.Message, "no candidate"))
 	}
 	return map[string]any{"ok": len(refusals) == 0, "plan": req.Plan, "refusals": refusals}, nil
 }

@@ -54,6 +54,25 @@ func RequestFailover(ctx context.Context, st topo.Store, keys topo.Keys, cluster
 	return Submit(ctx, st, keys, req)
 }
 
+// FailoverPlanRefusals says why the failover that plan describes would be
+// refused: no eligible candidate (the plan's refusal), or a primary that is
+// healthy and reachable when forceReachable is false (use a switchover).
+// Empty when it would run. The command line's --plan exit status and the
+// admin API's failover plan both come from it.
+func FailoverPlanRefusals(plan *topo.FailoverPlan, forceReachable bool) []string {
+	out := []string{}
+	if plan == nil {
+		return out
+	}
+	if plan.Candidate == "" && plan.Refusal != "" {
+		out = append(out, plan.Refusal)
+	}
+	if !forceReachable && strings.Contains(plan.Warning, "healthy and reachable") {
+		out = append(out, plan.Warning)
+	}
+	return out
+}
+
 // FailoverRequest checks o (Force and ForceReachable need a Reason) and
 // returns the operator request for a failover of cluster, for Submit or
 // Enqueue.
