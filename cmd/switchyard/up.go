@@ -40,7 +40,7 @@ type roleFlags struct {
 func (r *roleFlags) register(cmd *cobra.Command, role string) {
 	cmd.Flags().StringVar(&r.id, "id", "", "id of this "+role+" in the topology store (default hostname-pid; for up with an embedded etcd, hostname-up-<hash of its data directory>, the same after a restart)")
 	cmd.Flags().StringVar(&r.pidFile, "pid-file", "", "write the process id to this file (removed on exit)")
-	cmd.Flags().StringVar(&r.admin, "admin-address", "", "host:port of the admin HTTP endpoint (/healthz, /metrics, /api/status); overrides admin.address, \"off\" disables it")
+	cmd.Flags().StringVar(&r.admin, "admin-address", "", "host:port of the admin HTTP endpoint (/healthz, /metrics, the admin API /api/v1); overrides admin.address, \"off\" disables it")
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {

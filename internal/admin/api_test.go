@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -688,5 +690,36 @@ listeners:
 	decodeInto(out, &res)
 	if code != 200 || res.Revision != 3 {
 		t.Errorf("rollback: %d %s", code, out)
+	}
+}
+
+// TestAPIStatusStale: with the store unreachable the last status document
+// is served with stale true and store_reachable false; before any was
+// read it is 503.
+func TestAPIStatusStale(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	srv, err := Start(Options{Address: "127.0.0.1:0", Status: func(context.Context) (any, error) {
+		if down.Load() {
+			return nil, errors.New("etcd at 127.0.0.1:1 does not answer")
+		}
+		return map[string]any{"leader": "ctl-1"}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := "http://" + srv.Addr() + "/api/v1/status"
+	if code, body := call(t, http.DefaultClient, "GET", url, "", ""); code != 503 || !strings.Contains(body, `"code": "unavailable"`) {
+		t.Errorf("status before any read, store down: %d %s", code, body)
+	}
+	down.Store(false)
+	if code, body := call(t, http.DefaultClient, "GET", url, "", ""); code != 200 || !strings.Contains(body, `"stale": false`) {
+		t.Errorf("status: %d %s", code, body)
+	}
+	down.Store(true)
+	code, body := call(t, http.DefaultClient, "GET", url, "", "")
+	if code != 200 || !strings.Contains(body, `"stale": true`) || !strings.Contains(body, `"store_reachable": false`) || !strings.Contains(body, `"leader": "ctl-1"`) {
+		t.Errorf("status with the store down after a read: %d %s", code, body)
 	}
 }
