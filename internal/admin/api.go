@@ -227,7 +227,7 @@ func reasonOf(reason string) *apiError {
 // storeError maps an error of the store or of an operator call.
 func storeError(err error) *apiError {
 	switch {
-	case errors.Is(err, controller.ErrUnknownCluster), errors.Is(err, topo.ErrNotFound):
+	case errors.Is(err, controller.ErrUnknownCluster), errors.Is(err, controller.ErrUnknownNode), errors.Is(err, topo.ErrNotFound):
 		return &apiError{status: http.StatusNotFound, code: codeNotFound, msg: err.Error()}
 	case errors.Is(err, controller.ErrNoLeader):
 		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, msg: err.Error()}
@@ -630,12 +630,11 @@ func (a *api) drain(_ http.ResponseWriter, r *http.Request, p principal) (any, *
 	defer cancel()
 	res, err := controller.Drain(ctx, st, a.o.Keys, c, n, controller.DrainOptions{By: p.Name, Reason: b.Reason})
 	if err != nil {
-		if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, topo.ErrNotFound) {
+		if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, topo.ErrNotFound) {
 			return nil, storeError(err)
 		}
-		return nil, refused("drain: "+err.Error(), "")
+		return nil, refused(err.Error(), "")
 	}
-	a.record(ctx, p, topo.Event{Cluster: c, Code: "drain", Node: n, Message: fmt.Sprintf("node %s drained by %s: %s", n, p.Name, b.Reason)})
 	return map[string]any{"ok": true, "result": res}, nil
 }
 
@@ -656,17 +655,16 @@ func (a *api) undrain(_ http.ResponseWriter, r *http.Request, p principal) (any,
 	c, n := r.PathValue("c"), r.PathValue("n")
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	was, err := controller.Undrain(ctx, st, a.o.Keys, c, n)
+	was, err := controller.UndrainBy(ctx, st, a.o.Keys, c, n, p.Name, b.Reason)
 	if err != nil {
-		if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, topo.ErrNotFound) {
+		if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, topo.ErrNotFound) {
 			return nil, storeError(err)
 		}
-		return nil, refused("undrain: "+err.Error(), "")
+		return nil, refused(err.Error(), "")
 	}
 	msg := fmt.Sprintf("%s was not drained", n)
 	if was {
 		msg = fmt.Sprintf("%s undrained: it serves reads again once the controller sees it replicating, and may be promoted", n)
-		a.record(ctx, p, topo.Event{Cluster: c, Code: "undrain", Node: n, Message: fmt.Sprintf("node %s undrained by %s: %s", n, p.Name, b.Reason)})
 	}
 	return map[string]any{"ok": true, "was_drained": was, "message": msg}, nil
 }

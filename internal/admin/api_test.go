@@ -568,6 +568,17 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	}
 	t.Logf("switchover through the API done in %s (polled): %s", time.Since(start).Round(time.Millisecond), req.Message)
 
+	// Drain and undrain a replica; an unknown node is 404.
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node9/drain", "op", `{"reason": "typo"}`); code != 404 || !strings.Contains(body, "node9 is not a node") {
+		t.Errorf("drain of an unknown node: %d %s", code, body)
+	}
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node3/drain", "op", `{"reason": "disk swap"}`); code != 200 || !strings.Contains(body, `"ok": true`) {
+		t.Errorf("drain: %d %s", code, body)
+	}
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node3/undrain", "op", `{"reason": "disk swapped"}`); code != 200 || !strings.Contains(body, `"was_drained": true`) {
+		t.Errorf("undrain: %d %s", code, body)
+	}
+
 	// The events: the switchover's with actor alice, the kill's too.
 	code, body = call(t, hc, "GET", base+"/events?cluster="+cluster+"&limit=1000", "v", "")
 	var page struct {
@@ -576,8 +587,14 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &page); err != nil || code != 200 {
 		t.Fatalf("events: %d %s", code, body)
 	}
-	var switched, killed bool
+	var switched, killed, drained, undrained bool
 	for _, ev := range page.Events {
+		if ev.Code == "drain" && ev.Actor == "alice" && ev.Node == "node3" && strings.Contains(ev.Message, "disk swap") {
+			drained = true
+		}
+		if ev.Code == "undrain" && ev.Actor == "alice" && ev.Node == "node3" {
+			undrained = true
+		}
 		if ev.Code == "switchover_done" && ev.Actor == "alice" {
 			switched = true
 		}
@@ -585,8 +602,8 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 			killed = true
 		}
 	}
-	if !switched || !killed {
-		t.Errorf("events with actor alice: switchover_done %v, session_kill %v; events: %s", switched, killed, body)
+	if !switched || !killed || !drained || !undrained {
+		t.Errorf("events with actor alice: switchover_done %v, session_kill %v, drain %v, undrain %v; events: %s", switched, killed, drained, undrained, body)
 	}
 	// A second switchover to the current primary is refused by the plan.
 	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", "op", `{"target": "node2", "reason": "again"}`); code != 409 ||
