@@ -60,7 +60,12 @@ this environment: one that cannot be resolved is a warning (the file may be
 checked on a machine that does not hold the secrets, e.g. in CI), printed
 with its field, and the output says "valid, but". With --require-secrets —
 on the machine that runs switchyard up — it is an error (exit 1): up would
-refuse to start with it.`,
+refuse to start with it.
+
+Admin endpoint settings that are valid but unsafe are warned about on
+stderr: no admin.tokens (on a loopback address the API then needs no
+token; on any other address it refuses every call), and an address other
+machines reach without admin.tls.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := config.ValidateFile(args[0])
@@ -72,6 +77,11 @@ refuse to start with it.`,
 				nodes += len(cl.Nodes)
 			}
 			summary := fmt.Sprintf("%d clusters, %d nodes, %d listeners, %d users", len(c.Clusters), nodes, len(c.Listeners), len(c.Users))
+			// Unsafe but valid admin settings go to stderr: the verdict on
+			// stdout stays one line.
+			for _, w := range c.AdminWarnings() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+			}
 			if serr := c.CheckSecrets(); serr != nil {
 				var lines []string
 				for _, e := range flattenErrors(serr) {

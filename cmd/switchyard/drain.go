@@ -67,9 +67,9 @@ NODE and says it is safe to stop (exit 1 on timeout). Undo with
 }
 
 func newUndrainCmd(g *globalFlags) *cobra.Command {
-	var cluster string
+	var cluster, reason string
 	cmd := &cobra.Command{
-		Use:   "undrain NODE --cluster C",
+		Use:   "undrain NODE --cluster C [--reason TEXT]",
 		Short: "Undo drain: the node serves reads again and may be promoted",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -81,7 +81,7 @@ func newUndrainCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			defer done()
-			was, err := controller.Undrain(ctx, st, keys, cluster, args[0])
+			was, err := controller.UndrainBy(ctx, st, keys, cluster, args[0], operatorName(), reason)
 			if err != nil {
 				return exitError{code: 1, msg: err.Error()}
 			}
@@ -94,5 +94,6 @@ func newUndrainCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "cluster name (required)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the undrain event)")
 	return cmd
 }

@@ -101,8 +101,12 @@ out or was rolled back).`,
 			// The plan of a failover that would be refused (a healthy,
 			// reachable primary without --force) exits as the failover
 			// itself would: refused.
-			if req.PlanOnly && req.Plan != nil && strings.Contains(req.Plan.Warning, "healthy and reachable") && !forceReachable {
-				return exitError{code: exitRefused, msg: "failover would be refused: " + req.Plan.Warning + "; override: " + overrideText(req.Plan.Override)}
+			if req.PlanOnly {
+				for _, why := range controller.FailoverPlanRefusals(req.Plan, forceReachable) {
+					if why == req.Plan.Warning {
+						return exitError{code: exitRefused, msg: "failover would be refused: " + why + "; override: " + overrideText(req.Plan.Override)}
+					}
+				}
 			}
 			return nil
 		},

@@ -40,7 +40,7 @@ type roleFlags struct {
 func (r *roleFlags) register(cmd *cobra.Command, role string) {
 	cmd.Flags().StringVar(&r.id, "id", "", "id of this "+role+" in the topology store (default hostname-pid; for up with an embedded etcd, hostname-up-<hash of its data directory>, the same after a restart)")
 	cmd.Flags().StringVar(&r.pidFile, "pid-file", "", "write the process id to this file (removed on exit)")
-	cmd.Flags().StringVar(&r.admin, "admin-address", "", "host:port of the admin HTTP endpoint (/healthz, /metrics, /api/status); overrides admin.address, \"off\" disables it")
+	cmd.Flags().StringVar(&r.admin, "admin-address", "", "host:port of the admin HTTP endpoint (/healthz, /metrics, the admin API /api/v1); overrides admin.address, \"off\" disables it")
 }
 
 func newUpCmd(g *globalFlags) *cobra.Command {
@@ -315,11 +315,24 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	if rf.admin != "" {
 		adminAddr = rf.admin
 	}
+	var adminSrv *admin.Server
 	if adminAddr != "off" {
+		var sessions admin.Sessions
+		if srv != nil {
+			sessions = srv
+		}
 		a, err := admin.Start(admin.Options{
 			Address:  adminAddr,
 			Gatherer: reg,
 			Pprof:    cfg.Admin.Pprof,
+			Store:    st,
+			Keys:     keys,
+			// The admin section is read at start (a change of it is
+			// pending restart), the certificate files again on change.
+			Tokens:      cfg.Admin.Tokens,
+			TLS:         cfg.Admin.TLS,
+			MetricsAuth: cfg.Admin.MetricsAuth,
+			Sessions:    sessions,
 			Status: func(ctx context.Context) (any, error) {
 				return status.Collect(ctx, st, keys, time.Now())
 			},
@@ -349,7 +362,11 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			return err
 		}
 		defer a.Close()
-		log.Info("admin endpoint ready", "address", a.Addr())
+		adminSrv = a
+		log.Info("admin endpoint ready", "address", a.Addr(), "https", a.TLS(), "tokens", len(cfg.Admin.Tokens))
+		for _, w := range cfg.AdminWarnings() {
+			log.Warn(w)
+		}
 	}
 
 	reloadRefused := prometheus.NewCounter(prometheus.CounterOpts{
@@ -358,7 +375,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	})
 	reg.MustRegister(reloadRefused)
 	hup := make(chan os.Signal, 1)
-	if cfgPath != "" || srv != nil {
+	if cfgPath != "" || srv != nil || adminSrv != nil {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
@@ -374,6 +391,9 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			// load keeps the previous one).
 			if srv != nil {
 				srv.ReloadTLS()
+			}
+			if adminSrv != nil {
+				_ = adminSrv.ReloadTLS()
 			}
 			if cfgPath == "" {
 				continue
@@ -441,7 +461,7 @@ func checkRoleSecrets(cfg *config.Config, runProxy, runController bool) error {
 		var fe *config.FieldError
 		if errors.As(e, &fe) {
 			switch {
-			case strings.HasPrefix(fe.Field, "credentials.monitor."):
+			case strings.HasPrefix(fe.Field, "credentials.monitor."), strings.HasPrefix(fe.Field, "admin."):
 			case strings.HasPrefix(fe.Field, "hooks["):
 				if !runController {
 					continue

@@ -235,7 +235,71 @@ type AdminConfig struct {
 	// profile runs: keep it off in production. Read at start only.
 	// Type: bool. Default: false.
 	Pprof bool `yaml:"pprof"`
+	// Tokens are the bearer tokens the admin API (/api/v1) accepts, each
+	// with a name (recorded as the actor of every change it makes) and a
+	// role. Without tokens the API answers without authentication on a
+	// loopback address and refuses every call (401) on any other address.
+	// Type: list of mappings (admin token). Optional.
+	Tokens []AdminToken `yaml:"tokens,omitempty"`
+	// TLS serves the admin endpoint over HTTPS with this certificate,
+	// read again when its files change (or on SIGHUP) without a restart.
+	// Type: mapping (admin TLS). Optional.
+	TLS AdminTLS `yaml:"tls,omitempty"`
+	// MetricsAuth makes /metrics require a token (any role) like the API.
+	// Health endpoints never need one.
+	// Type: bool. Default: false.
+	MetricsAuth bool `yaml:"metrics_auth,omitempty"`
 }
+
+// Admin API roles (AdminToken.Role).
+const (
+	// RoleViewer may call every GET of the admin API.
+	RoleViewer = "viewer"
+	// RoleOperator may call every endpoint, the changes included.
+	RoleOperator = "operator"
+)
+
+// AdminToken is one bearer token of the admin API. The secret comes from
+// an environment variable or a file, or is given as its SHA-256 (the
+// process keeps only the hash in memory either way): exactly one of
+// TokenEnv, TokenFile and TokenSHA256 is set.
+type AdminToken struct {
+	// Name identifies the token; it is the actor recorded in the events
+	// and the config history. Unique.
+	// Type: string. Required.
+	Name string `yaml:"name"`
+	// Role is viewer (every GET) or operator (everything).
+	// Type: string (viewer or operator). Required.
+	Role string `yaml:"role"`
+	// TokenEnv names an environment variable holding the token.
+	// Type: string (variable name). Optional (exactly one of token_env,
+	// token_file, token_sha256).
+	TokenEnv string `yaml:"token_env,omitempty"`
+	// TokenFile is a file holding the token (trailing newlines are
+	// dropped). Load and ValidateFile make a relative path relative to the
+	// config file's directory.
+	// Type: string (path). Optional (exactly one of token_env, token_file,
+	// token_sha256).
+	TokenFile string `yaml:"token_file,omitempty"`
+	// TokenSHA256 is the hex SHA-256 of the token (sha256sum of the token
+	// without a trailing newline).
+	// Type: string (64 hex digits). Optional (exactly one of token_env,
+	// token_file, token_sha256).
+	TokenSHA256 string `yaml:"token_sha256,omitempty"`
+}
+
+// AdminTLS is the certificate of the admin endpoint.
+type AdminTLS struct {
+	// CertFile is the PEM certificate chain.
+	// Type: string (path). Optional (with key_file: HTTPS).
+	CertFile string `yaml:"cert_file,omitempty"`
+	// KeyFile is the PEM private key of cert_file.
+	// Type: string (path). Optional (required with cert_file).
+	KeyFile string `yaml:"key_file,omitempty"`
+}
+
+// Enabled reports whether the admin endpoint serves HTTPS.
+func (t AdminTLS) Enabled() bool { return t.CertFile != "" }
 
 // Credentials are the accounts the controller uses on the database nodes.
 type Credentials struct {

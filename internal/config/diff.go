@@ -95,14 +95,14 @@ func (d Diff) Empty() bool {
 }
 
 // restartOnlyPrefixes are the settings the running processes read only at
-// start: the embedded or external etcd, the admin endpoint's address and
-// whether it serves profiles.
-var restartOnlyPrefixes = []string{"etcd.", "admin.address", "admin.pprof"}
+// start: the embedded or external etcd, the admin endpoint (address,
+// tokens, TLS files' names, metrics_auth, whether it serves profiles).
+var restartOnlyPrefixes = []string{"etcd.", "admin."}
 
 // RestartOnly lists the changes of d that the running proxies and `up`
 // processes do not apply until they restart, one line each: every listener
 // change (a listener is bound at start: added, removed, new address, cluster
-// or role) and the etcd and admin.address settings. The rest of the diff is
+// or role) and the etcd and admin settings. The rest of the diff is
 // applied live. Empty when nothing needs a restart.
 func (d Diff) RestartOnly() []string {
 	var out []string

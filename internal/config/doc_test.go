@@ -50,7 +50,7 @@ func fieldDocs(t *testing.T) map[string]map[string]string {
 // default; a field ApplyDefaults fills says so in its doc.
 func TestDocumentedDefaults(t *testing.T) {
 	docs := fieldDocs(t)
-	c := &Config{Clusters: []Cluster{{Nodes: []Node{{}}}}, Users: []User{{}}, Listeners: []Listener{{}}, Hooks: []Hook{{Headers: []HookHeader{{}}}}}
+	c := &Config{Clusters: []Cluster{{Nodes: []Node{{}}}}, Users: []User{{}}, Listeners: []Listener{{}}, Hooks: []Hook{{Headers: []HookHeader{{}}}}, Admin: AdminConfig{Tokens: []AdminToken{{}}}}
 	c.ApplyDefaults()
 	checked := 0
 	var walk func(v reflect.Value)

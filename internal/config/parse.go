@@ -90,6 +90,11 @@ func (c *Config) resolvePaths(dir string) {
 	}
 	abs(&c.Proxy.RSAKeyFile)
 	abs(&c.Proxy.BackendAccounts.PasswordFile)
+	for i := range c.Admin.Tokens {
+		abs(&c.Admin.Tokens[i].TokenFile)
+	}
+	abs(&c.Admin.TLS.CertFile)
+	abs(&c.Admin.TLS.KeyFile)
 	for i := range c.Hooks {
 		for j := range c.Hooks[i].Headers {
 			abs(&c.Hooks[i].Headers[j].ValueFile)

@@ -67,6 +67,14 @@ func (c *Config) CheckSecrets() error {
 			}
 		}
 	}
+	for i, t := range c.Admin.Tokens {
+		if t.TokenSHA256 != "" {
+			continue
+		}
+		if _, err := t.SHA256(fmt.Sprintf("admin.tokens[%d]", i)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if b := c.Proxy.BackendAccounts; b.Enabled && b.User != "" {
 		check("proxy.backend_accounts", b.Password, b.PasswordEnv, b.PasswordFile)
 	}

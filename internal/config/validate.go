@@ -68,6 +68,7 @@ func (c *Config) Validate() error {
 	c.validateTLS(v)
 	c.validateVersioning(v)
 	c.validateHooks(v)
+	c.validateAdmin(v)
 	return errors.Join(v.errs...)
 }
 

@@ -63,12 +63,12 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 	var cs topo.ClusterState
 	if _, err := topo.GetJSON(ctx, st, keys.ClusterState(cluster), &cs); err != nil {
 		if errors.Is(err, topo.ErrNotFound) {
-			return res, fmt.Errorf("drain: cluster %s has no published state (is a controller running?)", cluster)
+			return res, notFound(fmt.Sprintf("drain: cluster %s has no published state (is a controller running?)", cluster), ErrUnknownCluster)
 		}
 		return res, fmt.Errorf("drain: read state of cluster %s: %w", cluster, err)
 	}
 	if cs.Node(node) == nil {
-		return res, fmt.Errorf("drain: %s is not a node of cluster %s (its nodes: %s)", node, cluster, stateNodeNames(&cs))
+		return res, notFound(fmt.Sprintf("drain: %s is not a node of cluster %s (its nodes: %s)", node, cluster, stateNodeNames(&cs)), ErrUnknownNode)
 	}
 	before, _, err := drainedNodes(ctx, st, keys, cluster)
 	if err != nil {
@@ -79,6 +79,10 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 		return res, err
 	}
 	say("%s marked drained: no new session is routed to it on replica listeners, and it is never a switchover candidate", node)
+	if !wasDrained {
+		recordChange(ctx, st, keys, o.By, topo.Event{Cluster: cluster, Code: "drain", Node: node,
+			Message: fmt.Sprintf("node %s drained by %s: %s", node, orDash(o.By), orDash(o.Reason))})
+	}
 	if cs.Primary == node {
 		say("%s is the primary: switching over first (coordinated: statements are held, not failed)", node)
 		req, err := RequestSwitchoverWith(ctx, st, keys, cluster, SwitchoverOptions{By: o.By})
@@ -135,6 +139,12 @@ func Drain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node str
 // state is an error naming the cluster's nodes (a typo must not look like
 // success); so is a cluster without a published state.
 func Undrain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node string) (bool, error) {
+	return UndrainBy(ctx, st, keys, cluster, node, "", "")
+}
+
+// UndrainBy is Undrain recording by (the actor) and reason in an undrain
+// event of the cluster's log when the node was drained.
+func UndrainBy(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node, by, reason string) (bool, error) {
 	d, _, err := drainedNodes(ctx, st, keys, cluster)
 	if err != nil {
 		return false, fmt.Errorf("undrain: %w", err)
@@ -145,11 +155,39 @@ func Undrain(ctx context.Context, st topo.Store, keys topo.Keys, cluster, node s
 			return false, fmt.Errorf("undrain: %w", err)
 		}
 		if cs.Node(node) == nil {
-			return false, fmt.Errorf("undrain: %s is not a node of cluster %s (its nodes: %s)", node, cluster, stateNodeNames(cs))
+			return false, notFound(fmt.Sprintf("undrain: %s is not a node of cluster %s (its nodes: %s)", node, cluster, stateNodeNames(cs)), ErrUnknownNode)
 		}
 		return false, nil
 	}
-	return true, setDrained(ctx, st, keys, cluster, node, nil)
+	if err := setDrained(ctx, st, keys, cluster, node, nil); err != nil {
+		return true, err
+	}
+	recordChange(ctx, st, keys, by, topo.Event{Cluster: cluster, Code: "undrain", Node: node,
+		Message: fmt.Sprintf("node %s undrained by %s: %s", node, orDash(by), orDash(reason))})
+	return true, nil
+}
+
+// ErrUnknownNode is wrapped by operator calls given a node that is not in
+// the cluster.
+var ErrUnknownNode = errors.New("unknown node")
+
+// notFoundError is msg, wrapping a sentinel for errors.Is.
+type notFoundError struct {
+	msg string
+	err error
+}
+
+func (e *notFoundError) Error() string { return e.msg }
+func (e *notFoundError) Unwrap() error { return e.err }
+
+func notFound(msg string, sentinel error) error { return &notFoundError{msg: msg, err: sentinel} }
+
+// recordChange writes an operator event for a change made outside the
+// leader, with by as its actor; the change stands if the event cannot be
+// written.
+func recordChange(ctx context.Context, st topo.Store, keys topo.Keys, by string, ev topo.Event) {
+	ev.Actor = by
+	_ = RecordEvent(ctx, st, keys, orDash(by), ev)
 }
 
 // setDrained adds (rec != nil) or removes node in the drained document with

@@ -144,7 +144,7 @@ func modeLabel(auto bool) string {
 func (f *failoverRun) finish(ctx context.Context, result, msg string) {
 	t := f.t
 	ev := topo.Event{Cluster: f.cl.Name, Kind: topo.EventRecovery, Code: "failover_" + result, Node: f.plan.Candidate,
-		Message: fmt.Sprintf("%s failover %s: %s", modeLabel(f.o.auto), result, msg), Epoch: f.toEpoch}
+		Message: fmt.Sprintf("%s failover %s: %s", modeLabel(f.o.auto), result, msg), Epoch: f.toEpoch, Actor: f.o.by}
 	var rejected []string
 	for _, c := range f.plan.Candidates {
 		if !c.Eligible {
@@ -312,7 +312,7 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	// 8. Leadership checkpoint: a leader-conditioned write right before the
 	// step that cannot be undone by publishing.
 	if err := f.t.fo.events.emit(ctx, topo.Event{Cluster: f.cl.Name, Kind: topo.EventRecovery, Code: "promote", Node: cand,
-		Message: fmt.Sprintf("promoting %s (epoch %d)", cand, f.toEpoch), Epoch: f.toEpoch}); err != nil {
+		Message: fmt.Sprintf("promoting %s (epoch %d)", cand, f.toEpoch), Epoch: f.toEpoch, Actor: f.o.by}); err != nil {
 		return f.rollback(ctx, "leadership checkpoint before promotion: "+err.Error())
 	}
 	// 9–10. Promote and verify.
@@ -430,7 +430,7 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 			return "", errors.New(healthy)
 		}
 		_ = t.fo.events.emit(ctx, topo.Event{Cluster: f.cl.Name, Kind: topo.EventOperator, Code: "force_reachable", Node: f.old,
-			Message: fmt.Sprintf("operator %s forced a failover of healthy, reachable primary %s: %s", orDash(f.o.by), f.old, f.o.reason), Epoch: f.fromEpoch})
+			Message: fmt.Sprintf("operator %s forced a failover of healthy, reachable primary %s: %s", orDash(f.o.by), f.old, f.o.reason), Epoch: f.fromEpoch, Actor: f.o.by})
 	}
 	if f.plan.Candidate == "" {
 		return "", fmt.Errorf("no safe candidate: %s\n%s", f.plan.Refusal, analysis.FormatPlan(f.plan))
@@ -442,7 +442,7 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 	if f.plan.Forced {
 		_ = t.fo.events.emit(ctx, topo.Event{Cluster: f.cl.Name, Kind: topo.EventOperator, Code: "force_stale", Node: f.plan.Candidate,
 			Message: fmt.Sprintf("operator %s forced failover to %s past the staleness checks: %s (estimated loss %s)",
-				orDash(f.o.by), f.plan.Candidate, f.o.reason, orDash(f.plan.Lost)), Epoch: f.fromEpoch})
+				orDash(f.o.by), f.plan.Candidate, f.o.reason, orDash(f.plan.Lost)), Epoch: f.fromEpoch, Actor: f.o.by})
 	}
 	return fmt.Sprintf("candidate %s, estimated loss %s, fence by %s", f.plan.Candidate, orDash(f.plan.Lost), f.plan.Fence), nil
 }

@@ -248,6 +248,6 @@ func (t *term) serveFloorReset(ctx context.Context, req *topo.Request) bool {
 		return false
 	}
 	req.Message = fmt.Sprintf("promotion floor of %s reset from %s to %s (primary %s) by %s: %s", cl.Name, orDash(doc.Lowered), doc.GTID, primary, orDash(req.By), req.Reason)
-	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventOperator, Code: "floor_reset", Node: primary, Message: req.Message, Epoch: doc.Epoch})
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventOperator, Code: "floor_reset", Node: primary, Message: req.Message, Epoch: doc.Epoch, Actor: req.By})
 	return true
 }

@@ -68,7 +68,7 @@ func (w *progressWriter) close() {
 
 // event queues a switchover event.
 func (s *switchover) event(code, node, msg string) {
-	ev := topo.Event{Cluster: s.cl.Name, Kind: topo.EventSwitchover, Code: code, Node: node, Message: msg, Epoch: s.fromEpoch}
+	ev := topo.Event{Cluster: s.cl.Name, Kind: topo.EventSwitchover, Code: code, Node: node, Message: msg, Epoch: s.fromEpoch, Actor: s.req.By}
 	s.pw.add(func(ctx context.Context) {
 		if err := s.t.fo.events.emit(ctx, ev); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot write switchover event", "code", code, "err", err)
@@ -254,6 +254,12 @@ type SwitchoverOptions struct {
 // RequestSwitchoverWith is RequestSwitchover with warmth options: it hands
 // the request to the leader and waits for the result the same way.
 func RequestSwitchoverWith(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, o SwitchoverOptions) (topo.Request, error) {
-	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: o.Target,
-		Warm: o.Warm, RequireWarm: o.RequireWarm, By: o.By})
+	return Submit(ctx, st, keys, SwitchoverRequest(cluster, o))
+}
+
+// SwitchoverRequest is the operator request for a switchover of cluster
+// with o, for Submit or Enqueue.
+func SwitchoverRequest(cluster string, o SwitchoverOptions) topo.Request {
+	return topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: o.Target,
+		Warm: o.Warm, RequireWarm: o.RequireWarm, By: o.By}
 }

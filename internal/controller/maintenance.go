@@ -170,7 +170,7 @@ func (t *term) serveMaintenance(ctx context.Context, req *topo.Request) bool {
 			req.Cluster, orDash(req.By), describeUntil(st.Maintenance.Until), req.Reason)
 	}
 	req.Message = msg
-	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: code, Message: msg, Epoch: st.Epoch})
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: code, Message: msg, Epoch: st.Epoch, Actor: req.By})
 	return true
 }
 
@@ -248,7 +248,7 @@ func (t *term) serveNodeMaintenance(ctx context.Context, req *topo.Request, on b
 			node, cl.Name, orDash(req.By), describeUntil(nr.Until), req.Reason)
 	}
 	req.Message = msg
-	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventOperator, Code: code, Node: node, Message: msg, Epoch: epoch})
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventOperator, Code: code, Node: node, Message: msg, Epoch: epoch, Actor: req.By})
 	return true
 }
 

@@ -47,14 +47,44 @@ type FailoverOptions struct {
 // steps and a message; the error wraps ErrRequestFailed when the failover
 // was refused or failed.
 func RequestFailover(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, o FailoverOptions) (topo.Request, error) {
+	req, err := FailoverRequest(cluster, o)
+	if err != nil {
+		return req, err
+	}
+	return Submit(ctx, st, keys, req)
+}
+
+// FailoverPlanRefusals says why the failover that plan describes would be
+// refused: no eligible candidate (the plan's refusal), or a primary that is
+// healthy and reachable when forceReachable is false (use a switchover).
+// Empty when it would run. The command line's --plan exit status and the
+// admin API's failover plan both come from it.
+func FailoverPlanRefusals(plan *topo.FailoverPlan, forceReachable bool) []string {
+	out := []string{}
+	if plan == nil {
+		return out
+	}
+	if plan.Candidate == "" && plan.Refusal != "" {
+		out = append(out, plan.Refusal)
+	}
+	if !forceReachable && strings.Contains(plan.Warning, "healthy and reachable") {
+		out = append(out, plan.Warning)
+	}
+	return out
+}
+
+// FailoverRequest checks o (Force and ForceReachable need a Reason) and
+// returns the operator request for a failover of cluster, for Submit or
+// Enqueue.
+func FailoverRequest(cluster string, o FailoverOptions) (topo.Request, error) {
 	if o.Force && strings.TrimSpace(o.Reason) == "" {
 		return topo.Request{}, errors.New("failover: --force-stale needs a --reason (it is recorded in the events)")
 	}
 	if o.ForceReachable && strings.TrimSpace(o.Reason) == "" {
 		return topo.Request{}, errors.New("failover: --force needs a --reason (it is recorded in the events)")
 	}
-	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestFailover, Cluster: cluster, Target: o.Target,
-		PlanOnly: o.PlanOnly, Force: o.Force, ForceReachable: o.ForceReachable, Reason: o.Reason, By: o.By})
+	return topo.Request{Kind: topo.RequestFailover, Cluster: cluster, Target: o.Target,
+		PlanOnly: o.PlanOnly, Force: o.Force, ForceReachable: o.ForceReachable, Reason: o.Reason, By: o.By}, nil
 }
 
 // RequestAck acknowledges the last failover of cluster through the
@@ -95,7 +125,7 @@ func (t *term) serveFailover(ctx context.Context, key string, req *topo.Request,
 	if !req.PlanOnly {
 		_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "failover", Node: req.Target,
 			Message: fmt.Sprintf("operator %s requested a failover (target %s, force-stale %v, force %v): %s", orDash(req.By), orDash(req.Target),
-				req.Force, req.ForceReachable, orDash(req.Reason))})
+				req.Force, req.ForceReachable, orDash(req.Reason)), Actor: req.By})
 	}
 	o := failoverOptions{cluster: req.Cluster, target: req.Target, force: req.Force, forceReachable: req.ForceReachable,
 		reason: req.Reason, by: req.By, planOnly: req.PlanOnly,
@@ -177,7 +207,7 @@ func (t *term) serveAck(ctx context.Context, req *topo.Request) bool {
 	}
 	req.Message = msg
 	t.fo.events.forget(req.Cluster + "|failover|")
-	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "ack", Message: msg, Epoch: st.Epoch})
+	_ = t.fo.events.emit(ctx, topo.Event{Cluster: req.Cluster, Kind: topo.EventOperator, Code: "ack", Message: msg, Epoch: st.Epoch, Actor: req.By})
 	return true
 }
 

@@ -39,32 +39,59 @@ func RequestSwitchover(ctx context.Context, st topo.Store, keys topo.Keys, clust
 	return Submit(ctx, st, keys, topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: target})
 }
 
-// Submit hands an operator request (req.Kind and its fields; ID, State and
-// times are filled in) to the controller leader and waits for it to finish,
-// exactly as RequestSwitchover describes.
-func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request) (topo.Request, error) {
+// prepareRequest checks that a leader runs and the cluster is known (the
+// errors of Submit) and fills in the request's id, state and times.
+func prepareRequest(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request) (topo.Request, []byte, error) {
 	kind, cluster := req.Kind, req.Cluster
 	if cluster == "" {
-		return topo.Request{}, fmt.Errorf("%s: a cluster name is required", kind)
+		return topo.Request{}, nil, fmt.Errorf("%s: a cluster name is required", kind)
 	}
 	if _, err := st.Leader(ctx, keys.Election()); err != nil {
 		if errors.Is(err, topo.ErrNotFound) {
-			return topo.Request{}, fmt.Errorf("%s of %s: %w: start `switchyard up` or `switchyard controller`", kind, cluster, ErrNoLeader)
+			return topo.Request{}, nil, fmt.Errorf("%s of %s: %w: start `switchyard up` or `switchyard controller`", kind, cluster, ErrNoLeader)
 		}
-		return topo.Request{}, fmt.Errorf("%s of %s: find the controller leader: %w", kind, cluster, err)
+		return topo.Request{}, nil, fmt.Errorf("%s of %s: find the controller leader: %w", kind, cluster, err)
 	}
 	// A mistyped cluster leaves nothing behind: no request is written for
 	// a cluster that is neither published nor in the current config.
 	if err := knownCluster(ctx, st, keys, cluster); err != nil {
-		return topo.Request{}, fmt.Errorf("%s: %w", kind, err)
+		return topo.Request{}, nil, fmt.Errorf("%s: %w", kind, err)
 	}
 	now := time.Now().UTC()
 	req.ID, req.State, req.CreatedAt, req.UpdatedAt = newRequestID(now), topo.RequestPending, now, now
 	data, err := json.Marshal(req)
 	if err != nil {
-		return req, fmt.Errorf("%s: encode request: %w", kind, err)
+		return req, nil, fmt.Errorf("%s: encode request: %w", kind, err)
 	}
-	key := keys.Request(cluster, req.ID)
+	return req, data, nil
+}
+
+// Enqueue hands an operator request to the controller leader like Submit
+// but returns as soon as the request is written (State Pending): follow
+// it with LookupRequest. Errors are Submit's for a missing leader or an
+// unknown cluster (nothing is written then).
+func Enqueue(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request) (topo.Request, error) {
+	req, data, err := prepareRequest(ctx, st, keys, req)
+	if err != nil {
+		return req, err
+	}
+	key := keys.Request(req.Cluster, req.ID)
+	if _, err := st.Create(ctx, key, data); err != nil {
+		return req, fmt.Errorf("%s: create request %s: %w", req.Kind, key, err)
+	}
+	return req, nil
+}
+
+// Submit hands an operator request (req.Kind and its fields; ID, State and
+// times are filled in) to the controller leader and waits for it to finish,
+// exactly as RequestSwitchover describes.
+func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request) (topo.Request, error) {
+	kind := req.Kind
+	req, data, err := prepareRequest(ctx, st, keys, req)
+	if err != nil {
+		return req, err
+	}
+	key := keys.Request(req.Cluster, req.ID)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Watch first so no update is missed; the request is created below.

@@ -319,7 +319,14 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			s.rerun, s.commitSent = s.rerun[:0], false // a write: never run again
 		}
 	}
-	if s.stmtSent(cmd) {
+	var text []byte
+	switch {
+	case cmd == mysql.COM_QUERY && len(payload) > 1:
+		text = payload[1:]
+	case stmt != nil:
+		text = stmt.text
+	}
+	if s.stmtSent(cmd, text) {
 		// A KILL QUERY came before the statement reached the backend.
 		s.rewritten = nil
 		return s.refuseCommand(errQueryInterrupted())

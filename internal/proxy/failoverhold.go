@@ -193,6 +193,8 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 	}
 	deadline := s.holdStart.Add(maxHold)
 	s.srv.backendTrouble() // check the nodes now: the controller counts this proxy's view
+	s.held.Store(true)
+	defer s.held.Store(false)
 	prevBusy := s.busy.Swap(0)
 	defer s.busy.Store(prevBusy &^ busyDetached)
 	var timer *time.Timer

@@ -105,6 +105,8 @@ func (s *session) holdCommand(hp *holdPeriod, cmd byte) (answered bool, reason s
 		return s.refuseHeld(hp, cmd, why)
 	}
 	s.busy.Store(0) // waiting is idle: the drain does not wait for us
+	s.held.Store(true)
+	defer s.held.Store(false)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -64,9 +64,12 @@ func (s *session) cmdStart() {
 
 // stmtSent is called right before the command cmd is forwarded: it
 // records it as being written and reports whether a KILL QUERY came for
-// it, in which case the caller answers ER_QUERY_INTERRUPTED instead.
-func (s *session) stmtSent(cmd byte) bool {
+// it, in which case the caller answers ER_QUERY_INTERRUPTED instead. text
+// is the statement's text (nil when unknown); its start is kept for the
+// session list until cmdDone.
+func (s *session) stmtSent(cmd byte, text []byte) bool {
 	s.mu.Lock()
+	s.curStmtN = copy(s.curStmt[:], text)
 	kill := s.killCur && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE || cmd == mysqlproto.ComStmtBulkExecute)
 	s.killCur = false
 	if !kill {
@@ -106,6 +109,7 @@ func (s *session) stmtWritten() {
 func (s *session) cmdDone() {
 	s.mu.Lock()
 	s.stmtPhase, s.killCur, s.killNext = phaseIdle, false, false
+	s.curStmtN = 0
 	// Pipelined commands already buffered are on their way too.
 	s.arrived.Store(s.cin != nil && (s.cin.r.Buffered() > 0 || s.cin.src.off < s.cin.src.n))
 	s.mu.Unlock()

@@ -184,6 +184,17 @@ type session struct {
 	// fl is the command in flight, shared with the cutter (cut.go).
 	fl inflight
 
+	// For the admin API's session list (sessions.go): when the session
+	// began and the client's address (set once, before the session is
+	// registered), whether a command of it is held (switchover or
+	// failover hold), and the start of the statement being run (under mu,
+	// copied where the command takes mu anyway).
+	began    time.Time
+	addr     string
+	held     atomic.Bool
+	curStmt  [maxShownStatement]byte
+	curStmtN int
+
 	// Session state to rebuild on another backend (sessionstate.go,
 	// stmts.go).
 	st         sessState
@@ -232,7 +243,8 @@ func (f *failure) Unwrap() error { return f.err }
 func fail(reason string, err error) error { return &failure{reason: reason, err: err} }
 
 func newSession(s *Server, l *listener, c net.Conn) *session {
-	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, parkFd: -1, txPool: l.pooling == config.PoolingTransaction}
+	sess := &session{srv: s, l: l, id: s.nextConnID.Add(1), client: c, fd: -1, parkFd: -1, txPool: l.pooling == config.PoolingTransaction,
+		began: time.Now(), addr: c.RemoteAddr().String()}
 	sess.log.s = sess
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil && raw.Control(func(fd uintptr) { sess.fd = int(fd) }) == nil {

@@ -145,6 +145,10 @@ type Event struct {
 	Epoch   int64  `json:"epoch"`
 	// Leader is the controller that wrote it.
 	Leader string `json:"leader"`
+	// Actor is who asked for the change the event is about: the admin
+	// API token's name, or user@host for the command line; empty for what
+	// the controller did on its own.
+	Actor string `json:"actor,omitempty"`
 }
 
 // FailoverPlan is what a failover would do (or did), computed from a fresh
