@@ -67,6 +67,12 @@ func (c *Config) CheckSecrets() error {
 			}
 		}
 	}
+	if c.Etcd.Username != "" {
+		check("etcd", "", c.Etcd.PasswordEnv, c.Etcd.PasswordFile)
+	}
+	if _, err := c.IntegrityKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	if b := c.Proxy.BackendAccounts; b.Enabled && b.User != "" {
 		check("proxy.backend_accounts", b.Password, b.PasswordEnv, b.PasswordFile)
 	}
