@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,7 @@ func minimalConfig(t *testing.T) *Config {
 }
 
 // TestStoreSecurityValidate: every etcd security mistake is an error naming
-// its field.
+// its field (the TLS files from CheckSecrets, which reads local files).
 func TestStoreSecurityValidate(t *testing.T) {
 	dir := t.TempDir()
 	badPEM := filepath.Join(dir, "bad.pem")
@@ -52,7 +53,7 @@ func TestStoreSecurityValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := minimalConfig(t)
 			tt.mutate(c)
-			err := c.Validate()
+			err := errors.Join(c.Validate(), c.CheckSecrets())
 			if err == nil || !strings.Contains(err.Error(), tt.field+": ") || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error on %s with %q", err, tt.field, tt.want)
 			}
