@@ -119,3 +119,33 @@ func TestFollowRefusesForgedRevision(t *testing.T) {
 		t.Fatalf("stored revision carries no MAC of the signing key: %v", m["mac"])
 	}
 }
+
+// TestBootstrapSignsUnsignedStore: a store written without a key, read by
+// a process that now has one, holds no revision that verifies; `up`'s
+// Bootstrap then writes the config file as a new, signed revision.
+func TestBootstrapSignsUnsignedStore(t *testing.T) {
+	st := topotest.NewStore(t)
+	base := baseConfig(t, 2)
+	if _, err := Bootstrap(ctx(t), st, keys, base, "boot@host"); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := topo.NewKeyring([]byte("config-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.SetIntegrity(kr)
+	t.Cleanup(func() { topo.SetIntegrity(nil) })
+	if _, _, _, err := Current(ctx(t), st, keys); err == nil || !strings.Contains(err.Error(), "carries no MAC") {
+		t.Fatalf("Current on an unsigned store with a keyring: %v", err)
+	}
+	res, err := Bootstrap(ctx(t), st, keys, base, "boot@host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Revision.Rev != 2 || res.Unchanged {
+		t.Fatalf("bootstrap wrote revision %d (unchanged %v), want a new revision 2", res.Revision.Rev, res.Unchanged)
+	}
+	if r, _, _, err := Current(ctx(t), st, keys); err != nil || r.Rev != 2 {
+		t.Fatalf("Current after the signed bootstrap: %+v %v", r, err)
+	}
+}
