@@ -58,7 +58,9 @@ func newConfigValidateCmd() *cobra.Command {
 secret the file refers to (password_env variables, password_file files) in
 this environment: one that cannot be resolved is a warning (the file may be
 checked on a machine that does not hold the secrets, e.g. in CI), printed
-with its field, and the output says "valid, but". With --require-secrets —
+with its field, and the output says "valid, but". Settings that leave the
+topology store open to forgery (no etcd.integrity_key_env/_file; an external
+etcd without etcd.tls or etcd.username) are warnings on stderr. With --require-secrets —
 on the machine that runs switchyard up — it is an error (exit 1): up would
 refuse to start with it.
 
@@ -77,9 +79,9 @@ machines reach without admin.tls.`,
 				nodes += len(cl.Nodes)
 			}
 			summary := fmt.Sprintf("%d clusters, %d nodes, %d listeners, %d users", len(c.Clusters), nodes, len(c.Listeners), len(c.Users))
-			// Unsafe but valid admin settings go to stderr: the verdict on
-			// stdout stays one line.
-			for _, w := range c.AdminWarnings() {
+			// Unsafe but valid admin and store settings go to stderr: the
+			// verdict on stdout stays one line.
+			for _, w := range append(c.AdminWarnings(), c.StoreWarnings()...) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 			}
 			if serr := c.CheckSecrets(); serr != nil {

@@ -128,6 +128,9 @@ type storeTarget struct {
 	endpoints []string
 	prefix    string
 	dial      time.Duration
+	// cfg is the config file read, for etcd.tls, etcd.username and the
+	// integrity keys; nil with --etcd-endpoints alone.
+	cfg *config.Config
 }
 
 // target works out the etcd endpoints and prefix: --etcd-endpoints wins;
@@ -157,6 +160,7 @@ func (g *globalFlags) target() (storeTarget, error) {
 		t.prefix = c.Etcd.Prefix
 	}
 	t.dial = c.Etcd.DialTimeout.D()
+	t.cfg = c
 	return t, nil
 }
 
@@ -167,7 +171,11 @@ func (g *globalFlags) openStore(ctx context.Context, log *slog.Logger) (topo.Sto
 	if err != nil {
 		return nil, topo.Keys{}, err
 	}
-	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: t.endpoints, DialTimeout: t.dial, Log: log})
+	opts := topo.EtcdOptions{Endpoints: t.endpoints, DialTimeout: t.dial, Log: log}
+	if err := secureStoreOptions(t.cfg, &opts); err != nil {
+		return nil, topo.Keys{}, err
+	}
+	st, err := topo.NewEtcd(opts)
 	if err != nil {
 		return nil, topo.Keys{}, fmt.Errorf("connect to etcd %s: %w", strings.Join(t.endpoints, ","), err)
 	}

@@ -193,7 +193,18 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	if prefix == "" {
 		prefix = "/switchyard"
 	}
-	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: endpoints, DialTimeout: dial, Log: log})
+	etcdOpts := topo.EtcdOptions{Endpoints: endpoints, DialTimeout: dial, Log: log}
+	if err := secureStoreOptions(cfg, &etcdOpts); err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+	if cfg != nil {
+		if topo.Integrity() != nil {
+			log.Info("config revisions and cluster states are signed and verified", "integrity_key", topo.Integrity().SigningKeyID(), "keys", topo.Integrity().Len())
+		} else {
+			log.Warn("no integrity key (etcd.integrity_key_env/_file): config revisions and cluster states in etcd are not verified")
+		}
+	}
+	st, err := topo.NewEtcd(etcdOpts)
 	if err != nil {
 		return fmt.Errorf("connect to etcd: %w", err)
 	}

@@ -204,6 +204,54 @@ type EtcdConfig struct {
 	// Embedded configures the embedded etcd (used only when Endpoints is empty).
 	// Type: mapping (etcd.embedded).
 	Embedded EmbeddedEtcd `yaml:"embedded"`
+	// TLS secures the connection to an external etcd (client TLS, optionally
+	// with a client certificate). With it, every endpoint is reached over
+	// https. Every role and operator command uses it.
+	// Type: mapping (etcd.tls).
+	TLS EtcdTLS `yaml:"tls"`
+	// Username is the etcd user (etcd authentication) every role and
+	// operator command logs in as; its password comes from PasswordEnv or
+	// PasswordFile.
+	// Type: string. Optional.
+	Username string `yaml:"username,omitempty"`
+	// PasswordEnv names the environment variable holding the etcd user's
+	// password.
+	// Type: string. Optional.
+	PasswordEnv string `yaml:"password_env,omitempty"`
+	// PasswordFile is a file holding the etcd user's password (trailing
+	// newlines are ignored).
+	// Type: string (path). Optional.
+	PasswordFile string `yaml:"password_file,omitempty"`
+	// IntegrityKeyEnv names the environment variable holding the integrity
+	// keys: the writers sign every config revision and cluster state with
+	// the first, consumers refuse one that no key verifies. One or more keys
+	// (at least 16 bytes each) separated by white space; the keys themselves
+	// are never stored in etcd. See the README's "Securing the store".
+	// Type: string. Optional.
+	IntegrityKeyEnv string `yaml:"integrity_key_env,omitempty"`
+	// IntegrityKeyFile is a file holding the integrity keys, one per line
+	// (first signs). Alternative to IntegrityKeyEnv.
+	// Type: string (path). Optional.
+	IntegrityKeyFile string `yaml:"integrity_key_file,omitempty"`
+}
+
+// EtcdTLS is the client TLS of the connection to an external etcd.
+type EtcdTLS struct {
+	// CAFile is a PEM file of the CAs that sign etcd's server certificates.
+	// Empty: the system's roots.
+	// Type: string (path). Optional.
+	CAFile string `yaml:"ca_file,omitempty"`
+	// CertFile is the PEM client certificate presented to etcd (with
+	// KeyFile), for etcd's --client-cert-auth.
+	// Type: string (path). Optional.
+	CertFile string `yaml:"cert_file,omitempty"`
+	// KeyFile is the PEM private key of CertFile.
+	// Type: string (path). Optional.
+	KeyFile string `yaml:"key_file,omitempty"`
+	// ServerName is the name checked against etcd's certificate. Empty:
+	// each endpoint's host.
+	// Type: string. Optional.
+	ServerName string `yaml:"server_name,omitempty"`
 }
 
 // EmbeddedEtcd configures the single-node etcd that `switchyard up` embeds.
@@ -212,8 +260,8 @@ type EmbeddedEtcd struct {
 	// file's directory.
 	// Type: string (path). Default: ".switchyard-etcd".
 	DataDir string `yaml:"data_dir"`
-	// ClientAddress is the host:port etcd serves clients on; keep it on
-	// loopback unless other machines' proxies use this etcd.
+	// ClientAddress is the host:port etcd serves clients on; it must be on
+	// loopback (the embedded etcd has no TLS and no authentication).
 	// Type: string (host:port). Default: "127.0.0.1:2379".
 	ClientAddress string `yaml:"client_address"`
 	// PeerAddress is the host:port for etcd's peer traffic; it must differ

@@ -299,7 +299,7 @@ func TestParseErrors(t *testing.T) {
 		// Flow style puts several fields on one line; the path is still found.
 		{"probe: {interval: 1s, timeout: soon}\n", `config: line 1: probe.timeout: invalid duration "soon"`},
 		{"proxy: {connect_timeout: 1s, max_connections_per_backend: many}\n", "config: line 1: proxy.max_connections_per_backend: expected an integer, got `many`"},
-		{"etcd: {prefix: /a, bogus: 1}\n", "config: line 1: etcd.bogus: unknown field (known: endpoints, prefix, dial_timeout, embedded)"},
+		{"etcd: {prefix: /a, bogus: 1}\n", "config: line 1: etcd.bogus: unknown field (known: endpoints, prefix, dial_timeout, embedded, tls, username, password_env, password_file, integrity_key_env, integrity_key_file)"},
 		// Several type errors are all reported.
 		{"probe: {interval: 1s}\nproxy:\n  max_connections_per_backend: x\nclusters:\n  - name: [a]\n", "line 3: proxy.max_connections_per_backend: expected an integer, got `x`\nline 5: clusters[0].name: expected a string, got a list"},
 	}

@@ -83,6 +83,11 @@ func (c *Config) resolvePaths(dir string) {
 		}
 	}
 	abs(&c.Etcd.Embedded.DataDir)
+	abs(&c.Etcd.TLS.CAFile)
+	abs(&c.Etcd.TLS.CertFile)
+	abs(&c.Etcd.TLS.KeyFile)
+	abs(&c.Etcd.PasswordFile)
+	abs(&c.Etcd.IntegrityKeyFile)
 	abs(&c.Credentials.Monitor.PasswordFile)
 	abs(&c.Credentials.Replication.PasswordFile)
 	for i := range c.Users {

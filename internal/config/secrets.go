@@ -9,7 +9,9 @@ import (
 // CheckSecrets resolves every secret the config refers to — the monitor and
 // replication credentials, each user's plaintext password and the
 // proxy.backend_accounts account's (when enabled with its own user) — and reports
-// each one that cannot be used, naming its field: an unset or empty
+// each one that cannot be used, naming its field — also the etcd client
+// TLS files (etcd.tls) and the integrity keys (etcd.integrity_key_env/_file):
+// an unset or empty
 // environment variable (`credentials.monitor.password_env: environment
 // variable MON_PW is not set`), an unreadable or empty file
 // (`users[1].password_file: open /etc/switchyard/app.pw: permission denied`).
@@ -74,6 +76,15 @@ func (c *Config) CheckSecrets() error {
 		if _, err := t.SHA256(fmt.Sprintf("admin.tokens[%d]", i)); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.Etcd.Username != "" {
+		check("etcd", "", c.Etcd.PasswordEnv, c.Etcd.PasswordFile)
+	}
+	if _, err := c.EtcdTLSConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.IntegrityKeys(); err != nil {
+		errs = append(errs, err)
 	}
 	if b := c.Proxy.BackendAccounts; b.Enabled && b.User != "" {
 		check("proxy.backend_accounts", b.Password, b.PasswordEnv, b.PasswordFile)

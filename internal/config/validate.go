@@ -58,6 +58,7 @@ const (
 func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateEtcd(v)
+	c.validateStoreSecurity(v)
 	c.validateCredentials(v)
 	c.validateUsers(v)
 	c.validateBackendAccounts(v)

@@ -44,7 +44,8 @@ type FollowOptions struct {
 	// Log receives a line per applied or refused revision. Default: discard.
 	Log *slog.Logger
 	// Registry, when set, receives switchyard_config_alarm,
-	// switchyard_config_rejected_revisions_total and
+	// switchyard_config_rejected_revisions_total,
+	// switchyard_config_integrity_failures_total and
 	// switchyard_config_applied_revision, labelled consumer=Name. Several
 	// Followers may share a registry if their Names differ.
 	Registry prometheus.Registerer
@@ -141,7 +142,9 @@ type Follower struct {
 // with the last-known-good config by the destructive-change guard (unless
 // the revision records an override); a value that passes is handed to
 // OnApply and becomes the last-known-good. A value that fails (empty,
-// garbage, invalid, destructive, deleted key, or refused by OnApply) is not
+// garbage, invalid, failing its integrity check (an ERROR log line and
+// switchyard_config_integrity_failures_total besides the alarm), destructive,
+// deleted key, or refused by OnApply) is not
 // applied: the consumer keeps its last-known-good config, the alarm is raised
 // (Alarm, the switchyard_config_alarm gauge, a warning log line naming the
 // etcd version) and it keeps watching; the next revision that passes clears
@@ -304,6 +307,13 @@ func (f *Follower) consider(ctx context.Context, kv topo.KV, deleted bool) {
 		var n int64
 		if rev != nil {
 			n = rev.Rev
+		}
+		if errors.Is(err, topo.ErrIntegrity) {
+			// Not written by a holder of the integrity key: a forgery
+			// (or a writer without the key), never applied.
+			f.m.integrity.Inc()
+			f.log.Error("config revision in the store fails its integrity check; not applied, keeping the last-known-good config",
+				"version", int64(kv.Version), "rev", n, "err", err)
 		}
 		f.reject(kv.Version, n, err.Error())
 		return

@@ -13,6 +13,9 @@ type followMetrics struct {
 	alarm    prometheus.Gauge
 	rejected prometheus.Counter
 	applied  prometheus.Gauge
+	// integrity counts values refused by their integrity check (also
+	// counted in rejected).
+	integrity prometheus.Counter
 }
 
 func newFollowMetrics(reg prometheus.Registerer, consumer string) (*followMetrics, error) {
@@ -28,8 +31,15 @@ func newFollowMetrics(reg prometheus.Registerer, consumer string) (*followMetric
 		Name: "switchyard_config_applied_revision",
 		Help: "Config revision the consumer serves (0: its initial config, of unknown revision).",
 	}, []string{"consumer"})
+	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_config_integrity_failures_total",
+		Help: "Config values refused because their MAC did not verify with the integrity keyring (etcd.integrity_key_env/_file): missing, malformed or wrong.",
+	}, []string{"consumer"})
 	if reg != nil {
 		var err error
+		if integrity, err = register(reg, integrity); err != nil {
+			return nil, err
+		}
 		if alarm, err = register(reg, alarm); err != nil {
 			return nil, err
 		}
@@ -41,9 +51,10 @@ func newFollowMetrics(reg prometheus.Registerer, consumer string) (*followMetric
 		}
 	}
 	return &followMetrics{
-		alarm:    alarm.WithLabelValues(consumer),
-		rejected: rejected.WithLabelValues(consumer),
-		applied:  applied.WithLabelValues(consumer),
+		alarm:     alarm.WithLabelValues(consumer),
+		rejected:  rejected.WithLabelValues(consumer),
+		applied:   applied.WithLabelValues(consumer),
+		integrity: integrity.WithLabelValues(consumer),
 	}, nil
 }
 

@@ -82,7 +82,9 @@ func Hash(data []byte) string {
 var ErrEmptyValue = errors.New("the stored value is empty")
 
 // Decode checks a stored revision document: it is JSON, names a revision
-// number, its YAML hashes to its SHA256, parses strictly and passes
+// number, carries a MAC that verifies with the process's integrity keyring
+// (topo.Integrity; errors wrap topo.ErrIntegrity; nothing is checked when
+// no keyring is set), its YAML hashes to its SHA256, parses strictly and passes
 // config.Validate. It returns the revision (also with an error, when the
 // JSON itself decoded, so the error can name the revision) and the parsed
 // config. Errors never contain the YAML.
@@ -97,6 +99,9 @@ func Decode(value []byte) (*Revision, *config.Config, error) {
 	}
 	if r.Rev <= 0 {
 		return &r, nil, fmt.Errorf("the revision document has no revision number (rev %d)", r.Rev)
+	}
+	if err := topo.VerifyDocument(topo.IntegrityConfigRevision, trimmed); err != nil {
+		return &r, nil, fmt.Errorf("revision %d: %w", r.Rev, err)
 	}
 	if got := Hash([]byte(r.YAML)); got != r.SHA256 {
 		return &r, nil, fmt.Errorf("revision %d: content hash mismatch: the document says sha256 %q, its YAML hashes to %s (edited by hand?)", r.Rev, clip(r.SHA256), got[:12])
@@ -141,11 +146,15 @@ func clip(s string) string {
 	return s
 }
 
-// encode marshals a revision document.
+// encode marshals a revision document, signed with the process's
+// integrity keyring when one is set (topo.SignDocument).
 func encode(r *Revision) ([]byte, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("configstore: encode revision %d: %w", r.Rev, err)
+	}
+	if b, err = topo.SignDocument(topo.IntegrityConfigRevision, b); err != nil {
+		return nil, fmt.Errorf("configstore: sign revision %d: %w", r.Rev, err)
 	}
 	return b, nil
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -387,7 +386,7 @@ func (t *term) logFindings(cr *clusterRun, findings []Finding, now time.Time) {
 // and returns the error; on ErrNotLeader the caller must stop acting.
 func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState) error {
 	stampRoles(cr.state, st, t.c.now())
-	data, err := json.Marshal(st)
+	data, err := topo.EncodeState(st)
 	if err != nil {
 		return fmt.Errorf("encode state of cluster %s: %w", cr.name, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 func putState(t *testing.T, st topo.Store, key string, cs topo.ClusterState) {
 	t.Helper()
-	b, err := json.Marshal(cs)
+	b, err := topo.EncodeState(&cs) // as the controller writes it (signed when a keyring is set)
 	if err != nil {
 		t.Fatal(err)
 	}

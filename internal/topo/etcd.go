@@ -2,6 +2,7 @@ package topo
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
 )
@@ -30,6 +32,14 @@ type EtcdOptions struct {
 	SessionTTL time.Duration
 	// Log receives the etcd client's warnings and errors. Nil discards them.
 	Log *slog.Logger
+	// TLS, when set, is the client TLS config (etcd.tls): every endpoint is
+	// reached over https. Endpoints given as https://host:port without TLS
+	// use the system's roots.
+	TLS *tls.Config
+	// Username and Password log in to etcd (etcd.username,
+	// etcd.password_env/_file); empty Username: no authentication.
+	Username string
+	Password string
 }
 
 // Defaults for EtcdOptions.
@@ -80,23 +90,50 @@ func NewEtcd(cfg EtcdOptions) (Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	tlsCfg := cfg.TLS
+	if tlsCfg == nil && anyHTTPS(eps) {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if tlsCfg != nil {
+		for i, ep := range eps {
+			eps[i] = "https://" + strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+		}
+	}
+	hint := "check that it runs and is reachable"
+	if tlsCfg != nil {
+		hint += ", and that etcd.tls (ca_file, server_name, cert_file) matches its certificates"
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            eps,
 		DialTimeout:          dial,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
+		TLS:                  tlsCfg,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
 		Logger:               newZapLogger(cfg.Log, "etcd-client", zapcore.WarnLevel, clientRetryNoise),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("topo: connect to etcd at %s: %w", strings.Join(eps, ","), err)
+		if aerr := authError(cfg.Username, err); aerr != nil {
+			return nil, aerr
+		}
+		return nil, fmt.Errorf("topo: connect to etcd at %s (%s): %w", strings.Join(eps, ","), hint, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dial)
 	_, err = cli.Get(ctx, "/switchyard-reachability-check", clientv3.WithCountOnly())
 	cancel()
+	if isPermissionDenied(err) {
+		// etcd answered and accepted the user; its role covers only
+		// switchyard's prefix, not this key.
+		err = nil
+	}
 	if err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("topo: etcd at %s did not answer within %s (etcd.dial_timeout); check that it runs and is reachable: %w",
-			strings.Join(eps, ","), dial, err)
+		if aerr := authError(cfg.Username, err); aerr != nil {
+			return nil, aerr
+		}
+		return nil, fmt.Errorf("topo: etcd at %s did not answer within %s (etcd.dial_timeout); %s: %w",
+			strings.Join(eps, ","), dial, hint, err)
 	}
 	s := &etcdStore{
 		cli:        cli,
@@ -109,15 +146,49 @@ func NewEtcd(cfg EtcdOptions) (Store, error) {
 	return s, nil
 }
 
+// ErrAuth wraps the errors of NewEtcd when etcd refuses the configured
+// user: a wrong name or password, or a user without access to the keys.
+var ErrAuth = errors.New("etcd authentication failed")
+
+// authError explains an etcd authentication or permission refusal, naming
+// the config field; nil for other errors.
+func authError(user string, err error) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, rpctypes.ErrAuthFailed) || strings.Contains(msg, rpctypes.ErrGRPCAuthFailed.Error()):
+		return fmt.Errorf("topo: %w for user %s (config etcd.username, etcd.password_env/_file): %v", ErrAuth, user, err)
+	case errors.Is(err, rpctypes.ErrUserEmpty) || strings.Contains(msg, rpctypes.ErrGRPCUserEmpty.Error()) ||
+		strings.Contains(msg, rpctypes.ErrGRPCInvalidAuthToken.Error()):
+		return fmt.Errorf("topo: %w: etcd requires a user (config etcd.username and etcd.password_env/_file): %v", ErrAuth, err)
+	case isPermissionDenied(err):
+		return fmt.Errorf("topo: %w: etcd user %s (config etcd.username) has no access to switchyard's keys; grant its role readwrite on the etcd.prefix range: %v", ErrAuth, user, err)
+	}
+	return nil
+}
+
+func isPermissionDenied(err error) bool {
+	return err != nil && (errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrGRPCPermissionDenied.Error()))
+}
+
+func anyHTTPS(eps []string) bool {
+	for _, ep := range eps {
+		if strings.HasPrefix(ep, "https://") {
+			return true
+		}
+	}
+	return false
+}
+
 // clientRetryNoise reports the etcd client's log of a failed request
 // attempt: the error is returned to the caller, which decides what it
 // means (a cancelled context is routine), so it is logged at debug level.
 func clientRetryNoise(msg string) bool { return msg == "retrying of unary invoker failed" }
 
-// ParseEndpoints normalises etcd endpoints to "http://host:port" URLs.
-// Each argument may hold several endpoints separated by commas (as in
-// --etcd-endpoints); each is "host:port" or "http://host:port". Empty
-// entries are skipped. TLS ("https://") is not supported yet.
+// ParseEndpoints normalises etcd endpoints to "http://host:port" URLs
+// ("https://host:port" for one given so). Each argument may hold several
+// endpoints separated by commas (as in --etcd-endpoints); each is
+// "host:port", "http://host:port" or "https://host:port". Empty entries
+// are skipped.
 func ParseEndpoints(list ...string) ([]string, error) {
 	var out []string
 	for _, item := range list {
@@ -126,15 +197,16 @@ func ParseEndpoints(list ...string) ([]string, error) {
 			if ep == "" {
 				continue
 			}
-			hostport := ep
+			hostport, scheme := ep, "http"
 			if strings.Contains(ep, "://") {
 				u, err := url.Parse(ep)
 				if err != nil {
 					return nil, fmt.Errorf("topo: etcd endpoint %q: %w", ep, err)
 				}
-				if u.Scheme != "http" {
-					return nil, fmt.Errorf("topo: etcd endpoint %q: scheme %q not supported; use host:port or http://host:port", ep, u.Scheme)
+				if u.Scheme != "http" && u.Scheme != "https" {
+					return nil, fmt.Errorf("topo: etcd endpoint %q: scheme %q not supported; use host:port, http://host:port or https://host:port", ep, u.Scheme)
 				}
+				scheme = u.Scheme
 				if u.Path != "" && u.Path != "/" {
 					return nil, fmt.Errorf("topo: etcd endpoint %q: unexpected path %q; use http://host:port", ep, u.Path)
 				}
@@ -144,7 +216,7 @@ func ParseEndpoints(list ...string) ([]string, error) {
 			if err != nil || host == "" || port == "" {
 				return nil, fmt.Errorf("topo: etcd endpoint %q: want host:port or http://host:port", ep)
 			}
-			out = append(out, "http://"+net.JoinHostPort(host, port))
+			out = append(out, scheme+"://"+net.JoinHostPort(host, port))
 		}
 	}
 	return out, nil

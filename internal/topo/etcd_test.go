@@ -117,7 +117,8 @@ func TestParseEndpoints(t *testing.T) {
 		{in: []string{"http://[::1]:2379/"}, want: "http://[::1]:2379"},
 		{in: nil, want: ""},
 		{in: []string{"etcd-1"}, wantErr: "want host:port"},
-		{in: []string{"https://etcd-1:2379"}, wantErr: `scheme "https" not supported`},
+		{in: []string{"https://etcd-1:2379"}, want: "https://etcd-1:2379"},
+		{in: []string{"unix://etcd-1:2379"}, wantErr: `scheme "unix" not supported`},
 		{in: []string{"http://etcd-1:2379/v3"}, wantErr: "unexpected path"},
 		{in: []string{":2379"}, wantErr: "want host:port"},
 	}

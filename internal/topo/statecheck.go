@@ -38,14 +38,19 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrStateInvalid}, args...)...)
 }
 
-// DecodeState parses a state document read from the store key of cluster
-// and checks it with CheckState. It returns the state or an error wrapping
-// ErrStateInvalid that says what is wrong.
+// DecodeState parses a state document read from the store key of cluster,
+// verifies its MAC with the process's integrity keyring (when one is set,
+// see SetIntegrity) and checks it with CheckState. It returns the state or
+// an error wrapping ErrStateInvalid that says what is wrong (also wrapping
+// ErrIntegrity when the MAC is missing or does not verify).
 func DecodeState(raw []byte, cluster string, last *ClusterState, nodes NodeAddrs) (ClusterState, error) {
 	var st ClusterState
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return st, invalid("the document is empty")
+	}
+	if err := VerifyDocument(IntegrityClusterState, trimmed); err != nil {
+		return st, fmt.Errorf("%w: %w", ErrStateInvalid, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(&st); err != nil {
@@ -58,6 +63,16 @@ func DecodeState(raw []byte, cluster string, last *ClusterState, nodes NodeAddrs
 		return ClusterState{}, err
 	}
 	return st, nil
+}
+
+// EncodeState marshals a cluster state document as the controller writes
+// it, signed with the process's integrity keyring when one is set.
+func EncodeState(st *ClusterState) ([]byte, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("topo: encode state of cluster %s: %w", st.Cluster, err)
+	}
+	return SignDocument(IntegrityClusterState, b)
 }
 
 // CheckState reports whether next may replace last (the last state the
