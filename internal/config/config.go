@@ -594,6 +594,14 @@ func (f FailoverConfig) HeartbeatPeriod() time.Duration {
 	return (b / 12).Round(time.Millisecond)
 }
 
+// ReplicaParallelThreads is the slave_parallel_threads (slave_parallel_mode
+// optimistic) the controller gives a MariaDB replica that applies with one
+// SQL thread (slave_parallel_threads 0): under a write load a single SQL
+// thread falls behind its primary, and a switchover's catch-up, while
+// statements are held, waits for that backlog. A replica with threads of
+// its own keeps them.
+const ReplicaParallelThreads = 4
+
 // NetTimeout is the slave_net_timeout the controller sets on the replicas,
 // in whole seconds: 2 × SilenceBound rounded up (3 with the default
 // bound). A replica whose source stays silent that long reconnects (its IO

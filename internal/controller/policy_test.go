@@ -134,6 +134,17 @@ func TestReplicaSettingsDiffer(t *testing.T) {
 	if d != "MASTER_HEARTBEAT_PERIOD 1.000s → 0.200s, slave_net_timeout 10s → 3s" {
 		t.Errorf("differ = %q", d)
 	}
+	zero, own := int64(0), int64(2)
+	rs.ParallelThreads = 4
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3, ParallelThreads: &own}, rs); d != "" {
+		t.Errorf("a replica with parallel threads of its own must keep them: %q", d)
+	}
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3}, rs); d != "" {
+		t.Errorf("unread parallel threads must not count: %q", d)
+	}
+	if d := replicaSettingsDiffer(topo.Probe{HeartbeatPeriod: 0.2, NetTimeoutSeconds: 3, ParallelThreads: &zero}, rs); d != "slave_parallel_threads 0 → 4 (optimistic)" {
+		t.Errorf("single SQL thread: differ = %q", d)
+	}
 }
 
 func TestClusterMemoryProgress(t *testing.T) {

@@ -17,13 +17,17 @@ import (
 const alignBackoff = time.Minute
 
 // replicaSettings are the heartbeat period and slave_net_timeout the
-// controller keeps on the replicas of cl (from failover.silence_bound).
+// controller keeps on the replicas of cl (from failover.silence_bound), and
+// the parallel apply threads it gives one that has none
+// (config.ReplicaParallelThreads).
 func replicaSettings(cl *config.Cluster) probe.ReplicaSettings {
-	return probe.ReplicaSettings{HeartbeatPeriod: cl.Failover.HeartbeatPeriod(), NetTimeout: cl.Failover.NetTimeout()}
+	return probe.ReplicaSettings{HeartbeatPeriod: cl.Failover.HeartbeatPeriod(), NetTimeout: cl.Failover.NetTimeout(),
+		ParallelThreads: config.ReplicaParallelThreads}
 }
 
 // replicaSettingsDiffer says how a replica's probe differs from rs ("" when
-// it does not). A NetTimeoutSeconds of 0 was not read and is not compared.
+// it does not). A NetTimeoutSeconds of 0 was not read and is not compared;
+// parallel threads differ only when the replica has none (0).
 func replicaSettingsDiffer(p topo.Probe, rs probe.ReplicaSettings) string {
 	var d string
 	if math.Abs(p.HeartbeatPeriod-rs.HeartbeatPeriod.Seconds()) >= 0.0005 {
@@ -34,6 +38,12 @@ func replicaSettingsDiffer(p topo.Probe, rs probe.ReplicaSettings) string {
 			d += ", "
 		}
 		d += fmt.Sprintf("slave_net_timeout %ds → %ds", p.NetTimeoutSeconds, rs.NetTimeout)
+	}
+	if p.ParallelThreads != nil && *p.ParallelThreads == 0 && rs.ParallelThreads > 0 {
+		if d != "" {
+			d += ", "
+		}
+		d += fmt.Sprintf("slave_parallel_threads 0 → %d (optimistic)", rs.ParallelThreads)
 	}
 	return d
 }

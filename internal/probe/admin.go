@@ -122,7 +122,7 @@ func (p *Prober) ResetReplicaAll(ctx context.Context) error {
 // (MASTER_USE_GTID on MariaDB; MySQL always uses SOURCE_AUTO_POSITION=1).
 // Connect retry is 1 s and the heartbeat period and slave_net_timeout are
 // the prober's ReplicaSettings (heartbeat 1 s and the server's timeout when
-// none were set), so a silent source is noticed quickly (MariaDB KB "CHANGE
+// none were set; a replica with one SQL thread gets ParallelThreads), so a silent source is noticed quickly (MariaDB KB "CHANGE
 // MASTER TO", "slave_net_timeout"). The password never appears in errors.
 func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, password, useGTID string) error {
 	rs := p.replicaSettings()
@@ -135,13 +135,47 @@ func (p *Prober) ChangeSource(ctx context.Context, host string, port int, user, 
 			return err
 		}
 	}
+	if err := p.parallelApply(ctx, rs.ParallelThreads); err != nil {
+		return err
+	}
 	return p.exec(ctx, fmt.Sprintf("change source to %s:%d", host, port), q, args...)
+}
+
+// parallelApply gives a stopped replica that applies with one SQL thread
+// (slave_parallel_threads 0) threads parallel apply threads in optimistic
+// mode; one with threads of its own, or threads 0, is left as it is.
+func (p *Prober) parallelApply(ctx context.Context, threads int) error {
+	q := p.d.parallelThreadsQuery()
+	if threads <= 0 || q == "" {
+		return nil
+	}
+	db, err := p.admin()
+	if err != nil {
+		return err
+	}
+	rctx, cancel := p.adminDeadline(ctx, 0)
+	var cur int64
+	err = db.QueryRowContext(rctx, q).Scan(&cur)
+	cancel()
+	if err != nil {
+		return p.wrap("read slave_parallel_threads", err)
+	}
+	if cur != 0 {
+		return nil
+	}
+	for _, stmt := range p.d.setParallelApply(threads) {
+		if err := p.exec(ctx, "set parallel apply", stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AlignReplicaSettings gives a running replica the prober's
 // ReplicaSettings without changing its source or position: it sets
 // slave_net_timeout, then STOP SLAVE, CHANGE MASTER TO
-// MASTER_HEARTBEAT_PERIOD = …, START SLAVE (MariaDB 10.11 refuses the
+// MASTER_HEARTBEAT_PERIOD = … (and the parallel apply threads of a replica
+// that had none), START SLAVE (MariaDB 10.11 refuses the
 // CHANGE MASTER while a replication thread runs, error 1198; with GTID
 // replication the IO thread resumes from gtid_slave_pos, so nothing is
 // skipped or fetched twice). When the threads could not be started again
@@ -156,7 +190,8 @@ func (p *Prober) AlignReplicaSettings(ctx context.Context) error {
 	if err := p.StopReplica(ctx); err != nil {
 		return err
 	}
-	herr := p.exec(ctx, "set heartbeat period", p.d.setHeartbeat(rs.HeartbeatPeriod))
+	herr := errors.Join(p.exec(ctx, "set heartbeat period", p.d.setHeartbeat(rs.HeartbeatPeriod)),
+		p.parallelApply(ctx, rs.ParallelThreads))
 	if err := p.StartReplica(ctx); err != nil {
 		return errors.Join(herr, fmt.Errorf("replication left stopped: %w", err))
 	}

@@ -30,7 +30,8 @@ type dialect interface {
 	name() string
 	// variablesQuery returns one row: server_id, version, read_only,
 	// three GTID positions (MariaDB current/slave/binlog; MySQL executed in
-	// the first, the others empty) and slave_net_timeout.
+	// the first, the others empty), slave_net_timeout and
+	// slave_parallel_threads (NULL when not read).
 	variablesQuery() string
 	replicaStatusQuery() string
 	stopReplica() string
@@ -46,6 +47,11 @@ type dialect interface {
 	// setNetTimeout sets the global replica network timeout (seconds); ""
 	// when the flavor leaves it alone.
 	setNetTimeout(seconds int) string
+	// parallelThreadsQuery selects the replica's parallel apply threads
+	// ("" when the flavor leaves them alone); setParallelApply sets them,
+	// replication threads stopped.
+	parallelThreadsQuery() string
+	setParallelApply(threads int) []string
 	// writtenGTIDQuery selects every GTID this node has written to its binlog.
 	writtenGTIDQuery() string
 	// setReplicaPosFromBinlog makes the node, about to become a replica,
@@ -89,7 +95,7 @@ type mariadbDialect struct{}
 func (mariadbDialect) name() string { return FlavorMariaDB }
 
 func (mariadbDialect) variablesQuery() string {
-	return "SELECT @@server_id, @@version, @@read_only, @@gtid_current_pos, @@gtid_slave_pos, @@gtid_binlog_pos, @@global.slave_net_timeout"
+	return "SELECT @@server_id, @@version, @@read_only, @@gtid_current_pos, @@gtid_slave_pos, @@gtid_binlog_pos, @@global.slave_net_timeout, @@global.slave_parallel_threads"
 }
 
 func (mariadbDialect) replicaStatusQuery() string { return "SHOW ALL SLAVES STATUS" }
@@ -126,6 +132,15 @@ func (mariadbDialect) setHeartbeat(heartbeat time.Duration) string {
 
 func (mariadbDialect) setNetTimeout(seconds int) string {
 	return fmt.Sprintf("SET GLOBAL slave_net_timeout = %d", seconds)
+}
+
+func (mariadbDialect) parallelThreadsQuery() string { return "SELECT @@global.slave_parallel_threads" }
+
+// Both are refused while a replication thread runs (MariaDB KB
+// "slave_parallel_threads", "slave_parallel_mode"); optimistic mode applies
+// transactions of one GTID domain in parallel and commits them in order.
+func (mariadbDialect) setParallelApply(threads int) []string {
+	return []string{"SET GLOBAL slave_parallel_mode = 'optimistic'", fmt.Sprintf("SET GLOBAL slave_parallel_threads = %d", threads)}
 }
 
 // heartbeatSeconds formats a heartbeat period for CHANGE MASTER (seconds
@@ -187,7 +202,7 @@ func (mysqlDialect) name() string { return FlavorMySQL }
 func (mysqlDialect) variablesQuery() string {
 	// The net timeout is not read (0): its name changed in 8.0.26
 	// (replica_net_timeout) and the controller manages it on MariaDB only.
-	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', 0"
+	return "SELECT @@server_id, @@version, @@read_only, @@global.gtid_executed, '', '', 0, NULL"
 }
 
 func (mysqlDialect) replicaStatusQuery() string { return "SHOW REPLICA STATUS" }
@@ -217,6 +232,11 @@ func (mysqlDialect) setHeartbeat(heartbeat time.Duration) string {
 // The replica net timeout is left as the server has it on MySQL (its name
 // changed in 8.0.26).
 func (mysqlDialect) setNetTimeout(int) string { return "" }
+
+// Parallel apply (replica_parallel_workers) is left as the server has it
+// on MySQL.
+func (mysqlDialect) parallelThreadsQuery() string  { return "" }
+func (mysqlDialect) setParallelApply(int) []string { return nil }
 
 func (mysqlDialect) writtenGTIDQuery() string { return "SELECT @@global.gtid_executed" }
 

@@ -79,6 +79,11 @@ type ReplicaSettings struct {
 	// after that long without a byte from the source the IO thread
 	// reconnects. 0 leaves the server's value alone.
 	NetTimeout int
+	// ParallelThreads is the slave_parallel_threads (slave_parallel_mode
+	// optimistic) given to a replica that applies with one SQL thread
+	// (slave_parallel_threads 0); a replica with threads of its own keeps
+	// them. 0 leaves every replica as it is. MariaDB only.
+	ParallelThreads int
 }
 
 // SetReplicaSettings sets what the next ChangeSource applies.
@@ -225,8 +230,9 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 		readOnly            sql.NullInt64
 		gtidA, gtidB, gtidC sql.NullString
 		netTimeout          sql.NullInt64
+		parallelThreads     sql.NullInt64
 	)
-	err = conn.QueryRowContext(ctx, p.d.variablesQuery()).Scan(&serverID, &version, &readOnly, &gtidA, &gtidB, &gtidC, &netTimeout)
+	err = conn.QueryRowContext(ctx, p.d.variablesQuery()).Scan(&serverID, &version, &readOnly, &gtidA, &gtidB, &gtidC, &netTimeout, &parallelThreads)
 	if err != nil {
 		return fail("read variables", err)
 	}
@@ -234,6 +240,9 @@ func (p *Prober) collect(ctx context.Context, pr *topo.Probe) Kind {
 	pr.Version = version.String
 	pr.ReadOnly = readOnly.Int64 != 0
 	pr.NetTimeoutSeconds = netTimeout.Int64
+	if parallelThreads.Valid {
+		pr.ParallelThreads = &parallelThreads.Int64
+	}
 	if p.d.name() == FlavorMySQL {
 		pr.GTIDExecuted = gtidA.String
 	} else {

@@ -262,6 +262,9 @@ type Probe struct {
 	// read): how long the node's IO thread waits for its source before it
 	// reconnects.
 	NetTimeoutSeconds int64 `json:"net_timeout_s,omitempty"`
+	// ParallelThreads is @@global.slave_parallel_threads (nil when not
+	// read): 0 means one SQL thread applies everything.
+	ParallelThreads *int64 `json:"parallel_threads,omitempty"`
 
 	// SemiSync is the node's semi-sync settings and status (MariaDB
 	// rpl_semi_sync_* variables and Rpl_semi_sync_* status); nil when the
