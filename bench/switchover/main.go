@@ -258,7 +258,7 @@ func pause(s *stack, o options) error {
 	if sysbench {
 		fmt.Print(" + sysbench oltp_read_write 16 threads, prepared statements")
 	}
-	repl := "sandbox default (one SQL thread) as the controller aligns it"
+	repl := "as the sandbox and the controller set it"
 	if o.parallel > 0 {
 		repl = fmt.Sprintf("slave_parallel_threads=%d optimistic", o.parallel)
 	}
