@@ -114,7 +114,7 @@ func main() {
 	flag.BoolVar(&o.replay, "replay", false, "clusters[].failover.transaction_replay: replay a transaction interrupted by the loss of the primary on the new one")
 	flag.BoolVar(&o.tx, "tx", true, "odd-numbered writers run BEGIN; INSERT; UPDATE; COMMIT transactions")
 	flag.BoolVar(&o.failsafe, "failsafe", true, "proxy.failsafe (off: a failover that cannot fence the old primary never waits the failsafe window; on, it waits up to 1s unless the replicas' silence rules it out)")
-	flag.IntVar(&o.parallel, "parallel-replication", 0, "clusters[].failover.replica_parallel_threads: optimistic parallel appliers the controller keeps on the replicas (0: the sandbox's single SQL thread)")
+	flag.IntVar(&o.parallel, "parallel-replication", -1, "clusters[].failover.replica_parallel_threads: optimistic parallel appliers the controller keeps on the replicas (-1: the default, 4; 0: leave the servers' setting)")
 	flag.Parse()
 	// Clients see the kill as broken connections; the driver's own log of
 	// them is noise here (the figures count them).
@@ -288,7 +288,10 @@ func startStack(ctx context.Context, o options) (_ *stack, err error) {
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	cfg.Clusters[0].Failover.Hold = &o.hold
 	cfg.Clusters[0].Failover.TransactionReplay = o.replay
-	cfg.Clusters[0].Failover.ReplicaParallelThreads = o.parallel
+	if o.parallel >= 0 {
+		n := o.parallel // the controller keeps them (and sets them on a repointed replica)
+		cfg.Clusters[0].Failover.ReplicaParallelThreads = &n
+	}
 	cfg.Proxy.Failsafe = &o.failsafe
 	if o.durability != "" {
 		cfg.Clusters[0].Durability = o.durability

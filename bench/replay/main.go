@@ -115,7 +115,7 @@ func main() {
 	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
 	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
 	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
-	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on the replicas (slave_parallel_mode optimistic): set before the run and kept by the controller (failover.replica_parallel_threads); 0 keeps the sandbox's single SQL thread")
+	flag.IntVar(&o.parallel, "parallel-replication", -1, "slave_parallel_threads on the replicas (slave_parallel_mode optimistic): set before the run and kept by the controller (failover.replica_parallel_threads); -1: the default (4); 0: leave the servers' setting")
 	flag.BoolVar(&o.verbose, "v", false, "print the controller's events after the kill in every trial (else only when the failover took over 3 s)")
 	flag.Parse()
 	if o.ignoreErrors != "1105" && o.ignoreErrors != "none" {
@@ -126,8 +126,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "replay: -commit-outcome must be marker or unknown")
 		os.Exit(2)
 	}
-	if o.parallel < 0 || o.parallel > 256 {
-		fmt.Fprintln(os.Stderr, "replay: -parallel-replication must be 0 to 256")
+	if o.parallel < -1 || o.parallel > 256 {
+		fmt.Fprintln(os.Stderr, "replay: -parallel-replication must be -1 to 256")
 		os.Exit(2)
 	}
 	if _, err := exec.LookPath("sysbench"); err != nil {
@@ -648,7 +648,10 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 		cfg.Clusters[0].Failover.MaxHold = config.Duration(o.maxHold)
 	}
 	cfg.Clusters[0].Durability = config.DurabilitySemiSync
-	cfg.Clusters[0].Failover.ReplicaParallelThreads = o.parallel // the controller keeps them (and sets them on a repointed replica)
+	if o.parallel >= 0 {
+		n := o.parallel // the controller keeps them (and sets them on a repointed replica)
+		cfg.Clusters[0].Failover.ReplicaParallelThreads = &n
+	}
 	cfg.Admin.Address = "off"
 	cfg.Listeners[0].Address, cfg.Listeners[1].Address = addrs[0], addrs[1]
 	if err := cfg.Validate(); err != nil {

@@ -72,7 +72,7 @@ func main() {
 	flag.IntVar(&o.rows, "rows", 200000, "rows of the read table (part warm; about 250 bytes each)")
 	flag.IntVar(&o.rangeRows, "range", 100, "rows each read covers (part warm: SELECT SUM(k) ... WHERE id BETWEEN ? AND ?+range-1, the shape of sysbench's sum_ranges)")
 	flag.IntVar(&o.readers, "readers", 8, "concurrent readers (part warm)")
-	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on every node (optimistic mode); 0 keeps the sandbox's single SQL thread")
+	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on every node (optimistic mode), set after discovery; 0 leaves the sandbox's single SQL thread to the controller, which gives a replica with none 4")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
 	flag.Parse()
 	_ = mysql.SetLogger(&mysql.NopLogger{})
@@ -258,7 +258,7 @@ func pause(s *stack, o options) error {
 	if sysbench {
 		fmt.Print(" + sysbench oltp_read_write 16 threads, prepared statements")
 	}
-	repl := "one SQL thread per replica"
+	repl := "as the sandbox and the controller set it"
 	if o.parallel > 0 {
 		repl = fmt.Sprintf("slave_parallel_threads=%d optimistic", o.parallel)
 	}
@@ -280,6 +280,21 @@ func pause(s *stack, o options) error {
 	if err := s.waitServing(ctx, "node1"); err != nil {
 		return err
 	}
+	var threads []string
+	for i := range s.sb.Nodes {
+		root, err := sql.Open("mysql", s.sb.RootDSN(i))
+		if err != nil {
+			return err
+		}
+		var n int
+		err = root.QueryRowContext(ctx, "SELECT @@global.slave_parallel_threads").Scan(&n)
+		root.Close()
+		if err != nil {
+			return err
+		}
+		threads = append(threads, fmt.Sprintf("node%d %d", i+1, n))
+	}
+	fmt.Printf("slave_parallel_threads at the start: %s\n", strings.Join(threads, ", "))
 	w := newWriters(rw, o.writers)
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
@@ -299,6 +314,7 @@ func pause(s *stack, o options) error {
 		to          string
 		start, end  time.Time
 		held, total time.Duration
+		phases      []topo.PhaseTiming
 	}
 	var runs []one
 	for i := range o.switchovers {
@@ -310,7 +326,7 @@ func pause(s *stack, o options) error {
 			wcancel()
 			return fmt.Errorf("switchover %d to %s: %w\n%s", i+1, to, err, strings.Join(req.Steps, "\n"))
 		}
-		runs = append(runs, one{to: to, start: start, end: end, held: heldFor(req), total: end.Sub(start)})
+		runs = append(runs, one{to: to, start: start, end: end, held: heldFor(req), total: end.Sub(start), phases: req.Phases})
 		if err := s.waitServing(ctx, to); err != nil {
 			return err
 		}
@@ -347,6 +363,26 @@ func pause(s *stack, o options) error {
 	}
 	fmt.Printf("write pause over %d switchovers: %s\n", len(pauses), dist(pauses))
 	fmt.Printf("statements held:                %s\n", dist(helds))
+	// Per phase, in the order of the first switchover (repoints summed).
+	var order []string
+	byPhase := map[string][]time.Duration{}
+	for _, r := range runs {
+		sum := map[string]time.Duration{}
+		for _, p := range r.phases {
+			if _, ok := byPhase[p.Phase]; !ok {
+				order = append(order, p.Phase)
+				byPhase[p.Phase] = nil
+			}
+			sum[p.Phase] += time.Duration(p.MS * float64(time.Millisecond))
+		}
+		for ph, d := range sum {
+			byPhase[ph] = append(byPhase[ph], d)
+		}
+	}
+	fmt.Println("per phase (prepare … publish-primary hold statements):")
+	for _, ph := range order {
+		fmt.Printf("  %-16s %s\n", ph, dist(byPhase[ph]))
+	}
 	fmt.Printf("ledger: %d writes acknowledged, client errors %d, missing on the final primary %d; sysbench errors: %s\n",
 		len(w.acked()), w.errors(), len(missing), sbErrors)
 	if w.errors() > 0 || len(missing) > 0 {

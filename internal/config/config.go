@@ -608,8 +608,8 @@ type FailoverConfig struct {
 	// period is (STOP SLAVE, SET GLOBAL, START SLAVE: one replica per round
 	// while the primary is healthy). 0 leaves the servers' settings alone.
 	// At most 256.
-	// Type: int. Default: 0.
-	ReplicaParallelThreads int `yaml:"replica_parallel_threads"`
+	// Type: int. Default: 4.
+	ReplicaParallelThreads *int `yaml:"replica_parallel_threads"`
 	// RecoveryTimeout bounds one failover from decision to verified
 	// primary; a failover that fails or exceeds it disables automatic
 	// failover for the cluster and raises an alarm.
@@ -728,6 +728,23 @@ func (f FailoverConfig) HeartbeatPeriod() time.Duration {
 	}
 	return (b / 12).Round(time.Millisecond)
 }
+
+// ParallelThreads is replica_parallel_threads: its default before
+// ApplyDefaults, 0 (leave the servers alone) for an explicit 0.
+func (f FailoverConfig) ParallelThreads() int {
+	if f.ReplicaParallelThreads == nil {
+		return ReplicaParallelThreads
+	}
+	return *f.ReplicaParallelThreads
+}
+
+// ReplicaParallelThreads is the slave_parallel_threads (slave_parallel_mode
+// optimistic) the controller gives a MariaDB replica that applies with one
+// SQL thread: under a write load a single SQL thread falls behind its
+// primary, and a switchover's catch-up or a failover's apply, while
+// statements are held, waits for that backlog. It is the default of
+// failover.replica_parallel_threads.
+const ReplicaParallelThreads = 4
 
 // NetTimeout is the slave_net_timeout the controller sets on the replicas,
 // in whole seconds: 2 × SilenceBound rounded up (3 with the default
@@ -1253,6 +1270,10 @@ func (c *Config) ApplyDefaults() {
 		}
 		if f.MaxLag == 0 {
 			f.MaxLag = Duration(10 * time.Second)
+		}
+		if f.ReplicaParallelThreads == nil {
+			n := ReplicaParallelThreads
+			f.ReplicaParallelThreads = &n
 		}
 		if f.RecoveryTimeout == 0 {
 			f.RecoveryTimeout = Duration(30 * time.Second)

@@ -684,8 +684,8 @@ func validateFailover(v *validator, f string, fo FailoverConfig, interval time.D
 	if fo.ConfirmRounds < 1 {
 		v.add(f+".confirm_rounds", "%d must be at least 1 (a dead primary must be seen in that many consecutive probe rounds)", fo.ConfirmRounds)
 	}
-	if fo.ReplicaParallelThreads < 0 || fo.ReplicaParallelThreads > MaxReplicaParallelThreads {
-		v.add(f+".replica_parallel_threads", "%d must be between 0 (leave the servers' setting) and %d", fo.ReplicaParallelThreads, MaxReplicaParallelThreads)
+	if n := fo.ReplicaParallelThreads; n != nil && (*n < 0 || *n > MaxReplicaParallelThreads) {
+		v.add(f+".replica_parallel_threads", "%d must be between 0 (leave the servers' setting) and %d", *n, MaxReplicaParallelThreads)
 	}
 	if fo.SilenceBound < Duration(MinSilenceBound) || fo.SilenceBound > Duration(MaxSilenceBound) {
 		v.add(f+".silence_bound", "%s must be between %s and %s (below %s a primary frozen for 1s could be failed over)",

@@ -116,10 +116,10 @@ func TestValidateCases(t *testing.T) {
 		mutate  func(*Config)
 		wantErr string // "" means valid
 	}{
-		{"replica parallel threads", func(c *Config) { c.Clusters[0].Failover.ReplicaParallelThreads = 4 }, ""},
-		{"replica parallel threads negative", func(c *Config) { c.Clusters[0].Failover.ReplicaParallelThreads = -1 },
+		{"replica parallel threads", func(c *Config) { n := 4; c.Clusters[0].Failover.ReplicaParallelThreads = &n }, ""},
+		{"replica parallel threads negative", func(c *Config) { n := -1; c.Clusters[0].Failover.ReplicaParallelThreads = &n },
 			"clusters[0].failover.replica_parallel_threads: -1 must be between 0 (leave the servers' setting) and 256"},
-		{"replica parallel threads too many", func(c *Config) { c.Clusters[0].Failover.ReplicaParallelThreads = 257 },
+		{"replica parallel threads too many", func(c *Config) { n := 257; c.Clusters[0].Failover.ReplicaParallelThreads = &n },
 			"replica_parallel_threads: 257 must be between 0"},
 		{"external etcd frees the embedded ports", func(c *Config) {
 			c.Etcd.Endpoints = []string{"10.0.0.1:2379"}

@@ -22,7 +22,7 @@ const alignBackoff = time.Minute
 // and their parallel appliers (failover.replica_parallel_threads).
 func replicaSettings(cl *config.Cluster) probe.ReplicaSettings {
 	return probe.ReplicaSettings{HeartbeatPeriod: cl.Failover.HeartbeatPeriod(), NetTimeout: cl.Failover.NetTimeout(),
-		ParallelThreads: cl.Failover.ReplicaParallelThreads}
+		ParallelThreads: cl.Failover.ParallelThreads()}
 }
 
 // replicaSettingsDiffer says how a replica's probe differs from rs ("" when

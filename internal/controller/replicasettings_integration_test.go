@@ -25,7 +25,8 @@ func TestReplicaParallelThreadsAligned(t *testing.T) {
 	}
 	st := topotest.NewStore(t)
 	cfg := testConfig(c)
-	cfg.Clusters[0].Failover.ReplicaParallelThreads = 2
+	two := 2
+	cfg.Clusters[0].Failover.ReplicaParallelThreads = &two
 	start := time.Now()
 	runController(t, cfg, st, "ctl-a")
 	s := waitState(t, st, 30*time.Second, "replicas with 2 optimistic parallel appliers", func(s topo.ClusterState) bool {

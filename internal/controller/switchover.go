@@ -101,7 +101,10 @@ func (s *switchover) step(ctx context.Context, name string, fn func(ctx context.
 	sctx, cancel := context.WithTimeout(ctx, stepTimeout+s.cfg.Switchover.CatchupTimeout.D())
 	detail, err := fn(sctx)
 	cancel()
-	took := s.t.c.now().Sub(begin).Round(100 * time.Microsecond)
+	elapsed := s.t.c.now().Sub(begin)
+	took := elapsed.Round(100 * time.Microsecond)
+	s.req.Phases = append(s.req.Phases, topo.PhaseTiming{Phase: s.phaseOf(name),
+		MS: float64(elapsed.Microseconds()) / 1000, Failed: err != nil})
 	line := name
 	if detail != "" {
 		line += ": " + detail
@@ -124,12 +127,25 @@ func (s *switchover) step(ctx context.Context, name string, fn func(ctx context.
 	s.event(code, "", line)
 	req := s.req
 	req.Steps = slices.Clone(s.req.Steps)
+	req.Phases = slices.Clone(s.req.Phases)
 	s.pw.add(func(ctx context.Context) {
 		if serr := s.t.saveRequest(ctx, s.key, &req, &s.version); serr != nil && ctx.Err() == nil {
 			s.log.Warn("cannot save switchover progress", "err", serr)
 		}
 	})
 	return err
+}
+
+// phaseOf is the phase code of the step name: its words without the
+// cluster's node names, joined by '-' ("catch up node2" → "catch-up").
+func (s *switchover) phaseOf(name string) string {
+	var words []string
+	for _, w := range strings.Fields(name) {
+		if s.cl.Node(w) == nil {
+			words = append(words, w)
+		}
+	}
+	return strings.Join(words, "-")
 }
 
 // run performs the switchover and returns its result label. s.req.Message
@@ -235,9 +251,13 @@ func (s *switchover) run(ctx context.Context) string {
 			"the next leader publishes it from the probes", s.cand, err)
 		return resultFailed
 	}
-	if err := s.publishProgress(ctx, topo.SwitchStepDone); err != nil {
-		s.log.Warn("cannot mark the switchover document done (proxies released on the new state anyway)", "err", err)
-	}
+	_ = s.step(ctx, "release", func(ctx context.Context) (string, error) {
+		if err := s.publishProgress(ctx, topo.SwitchStepDone); err != nil {
+			s.log.Warn("cannot mark the switchover document done (proxies released on the new state anyway)", "err", err)
+			return "switchover document not marked done (proxies released on the new state anyway): " + err.Error(), nil
+		}
+		return "switchover document done", nil
+	})
 	// 8. Repoint: failures are recorded, the switchover goes on (the new
 	// primary is writable and the old one fenced). Done after the release
 	// so that clients do not wait for it.
@@ -401,8 +421,9 @@ func (s *switchover) fence(ctx context.Context) (string, error) {
 }
 
 // preCatchUp waits, before statements are held, until the candidate has
-// applied the old primary's current position (bounded by
-// switchover.catchup_timeout). Running behind at the bound is not an
+// applied the old primary's current position, again for the newer position
+// while a wait was long (preCatchUpClose), bounded by
+// switchover.catchup_timeout in all. Running behind at the bound is not an
 // error: the catch-up after the fence is bounded on its own.
 func (s *switchover) preCatchUp(ctx context.Context) (string, error) {
 	pos, err := s.oldPr.WrittenGTIDs(ctx)
@@ -414,16 +435,41 @@ func (s *switchover) preCatchUp(ctx context.Context) (string, error) {
 	}
 	timeout := s.cfg.Switchover.CatchupTimeout.D()
 	start := s.t.c.now()
-	res, err := s.candPr.WaitForGTID(ctx, pos, timeout)
-	if err != nil {
-		return "", err
+	var last time.Duration
+	rounds := 0
+	for {
+		rounds++
+		waitStart := s.t.c.now()
+		res, err := s.candPr.WaitForGTID(ctx, pos, timeout-s.t.c.now().Sub(start))
+		if err != nil {
+			return "", err
+		}
+		last = s.t.c.now().Sub(waitStart)
+		took := s.t.c.now().Sub(start).Round(100 * time.Microsecond)
+		if res != 0 {
+			return fmt.Sprintf("still behind %s after %s; going on", pos, took), nil
+		}
+		// The candidate applied what the primary had written when the wait
+		// began; what was written meanwhile is still to apply. Wait again
+		// until one wait is short (the backlog the hold leaves is small).
+		if last <= preCatchUpClose || rounds >= preCatchUpRounds || s.t.c.now().Sub(start) >= timeout {
+			return fmt.Sprintf("applied %s before holding (waited %s in %d rounds, the last %s)",
+				pos, took, rounds, last.Round(100*time.Microsecond)), nil
+		}
+		if pos, err = s.oldPr.WrittenGTIDs(ctx); err != nil {
+			return "", err
+		}
 	}
-	took := s.t.c.now().Sub(start).Round(100 * time.Microsecond)
-	if res != 0 {
-		return fmt.Sprintf("still behind %s after %s; going on", pos, took), nil
-	}
-	return fmt.Sprintf("applied %s before holding (waited %s)", pos, took), nil
 }
+
+// preCatchUpClose and preCatchUpRounds bound the pre-catch-up: it waits
+// again for the primary's newer position while a wait took longer than
+// preCatchUpClose, at most preCatchUpRounds times (and within
+// switchover.catchup_timeout).
+const (
+	preCatchUpClose  = 50 * time.Millisecond
+	preCatchUpRounds = 5
+)
 
 // catchUp waits until the candidate has applied every GTID of the fenced
 // old primary, bounded by switchover.catchup_timeout, and verifies it.

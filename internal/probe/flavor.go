@@ -137,6 +137,15 @@ func (mariadbDialect) setNetTimeout(seconds int) string {
 	return fmt.Sprintf("SET GLOBAL slave_net_timeout = %d", seconds)
 }
 
+func (mariadbDialect) parallelThreadsQuery() string { return "SELECT @@global.slave_parallel_threads" }
+
+// Both are refused while a replication thread runs (MariaDB KB
+// "slave_parallel_threads", "slave_parallel_mode"); optimistic mode applies
+// transactions of one GTID domain in parallel and commits them in order.
+func (mariadbDialect) setParallelApply(threads int) []string {
+	return []string{"SET GLOBAL slave_parallel_mode = 'optimistic'", fmt.Sprintf("SET GLOBAL slave_parallel_threads = %d", threads)}
+}
+
 // heartbeatSeconds formats a heartbeat period for CHANGE MASTER (seconds
 // with millisecond resolution, as the server keeps it); 0 means 1s.
 func heartbeatSeconds(d time.Duration) string {
@@ -228,6 +237,11 @@ func (mysqlDialect) setHeartbeat(heartbeat time.Duration) string {
 // The replica net timeout is left as the server has it on MySQL (its name
 // changed in 8.0.26).
 func (mysqlDialect) setNetTimeout(int) string { return "" }
+
+// Parallel apply (replica_parallel_workers) is left as the server has it
+// on MySQL.
+func (mysqlDialect) parallelThreadsQuery() string  { return "" }
+func (mysqlDialect) setParallelApply(int) []string { return nil }
 
 func (mysqlDialect) writtenGTIDQuery() string { return "SELECT @@global.gtid_executed" }
 

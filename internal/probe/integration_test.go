@@ -47,6 +47,41 @@ func TestProbeSandbox(t *testing.T) {
 		t.Fatalf("replica probe = %+v: want heartbeat period 0.1, slave_net_timeout 3, Gtid_IO_Pos, Master_Log_File and Read_Master_Log_Pos", rp)
 	}
 
+	// Parallel apply: the alignment gives a replica with one SQL thread (the
+	// sandbox's is set back to that) ParallelThreads in optimistic mode,
+	// which restarts it, and then any other count asked for.
+	if rp.ParallelThreads != 4 {
+		t.Fatalf("replica probe: parallel threads %v, want read and 4 (the sandbox's)", rp.ParallelThreads)
+	}
+	root := sandboxtest.DB(t, c, 1, sandbox.RootUser, c.RootPassword, "")
+	for _, q := range []string{"STOP SLAVE", "SET GLOBAL slave_parallel_threads = 0", "SET GLOBAL slave_parallel_mode = 'conservative'", "START SLAVE"} {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if p := replica.Probe(ctx); p.ParallelThreads != 0 || p.ParallelMode != "conservative" {
+		t.Fatalf("replica probe: parallel threads %v, want read and 0", p.ParallelThreads)
+	}
+	for _, want := range []int{4, 2} {
+		replica.SetReplicaSettings(ReplicaSettings{HeartbeatPeriod: 100 * time.Millisecond, NetTimeout: 3, ParallelThreads: want})
+		if err := replica.AlignReplicaSettings(ctx); err != nil {
+			t.Fatalf("AlignReplicaSettings(ParallelThreads %d): %v", want, err)
+		}
+		ap := replica.Probe(ctx)
+		for deadline := time.Now().Add(10 * time.Second); ap.IORunning != "Yes" && time.Now().Before(deadline); ap = replica.Probe(ctx) {
+			time.Sleep(50 * time.Millisecond) // the IO thread reconnects after START SLAVE
+		}
+		threads := ap.ParallelThreads
+		if threads != int64(want) || ap.IORunning != "Yes" || !ap.SQLRunning || ap.HeartbeatPeriod != 0.1 {
+			t.Fatalf("after aligning with ParallelThreads %d: parallel threads %d, IO %s, SQL %v, heartbeat %.3f; want %d, both threads running, 0.1",
+				want, threads, ap.IORunning, ap.SQLRunning, ap.HeartbeatPeriod, want)
+		}
+		var mode string
+		if err := root.QueryRowContext(ctx, "SELECT @@global.slave_parallel_mode").Scan(&mode); err != nil || mode != "optimistic" {
+			t.Fatalf("slave_parallel_mode = %q, %v; want optimistic", mode, err)
+		}
+	}
+
 	for _, pr := range []*Prober{primary, replica} {
 		missing, err := pr.CheckGrants(ctx)
 		if err != nil || len(missing) != 0 {

@@ -5,7 +5,8 @@
 // replicate and the replicas carry no errant GTIDs), attaches the replicas
 // with MASTER_USE_GTID=slave_pos and the heartbeat period and
 // slave_net_timeout the controller keeps for the default
-// failover.silence_bound (100ms and 3s), and writes a
+// failover.silence_bound (100ms and 3s) and its parallel apply (4
+// slave_parallel_threads, optimistic), and writes a
 // ready switchyard.yaml and its own state file (sandbox.json) into the
 // sandbox directory.
 //

@@ -202,6 +202,10 @@ func (c *Cluster) defaultsFile(i int, osUser string) []byte {
 	// The controller's slave_net_timeout for the default
 	// failover.silence_bound (config.FailoverConfig.NetTimeout).
 	kv("slave-net-timeout", config.FailoverConfig{}.NetTimeout())
+	// The parallel apply the controller gives a replica with one SQL
+	// thread (config.ReplicaParallelThreads), so it has nothing to align.
+	kv("slave-parallel-threads", config.ReplicaParallelThreads)
+	kv("slave-parallel-mode", "optimistic")
 	kv("skip-name-resolve", "ON")
 	kv("max-connections", 1000)
 	kv("max-allowed-packet", "64M")

@@ -483,6 +483,23 @@ type Request struct {
 	// Warmth is the candidate's buffer-pool warmth the switchover measured
 	// (after warming, with Warm).
 	Warmth *Warmth `json:"warmth,omitempty"`
+	// Phases are the durations of a switchover's steps, in order, as its
+	// Steps list them (check, warmth, pre-catch-up, prepare, drain, fence,
+	// catch-up, promote, publish-primary, release, repoint, …).
+	Phases []PhaseTiming `json:"phases,omitempty"`
+}
+
+// PhaseTiming is how long one step of an operation took.
+type PhaseTiming struct {
+	// Phase is the step's name without the node names, words joined by
+	// '-': "pre-catch-up", "prepare" (statements held from its start),
+	// "drain", "fence", "catch-up", "promote", "publish-primary", "release"
+	// (the switchover document marked done), "repoint", ….
+	Phase string `json:"phase"`
+	// MS is the step's duration in milliseconds.
+	MS float64 `json:"ms"`
+	// Failed is set when the step failed.
+	Failed bool `json:"failed,omitempty"`
 }
 
 // GetJSON reads key and decodes its JSON value into v.
