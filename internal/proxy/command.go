@@ -433,6 +433,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			return s.afterReset()
 		case cmd == mysql.COM_QUERY:
 			s.st.afterStatement(s.cls)
+			if s.cls == classSet && s.tracked {
+				s.readBackUnscoped() // unscopedset.go
+			}
 		case cmd == mysql.COM_STMT_EXECUTE && stmt != nil:
 			s.st.afterStatement(stmt.class)
 			if stmt.userVar {
