@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
 )
 
 // TestTxPoolWaitTimeout: a client of a transaction-pooled listener, which
@@ -119,4 +122,41 @@ func TestTxPoolWaitTimeout(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestTxPoolWaitTimeoutTLS: a TLS session, which never parks, is closed
+// after its wait_timeout too (the read deadline of its wait).
+func TestTxPoolWaitTimeoutTLS(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners = append(c.Listeners, config.Listener{Name: "rwtx", Address: "127.0.0.1:0",
+			Cluster: c.Listeners[0].Cluster, Role: config.RolePrimary, Pooling: config.PoolingTransaction, TLS: c.Listeners[0].TLS})
+	})
+	if !h.cfg.Listeners[0].TLS.Enabled() {
+		t.Fatal("the sandbox's rw listener has no TLS")
+	}
+	db, err := h.tlsDB("rwtx", tlsClientConfig(t, h.c.TLS().CA, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = 2"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	var n int
+	if err := c.QueryRowContext(ctx, "SELECT 1").Scan(&n); err != nil {
+		t.Fatalf("1 s idle, below wait_timeout: %v", err)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	if err := c.QueryRowContext(ctx, "SELECT 1").Scan(&n); err == nil {
+		t.Fatal("the TLS session still answers 3.5 s after its wait_timeout (2 s)")
+	}
+	if got := h.metric("switchyard_proxy_sessions_closed_total", "reason", closeIdleTimeout); got != 1 {
+		t.Fatalf("sessions closed with reason %s: %v, want 1", closeIdleTimeout, got)
+	}
 }
