@@ -109,6 +109,7 @@ func (s *session) relogin(rc *runtimeConfig, seq byte, user string, stage1 [mysq
 	s.st.reset()
 	s.setTracking(be, okPayload)
 	s.initTracking()
+	s.initWaitTimeout(false)
 	s.srv.setOwner(s, s.user)
 	if !answer {
 		return ""

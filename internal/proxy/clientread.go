@@ -91,9 +91,15 @@ func (s *session) dropReader() {
 // It returns true when the session parked instead (idlepark.go): the
 // caller's goroutine must return and leave the session open.
 func (s *session) awaitCommand() bool {
+	if s.txPool {
+		s.noteIdleStart()
+	}
 	if s.raw == nil || s.tls {
 		s.takeReader() // not a socket, or TLS (tls.go): keep one reader for the session
 		s.waitStart = time.Now()
+		if s.txPool && s.cr.Buffered() == 0 {
+			s.tlsIdleDeadline()
+		}
 		return false
 	}
 	if in := s.cin; in != nil {

@@ -62,7 +62,13 @@ func (s *session) loop() string {
 		if s.awaitCommand() {
 			return sessionParked
 		}
+		if s.idleExpired {
+			return s.closeIdle()
+		}
 		hb, err := s.cr.Peek(mysqlproto.HeaderSize)
+		if s.idleDeadline && s.tlsIdleExpired(err, len(hb)) {
+			return s.closeIdle()
+		}
 		if err != nil {
 			if len(hb) == 0 && errors.Is(err, io.EOF) {
 				s.ended = true
@@ -441,6 +447,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			return s.afterReset()
 		case cmd == mysql.COM_QUERY:
 			s.st.afterStatement(s.cls)
+			if s.cls == classSet && s.tracked {
+				s.readBackUnscoped() // unscopedset.go
+			}
 		case cmd == mysql.COM_STMT_EXECUTE && stmt != nil:
 			s.st.afterStatement(stmt.class)
 			if stmt.userVar {
@@ -522,6 +531,7 @@ func (s *session) noteStmtCommand(cmd byte, id uint32, st *stmtInfo, p []byte) {
 func (s *session) afterReset() string {
 	s.st.reset()
 	s.dropStmts()
+	s.initWaitTimeout(false)
 	if !s.be.tracked {
 		return ""
 	}

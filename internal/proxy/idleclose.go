@@ -36,7 +36,10 @@ import (
 //
 // With transaction pooling an idle client holds no backend connection: a
 // pooled connection closed by its server is dropped by the pool and never
-// closes a client.
+// closes a client; the proxy enforces the client's wait_timeout itself
+// (idletimeout.go). A session pinned to its connection (a transaction,
+// GET_LOCK, ...) holds it while idle, and its server's close is passed on
+// as with session pooling.
 
 // closeBackendIdle is the close reason of a session whose backend closed
 // its idle connection (wait_timeout, KILL) while the node stayed healthy.
@@ -47,7 +50,7 @@ const closeBackendIdle = "backend_idle_closed"
 // session's goroutine).
 func (s *session) watchBackend() bool {
 	be := s.be
-	return !s.txPool && be != nil && be.fd >= 0 && be != s.hupBe && !be.closed.Load()
+	return be != nil && be.fd >= 0 && be != s.hupBe && !be.closed.Load()
 }
 
 // fdPeerClosed reports whether the socket fd has been closed (or reset) by

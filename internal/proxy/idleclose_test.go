@@ -124,17 +124,14 @@ func TestIdleTimeoutClosesClient(t *testing.T) {
 	})
 
 	t.Run("transaction_pooling", func(t *testing.T) {
-		// An idle client holds no backend: its pooled connection's close
-		// by the server is invisible.
+		// An idle client holds no backend: the proxy closes it after its
+		// wait_timeout itself (idletimeout.go, TestTxPoolWaitTimeout).
 		rc, err := dialRaw(t, h.srv.ListenerAddr("rwtx"), h.c.AppUser, h.c.AppPassword, "sbtest", 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rc.Close()
 		rc.query("SET SESSION wait_timeout=1")
-		time.Sleep(3 * time.Second)
-		if got := rc.query("SELECT 41+1"); len(got) != 1 || got[0][0] != "42" {
-			t.Fatalf("after the pooled connection timed out: %v", got)
-		}
+		t.Logf("closed %v after the last statement", waitClosed(t, rc, 6*time.Second))
 	})
 }

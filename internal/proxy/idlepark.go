@@ -142,13 +142,16 @@ func (s *Server) sweepIdle() {
 	}
 	s.mu.Unlock()
 	past := time.Unix(1, 0)
+	now := time.Now().UnixNano()
 	for _, sess := range sessions {
 		sess.mu.Lock()
 		hup := !sess.closed && sess.watchBackend() && fdPeerClosed(sess.be.fd, &s.parker.peek)
 		sess.mu.Unlock()
-		if hup {
+		if hup || (sess.txPool && sess.idleOver(now)) {
 			// The server closed the backend connection (idleclose.go):
 			// park now, the backend's registration wakes the session.
+			// Or the session is idle past its wait_timeout
+			// (idletimeout.go): its wait returns and it closes.
 			sess.idle.CompareAndSwap(idleWaiting, idleSeen)
 		} else if sess.idle.CompareAndSwap(idleWaiting, idleSeen) {
 			continue
@@ -158,6 +161,23 @@ func (s *Server) sweepIdle() {
 			_ = sess.client.SetReadDeadline(past)
 		}
 		sess.mu.Unlock()
+	}
+	s.parker.expireIdle(now)
+}
+
+// expireIdle resumes, to close, the parked sessions idle past their
+// wait_timeout at now (idletimeout.go).
+func (p *idleParker) expireIdle(now int64) {
+	var over []uint32
+	p.mu.Lock()
+	for id, s := range p.parked {
+		if s.txPool && s.idleOver(now) {
+			over = append(over, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range over {
+		p.wake(id, true)
 	}
 }
 
@@ -199,13 +219,18 @@ func (p *idleParker) park(s *session) bool {
 
 // resume starts a goroutine for parked session id (a no-op when it is not
 // parked: woken already).
-func (p *idleParker) resume(id uint32) {
+func (p *idleParker) resume(id uint32) { p.wake(id, false) }
+
+// wake resumes parked session id; with expire, only when it is still idle
+// past its wait_timeout, and to close (idletimeout.go).
+func (p *idleParker) wake(id uint32, expire bool) {
 	p.mu.Lock()
 	s := p.parked[id]
-	if s == nil {
+	if s == nil || (expire && !s.idleOver(time.Now().UnixNano())) {
 		p.mu.Unlock()
 		return
 	}
+	s.idleExpired = expire
 	delete(p.parked, id)
 	if p.epfd > 0 {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, s.fd, nil) // EBADF when shutdown closed it: closing removed it
@@ -233,6 +258,10 @@ func (s *session) waitIdle() (bool, error) {
 		s.mu.Unlock()
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || s.cin != nil {
 			return false, err
+		}
+		if s.txPool && s.idleOver(time.Now().UnixNano()) {
+			s.idleExpired = true // the caller closes the session (idletimeout.go)
+			return false, nil
 		}
 		if s.srv.parker.park(s) {
 			return true, nil

@@ -123,8 +123,11 @@ type Server struct {
 	// trackDefaults are the nodes' global session-tracking settings (a
 	// client's defaults, trackvars.go), by cluster + "/" + node.
 	trackDefaults sync.Map
-	writers       sync.Pool // *bufio.Writer of clientWriteBuf bytes
-	zpools        zpools    // compression state lent to compressed sessions (compress.go)
+	// waitDefaults are the nodes' global wait_timeout and
+	// interactive_timeout (idletimeout.go).
+	waitDefaults waitDefaultsCache
+	writers      sync.Pool // *bufio.Writer of clientWriteBuf bytes
+	zpools       zpools    // compression state lent to compressed sessions (compress.go)
 }
 
 // listener is one client-facing endpoint.

@@ -176,6 +176,19 @@ type session struct {
 	// idleParkAfter has its backend checked as a parked one is
 	// (idleclose.go).
 	waitStart time.Time
+	// Idle timeout on transaction-pooled listeners (idletimeout.go): the
+	// session's default wait_timeout in seconds (defWait), when it
+	// started waiting for its current command and its idle limit then
+	// (UnixNano and nanoseconds, read by the sweeper; limit 0: none),
+	// whether it was found past it (idleExpired: set by the session's
+	// goroutine or, for a parked session, under the parker's mu before it
+	// is resumed), and whether a TLS session's read deadline is set for
+	// it (idleDeadline).
+	defWait      int64
+	idleFrom     atomic.Int64
+	idleLimit    atomic.Int64
+	idleExpired  bool
+	idleDeadline bool
 	// txEnded is the error of a transaction the proxy ended while the
 	// pending command had no response to carry it (COM_STMT_CLOSE,
 	// COM_STMT_SEND_LONG_DATA): the next command that has a response
@@ -293,6 +306,9 @@ func (s *session) run(login bool) {
 			return
 		}
 		s.rlog = s.newReplayLog()
+	} else if s.idleExpired {
+		reason = s.closeIdle()
+		return
 	} else if reason = s.afterIdle(); reason != "" {
 		return
 	}
@@ -510,6 +526,7 @@ func (s *session) login() string {
 	}
 	s.setTracking(be, okPayload)
 	s.initTracking()
+	s.initWaitTimeout(true)
 	s.srv.setOwner(s, s.user) // before the OK: the client may be KILLed at once
 	if err := s.writeDirect(seq, s.clientOK(okPayload)); err != nil {
 		return closeClientGone
