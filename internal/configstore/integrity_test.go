@@ -213,6 +213,23 @@ func TestFollowRefusesReplayedRevision(t *testing.T) {
 		t.Fatalf("Load: %v; state %+v: want the replay flagged, revision 2 served, next 3", err, s)
 	}
 
+	// A consumer that starts now (of unknown revision) does not apply it either.
+	reg2 := prometheus.NewRegistry()
+	f2ctx, cancel2 := context.WithCancel(context.Background())
+	f2, err := Follow(f2ctx, st, keys, FollowOptions{
+		Name: "proxy", ID: "proxy-b", OnApply: (&consumer{}).onApply, Registry: reg2, Initial: base,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel2()
+		<-f2.Done()
+	})
+	if a := f2.Alarm(); a == nil || !strings.Contains(a.Reason, "older than revision 2 of the history") || f2.AppliedRev() != 0 {
+		t.Fatalf("starting consumer: alarm %v applied %d: want the replay refused", a, f2.AppliedRev())
+	}
+
 	// A real rollback: old content, new number 3.
 	rb, err := Rollback(ctx(t), st, keys, 1, Change{Reason: "back"})
 	if err != nil {
