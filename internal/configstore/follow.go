@@ -322,6 +322,25 @@ func (f *Follower) consider(ctx context.Context, kv topo.KV, deleted bool) {
 	lkg, appliedRev, appliedHash := f.lkg, f.status.AppliedRev, f.status.AppliedSHA256
 	f.mu.Unlock()
 
+	if topo.Integrity() != nil {
+		// Its MAC verifies but it is not newer than the revision applied
+		// (or than the history's newest, for a consumer that just started):
+		// an old signed revision written back by hand (a replay). `config
+		// rollback` writes old content under a new, higher number.
+		why := ""
+		if appliedRev > 0 && (rev.Rev < appliedRev || rev.Rev == appliedRev && rev.SHA256 != appliedHash) {
+			why = fmt.Sprintf("%v: replayed revision %d is not newer than the applied revision %d", topo.ErrIntegrity, rev.Rev, appliedRev)
+		} else if s, err := Load(ctx, f.st, f.keys); err == nil && s.Version == kv.Version && s.CurrentErr != nil && errors.Is(s.CurrentErr, topo.ErrIntegrity) {
+			why = s.CurrentErr.Error()
+		}
+		if why != "" {
+			f.m.integrity.Inc()
+			f.log.Error("config revision in the store is not newer than the applied one (a replayed signed revision); not applied, keeping the last-known-good config",
+				"version", int64(kv.Version), "rev", rev.Rev, "applied_rev", appliedRev, "err", why)
+			f.reject(kv.Version, rev.Rev, why)
+			return
+		}
+	}
 	if rev.SHA256 == appliedHash && lkg != nil {
 		// Same content (e.g. a rollback to what this consumer kept serving):
 		// nothing to hand over.

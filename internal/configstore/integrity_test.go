@@ -149,3 +149,94 @@ func TestBootstrapSignsUnsignedStore(t *testing.T) {
 		t.Fatalf("Current after the signed bootstrap: %+v %v", r, err)
 	}
 }
+
+// TestFollowRefusesReplayedRevision: with an integrity keyring, an older
+// signed revision written back under the current key (its MAC is valid) is
+// not applied, is counted and logged once at ERROR; a rollback through
+// Rollback (a new, higher number) is applied.
+func TestFollowRefusesReplayedRevision(t *testing.T) {
+	kr, err := topo.NewKeyring([]byte("config-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.SetIntegrity(kr)
+	t.Cleanup(func() { topo.SetIntegrity(nil) })
+
+	st := topotest.NewStore(t)
+	base := baseConfig(t, 8)
+	res, err := Bootstrap(ctx(t), st, keys, base, "boot@host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := st.Get(ctx(t), keys.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := &consumer{}
+	reg := prometheus.NewRegistry()
+	logs := &syncBuffer{}
+	fctx, cancel := context.WithCancel(context.Background())
+	f, err := Follow(fctx, st, keys, FollowOptions{
+		Name: "proxy", ID: "proxy-a", OnApply: cons.onApply, Registry: reg,
+		Log:     slog.New(slog.NewTextHandler(logs, nil)),
+		Initial: base, InitialRev: res.Revision.Rev,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-f.Done()
+	})
+	grown := clone(t, base)
+	grown.Versioning.HistoryLimit = 50
+	r := mustApply(t, st, Change{Config: grown, Reason: "signed change"})
+	eventually(t, "revision 2 applied", func() bool { return f.AppliedRev() == r.Revision.Rev })
+
+	// Revision 1, signed, written back as current.
+	v := put(t, st, old.Value)
+	eventually(t, "replayed revision refused", func() bool { a := f.Alarm(); return a != nil && a.Version == v })
+	if a := f.Alarm(); !strings.Contains(a.Reason, "not newer than the applied revision 2") || a.Rev != 1 {
+		t.Fatalf("alarm %v: want the replay of revision 1 refused", a)
+	}
+	if f.AppliedRev() != 2 {
+		t.Fatalf("replayed revision applied: follower serves %d", f.AppliedRev())
+	}
+	if n := gauge(t, reg, "switchyard_config_integrity_failures_total"); n != 1 {
+		t.Fatalf("switchyard_config_integrity_failures_total = %v, want 1", n)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"config revision in the store is not newer"); n != 1 {
+		t.Fatalf("%d ERROR lines for one replay, want 1:\n%s", n, logs.String())
+	}
+
+	if s, err := Load(ctx(t), st, keys); err != nil || !errors.Is(s.CurrentErr, topo.ErrIntegrity) || s.Base == nil || s.Base.Rev != 2 || s.NextRev != 3 {
+		t.Fatalf("Load: %v; state %+v: want the replay flagged, revision 2 served, next 3", err, s)
+	}
+
+	// A consumer that starts now (of unknown revision) does not apply it either.
+	reg2 := prometheus.NewRegistry()
+	f2ctx, cancel2 := context.WithCancel(context.Background())
+	f2, err := Follow(f2ctx, st, keys, FollowOptions{
+		Name: "proxy", ID: "proxy-b", OnApply: (&consumer{}).onApply, Registry: reg2, Initial: base,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel2()
+		<-f2.Done()
+	})
+	if a := f2.Alarm(); a == nil || !strings.Contains(a.Reason, "older than revision 2 of the history") || f2.AppliedRev() != 0 {
+		t.Fatalf("starting consumer: alarm %v applied %d: want the replay refused", a, f2.AppliedRev())
+	}
+
+	// A real rollback: old content, new number 3.
+	rb, err := Rollback(ctx(t), st, keys, 1, Change{Reason: "back"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "rollback applied", func() bool { return f.AppliedRev() == rb.Revision.Rev })
+	if f.Alarm() != nil || rb.Revision.Rev != 3 {
+		t.Fatalf("rollback: rev %d alarm %v", rb.Revision.Rev, f.Alarm())
+	}
+}

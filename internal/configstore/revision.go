@@ -248,6 +248,12 @@ func Load(ctx context.Context, st topo.Store, keys topo.Keys) (*State, error) {
 			newestValid, newestCfg = r, cfg
 		}
 	}
+	if s.Current != nil && newestValid != nil && s.Current.Rev < newestValid.Rev && topo.Integrity() != nil {
+		// A signed revision older than the history's newest written back
+		// as current: a replay (`config rollback` writes a new number).
+		s.CurrentErr = fmt.Errorf("%w: revision %d is older than revision %d of the history (a replayed signed revision; `config rollback` writes old content under a new number)", topo.ErrIntegrity, s.Current.Rev, newestValid.Rev)
+		s.Current, s.CurrentConfig, s.Base, s.BaseConfig = nil, nil, nil, nil
+	}
 	if s.Base == nil && newestValid != nil {
 		s.Base, s.BaseConfig = newestValid, newestCfg
 	}
