@@ -272,7 +272,11 @@ function renderBanners() {
   }
   if (d) {
     if (d.store_reachable === false) store.push('Topology store unreachable: the status shown is the last the endpoint could read.');
-    if (d.stale === true) stale.push('Data is stale: the endpoint marks this status as stale.');
+    if (d.stale === true) {
+      const g = generatedAt(d);
+      stale.push('Data is stale: the endpoint marks this status as stale' +
+        (!isNaN(g) ? '; it was read ' + ago(g) : '') + (d.store_error ? ' (' + d.store_error + ')' : '') + '.');
+    }
     const g = generatedAt(d);
     if (!S.fetchErr && !isNaN(g) && Date.now() - g > STALE_AFTER_MS) {
       stale.push('Data is stale: the status was generated ' + ago(g) + '.');
