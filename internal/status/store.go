@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // Why the topology store could not be read (StoreError.Kind).
@@ -134,7 +136,8 @@ func ClassifyStoreError(addr string, err error) error {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		e.Kind = StoreRefused
-	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrGRPCAuthFailed),
+	case errors.Is(err, topo.ErrAuth),
+		errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrGRPCAuthFailed),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken),
 		errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrGRPCUserEmpty):
 		// InvalidArgument codes, not Unauthenticated.
