@@ -47,6 +47,16 @@ func TestMaintenance(t *testing.T) {
 	if s.Maintenance != nil {
 		t.Fatal("cluster maintenance did not expire")
 	}
+	// The expiry's event is written after the state: wait for it, so the
+	// history below has a known order.
+	for until := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if evs, err := MaintenanceHistory(ctx, st, testKeys, "main", 0); err == nil && len(evs) == 3 {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatal("the cluster maintenance expiry was not recorded within 10s")
+		}
+	}
 	refused("off when off", MaintenanceOptions{}, "maintenance is not on for cluster main")
 
 	// Node scope.

@@ -19,8 +19,8 @@ import (
 func TestReplicaParallelThreadsAligned(t *testing.T) {
 	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
 	for i := 1; i < 3; i++ {
-		if n := queryInt(t, rootDB(t, c, i), "SELECT @@GLOBAL.slave_parallel_threads"); n != 0 {
-			t.Fatalf("%s starts with slave_parallel_threads=%d, want the default 0", c.Nodes[i].Name, n)
+		if n := queryInt(t, rootDB(t, c, i), "SELECT @@GLOBAL.slave_parallel_threads"); n != 4 {
+			t.Fatalf("%s starts with slave_parallel_threads=%d, want the sandbox's 4", c.Nodes[i].Name, n)
 		}
 	}
 	st := topotest.NewStore(t)
@@ -55,7 +55,7 @@ func TestReplicaParallelThreadsAligned(t *testing.T) {
 	}
 	aligned := 0
 	for _, ev := range evs {
-		if ev.Code == "replica_settings" && strings.Contains(ev.Message, "slave_parallel_threads 0 (") && strings.Contains(ev.Message, "→ 2 (optimistic)") {
+		if ev.Code == "replica_settings" && strings.Contains(ev.Message, "slave_parallel_threads 4 (") && strings.Contains(ev.Message, "→ 2 (optimistic)") {
 			aligned++
 			t.Logf("event: %s", ev.Message)
 		}
