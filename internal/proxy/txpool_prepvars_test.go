@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"context"
+	"database/sql"
 	"testing"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Transaction pooling: a user variable set by a prepared statement
@@ -81,6 +84,58 @@ func TestTxPoolPreparedUserVariables(t *testing.T) {
 				if got := c.str(t, "SELECT CONCAT_WS(',', @pv_sys, @pv_expr, @pv_lit, @pv_arg, @pv_into, @pv_assign, @pv_call, @pv_call_lit)"); got.String != "" {
 					t.Fatalf("another session sees user variables %q", got.String)
 				}
+			}
+		})
+	}
+}
+
+// Transaction pooling: user variables set by a text-protocol statement
+// whose first word is not SET (a multi-statement, a CALL) keep their
+// values after other sessions used the pool.
+func TestTxPoolMultiStatementUserVariables(t *testing.T) {
+	h := txHarness(t, 0)
+	mustExec(t, h.direct(0), "CREATE TABLE sbtest.multivar_t (v INT)")
+	mustExec(t, h.direct(0), "INSERT INTO sbtest.multivar_t VALUES (40), (42)")
+	mustExec(t, h.direct(0), "CREATE PROCEDURE sbtest.multivar_set() SET @mv_call = (SELECT MAX(v) FROM sbtest.multivar_t)")
+	cases := []struct{ name, q, check string }{
+		{"SELECT then SET", "SELECT 1; SET @mv_sel = (SELECT MAX(v) FROM multivar_t)", "SELECT @mv_sel"},
+		{"SET literal then SET expression", "SET @mv_lit = 41; SET @mv_expr = (SELECT MAX(v) FROM multivar_t)", "SELECT @mv_expr"},
+		{"CALL", "CALL multivar_set()", "SELECT @mv_call"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, err := sql.Open("mysql", h.dsn("rwtx", "sbtest", func(c *mysql.Config) { c.MultiStatements = true }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &client{db: db, conn: conn}
+			defer a.close()
+			a.int(t, "SELECT 1")
+			a.exec(t, tc.q)
+			b := h.client("rwtx", "sbtest")
+			defer b.close()
+			bt, err := b.conn.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = bt.Rollback() }()
+			if _, err := bt.Exec("SELECT COUNT(*) FROM multivar_t"); err != nil {
+				t.Fatal(err)
+			}
+			other := h.client("rwtx", "sbtest")
+			defer other.close()
+			for range 3 {
+				other.int(t, "SELECT COUNT(*) FROM multivar_t")
+			}
+			if got := a.int(t, tc.check); got != 42 {
+				t.Fatalf("%s after %q and other sessions' statements: %d, want 42", tc.check, tc.q, got)
 			}
 		})
 	}
