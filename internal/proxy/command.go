@@ -415,7 +415,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	}
 	s.srv.bytesIn.Add(float64(s.in))
 	s.srv.bytesOut.Add(float64(s.out))
-	if cmd == mysql.COM_QUERY && s.cls == classSet && setsGlobal(s.setText) {
+	if (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) && s.cls == classSet && setsGlobal(s.setText) {
 		// Again once the server answered: a connection reset meanwhile
 		// (giveBack) may have read the count before the SET took effect.
 		s.srv.globalsGen.Add(1)
@@ -452,6 +452,9 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			}
 		case cmd == mysql.COM_STMT_EXECUTE && stmt != nil:
 			s.st.afterStatement(stmt.class)
+			if stmt.class == classSet {
+				s.notePreparedSet(stmt.text)
+			}
 			if stmt.userVar {
 				s.st.markOpaque("set a user variable in a prepared statement")
 			}
@@ -499,6 +502,23 @@ func (s *session) noteQuery(q []byte) {
 	}
 }
 
+// notePreparedSet records the user variables a prepared SET (text q)
+// assigned once it ran, whether or not its OK reported a session-state
+// change: literals are kept for replay on another backend connection;
+// an expression or a parameter marker (whose value the proxy does not
+// read) leaves the session unmigratable, so that transaction pooling
+// keeps it on its connection.
+func (s *session) notePreparedSet(q []byte) {
+	assigns, ok := parseSetUserVars(q)
+	if !ok {
+		s.st.markOpaque("set a user variable to an expression or a parameter in a prepared statement")
+		return
+	}
+	for _, a := range assigns {
+		s.st.setUserVar(a)
+	}
+}
+
 // noteStmtCommand keeps the bookkeeping of a COM_STMT_* command on
 // statement st (client id id; p is the payload, possibly truncated).
 func (s *session) noteStmtCommand(cmd byte, id uint32, st *stmtInfo, p []byte) {
@@ -507,6 +527,14 @@ func (s *session) noteStmtCommand(cmd byte, id uint32, st *stmtInfo, p []byte) {
 		st.longData = false
 		st.executeTypes(p)
 		s.cls = st.class
+		if st.class == classSet {
+			// The OK's session tracking is read against this text
+			// (trackOK), not the last COM_QUERY SET's.
+			s.setText = append(s.setText[:0], st.text...)
+			if setsGlobal(st.text) {
+				s.srv.globalsGen.Add(1)
+			}
+		}
 		if st.class == classSelect {
 			s.sampleExecute(st, p)
 		}
