@@ -89,11 +89,24 @@ wait_proxy() { # PID LOG [etcd flags...]
     sleep 0.5
   done
   kill -0 "$pid" 2>/dev/null || { echo "switchyard exited:" >&2; tail -20 "$log" >&2; exit 1; }
+  # Registered is not yet routing: wait until a query through rw answers.
+  for i in $(seq 1 60); do
+    mariadb -h 127.0.0.1 -P "${SWITCHYARD_RW##*:}" -u "$SWITCHYARD_APP_USER" -p"$SWITCHYARD_APP_PASSWORD" -e 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 0.5
+  done
 }
 sleep 1
 EXT=(--etcd-endpoints "$ETCD_CLIENT")
 $SY controller --config "$SWITCHYARD_CONFIG" "${EXT[@]}" --admin-address off --log-level warn >"$WORK/controller.log" 2>&1 &
 CTLPID=$!
+# The controller writes the config file as revision 1 first; the proxy then
+# reads it (both bootstrapping at once would race for revision 1).
+for i in $(seq 1 60); do
+  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_CLIENT" get /switchyard/config/current --keys-only 2>/dev/null | grep -q . && break
+  kill -0 "$CTLPID" 2>/dev/null || break
+  sleep 0.5
+done
+kill -0 "$CTLPID" 2>/dev/null || { echo "switchyard controller exited:" >&2; tail -20 "$WORK/controller.log" >&2; exit 1; }
 $SY proxy --config "$SWITCHYARD_CONFIG" "${EXT[@]}" --log-level warn >"$WORK/switchyard.log" 2>&1 &
 SYPID=$!
 wait_proxy "$SYPID" "$WORK/switchyard.log" "${EXT[@]}"
@@ -190,15 +203,15 @@ run() {
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
   t1=$(date +%s.%N)
   [ -n "$pid" ] && us1=$(usys "$pid")
-  q=$(echo "$out" | awk '/queries:/ {print $2; exit}')
-  QPS[$name/$wl]=$(echo "$out" | awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}')
-  P95[$name/$wl]=$(echo "$out" | awk '/95th percentile:/ {print $3; exit}')
+  q=$(awk '/queries:/ {print $2; exit}' <<<"$out")
+  QPS[$name/$wl]=$(awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}' <<<"$out")
+  P95[$name/$wl]=$(awk '/95th percentile:/ {print $3; exit}' <<<"$out")
   if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
     CPUUS[$name/$wl]=$(awk -v c=$((c1 - c0)) -v hz="$HZ" -v q="$q" 'BEGIN {printf "%.1f", c / hz * 1e6 / q}')
   else
     CPUUS[$name/$wl]="-"
   fi
-  local errs; errs=$(echo "$out" | awk '/ignored errors:/ {print $3; exit}')
+  local errs; errs=$(awk '/ignored errors:/ {print $3; exit}' <<<"$out")
   printf '  %-13s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
   if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
     # user and system time per query; for Switchyard also net of the
