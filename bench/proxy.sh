@@ -2,7 +2,10 @@
 # Three-way proxy benchmark, all in one run on this machine:
 #   (a) sysbench straight to the primary,
 #   (b) through HAProxy in TCP mode (an L4 proxy),
-#   (c) through Switchyard's rw listener (an L7 proxy).
+#   (c) through Switchyard's rw listener (an L7 proxy): a `switchyard proxy`
+#       process of its own (the controller in another process, an external
+#       etcd), and then the same through `switchyard up` (proxy, controller
+#       and embedded etcd in one process: the "switchyard-up" lines).
 # Workloads: oltp_point_select and oltp_read_write, 8 threads, pre-built
 # tables, sysbench's default prepared-statement mode. Prints QPS, p95 latency,
 # CPU time per query of each proxy process, and the ratios.
@@ -37,9 +40,11 @@ PROFILE_DIR=${PROFILE_DIR:-/tmp/sy-profile.$$}
 SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
-SYPID=""; HAPID=""
+SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""
 cleanup() {
   [ -n "$SYPID" ] && kill "$SYPID" 2>/dev/null || true
+  [ -n "$CTLPID" ] && kill "$CTLPID" 2>/dev/null || true
+  [ -n "$ETCDPID" ] && kill "$ETCDPID" 2>/dev/null || true
   [ -n "$HAPID" ] && kill "$HAPID" 2>/dev/null || true
   sleep 0.5
   $SY sandbox down --dir "$WORK/sb" --purge >/dev/null 2>&1 || true
@@ -66,13 +71,46 @@ if [ "$PROFILE" = 1 ]; then
     "$SWITCHYARD_CONFIG" >"$WORK/cfg.tmp" && cat "$WORK/cfg.tmp" >"$SWITCHYARD_CONFIG"
   grep -q 'pprof: true' "$SWITCHYARD_CONFIG" || { echo "PROFILE=1: could not set admin.pprof in $SWITCHYARD_CONFIG" >&2; exit 1; }
 fi
-$SY up --config "$SWITCHYARD_CONFIG" --log-level warn >"$WORK/switchyard.log" 2>&1 &
-SYPID=$!
+# The proxy runs as its own process, as in production: an etcd, a
+# `switchyard controller` and a `switchyard proxy`, each a process of its
+# own; CPU per query is the proxy process's only. Afterwards the same runs go
+# through `switchyard up` (embedded etcd, controller and proxy in one
+# process) for comparison ("switchyard-up").
+ETCD_CLIENT="127.0.0.1:$(freeport)"; ETCD_PEER="http://127.0.0.1:$(freeport)"
+etcd --name bench --data-dir "$WORK/etcd" --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
+  --listen-peer-urls "$ETCD_PEER" --initial-advertise-peer-urls "$ETCD_PEER" --initial-cluster "bench=$ETCD_PEER" \
+  --log-level error >"$WORK/etcd.log" 2>&1 &
+ETCDPID=$!
+CTLPID=""
+wait_proxy() { # PID LOG [etcd flags...]
+  local pid=$1 log=$2; shift 2
+  for i in $(seq 1 60); do
+    $SY status --config "$SWITCHYARD_CONFIG" "$@" --json 2>/dev/null | grep -q '"proxies": \[' && break
+    sleep 0.5
+  done
+  kill -0 "$pid" 2>/dev/null || { echo "switchyard exited:" >&2; tail -20 "$log" >&2; exit 1; }
+  # Registered is not yet routing: wait until a query through rw answers.
+  for i in $(seq 1 60); do
+    mariadb -h 127.0.0.1 -P "${SWITCHYARD_RW##*:}" -u "$SWITCHYARD_APP_USER" -p"$SWITCHYARD_APP_PASSWORD" -e 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+}
+sleep 1
+EXT=(--etcd-endpoints "$ETCD_CLIENT")
+$SY controller --config "$SWITCHYARD_CONFIG" "${EXT[@]}" --admin-address off --log-level warn >"$WORK/controller.log" 2>&1 &
+CTLPID=$!
+# The controller writes the config file as revision 1 first; the proxy then
+# reads it (both bootstrapping at once would race for revision 1).
 for i in $(seq 1 60); do
-  $SY status --config "$SWITCHYARD_CONFIG" --json 2>/dev/null | grep -q '"proxies": \[' && break
+  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_CLIENT" get /switchyard/config/current --keys-only 2>/dev/null | grep -q . && break
+  kill -0 "$CTLPID" 2>/dev/null || break
   sleep 0.5
 done
-kill -0 "$SYPID" 2>/dev/null || { echo "switchyard up exited:" >&2; tail -20 "$WORK/switchyard.log" >&2; exit 1; }
+kill -0 "$CTLPID" 2>/dev/null || { echo "switchyard controller exited:" >&2; tail -20 "$WORK/controller.log" >&2; exit 1; }
+$SY proxy --config "$SWITCHYARD_CONFIG" "${EXT[@]}" --log-level warn >"$WORK/switchyard.log" 2>&1 &
+SYPID=$!
+wait_proxy "$SYPID" "$WORK/switchyard.log" "${EXT[@]}"
+kill -0 "$CTLPID" 2>/dev/null || { echo "switchyard controller exited:" >&2; tail -20 "$WORK/controller.log" >&2; exit 1; }
 
 HAPORT=$(freeport)
 cat >"$WORK/haproxy.cfg" <<CFG
@@ -165,23 +203,23 @@ run() {
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
   t1=$(date +%s.%N)
   [ -n "$pid" ] && us1=$(usys "$pid")
-  q=$(echo "$out" | awk '/queries:/ {print $2; exit}')
-  QPS[$name/$wl]=$(echo "$out" | awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}')
-  P95[$name/$wl]=$(echo "$out" | awk '/95th percentile:/ {print $3; exit}')
+  q=$(awk '/queries:/ {print $2; exit}' <<<"$out")
+  QPS[$name/$wl]=$(awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}' <<<"$out")
+  P95[$name/$wl]=$(awk '/95th percentile:/ {print $3; exit}' <<<"$out")
   if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
     CPUUS[$name/$wl]=$(awk -v c=$((c1 - c0)) -v hz="$HZ" -v q="$q" 'BEGIN {printf "%.1f", c / hz * 1e6 / q}')
   else
     CPUUS[$name/$wl]="-"
   fi
-  local errs; errs=$(echo "$out" | awk '/ignored errors:/ {print $3; exit}')
-  printf '  %-10s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
+  local errs; errs=$(awk '/ignored errors:/ {print $3; exit}' <<<"$out")
+  printf '  %-13s %-17s qps %10s  p95 %7s ms  proxy cpu/query %6s us  errors %s\n' "$name" "$wl" "${QPS[$name/$wl]}" "${P95[$name/$wl]}" "${CPUUS[$name/$wl]}" "${errs:-0}"
   if [ -n "$pid" ] && [ "$q" -gt 0 ]; then
     # user and system time per query; for Switchyard also net of the
     # background CPU it uses with no client (controller, embedded etcd).
     awk -v a="$us0" -v b="$us1" -v hz="$HZ" -v q="$q" -v name="$name" -v idle="${IDLE:-0}" -v t0="$t0" -v t1="$t1" 'BEGIN {
       split(a, x, " "); split(b, y, " ")
       u = (y[1] - x[1]) / hz * 1e6 / q; s = (y[2] - x[2]) / hz * 1e6 / q
-      printf "    %-10s user %.1f us + system %.1f us per query", name, u, s
+      printf "    %-13s user %.1f us + system %.1f us per query", name, u, s
       if (name == "switchyard") printf "; net of %.1f ms/s idle background: %.1f us", idle, u + s - idle / 1e3 * (t1 - t0) * 1e6 / q
       printf "\n" }'
   fi
@@ -208,11 +246,24 @@ for wl in oltp_point_select oltp_read_write; do
   run switchyard "$RW_PORT" "$wl" "$SYPID"
 done
 
+# The same through `switchyard up`: its CPU includes the controller and
+# the embedded etcd.
+kill "$SYPID" "$CTLPID" 2>/dev/null || true
+wait "$SYPID" "$CTLPID" 2>/dev/null || true
+SYPID=""; CTLPID=""
+$SY up --config "$SWITCHYARD_CONFIG" --log-level warn >"$WORK/switchyard-up.log" 2>&1 &
+SYPID=$!
+wait_proxy "$SYPID" "$WORK/switchyard-up.log"
+for wl in oltp_point_select oltp_read_write; do
+  run switchyard-up "$RW_PORT" "$wl" "$SYPID"
+done
+
 echo
 echo "== ratios (qps)"
 for wl in oltp_point_select oltp_read_write; do
   awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" \
-    'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f\n", w, h/d, s/d, s/h}'
+    -v u="${QPS[switchyard-up/$wl]:-0}" \
+    'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f  switchyard-up/haproxy %.3f\n", w, h/d, s/d, s/h, u/h}'
 done
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$PROFILE" = 1 ]; then
