@@ -223,8 +223,9 @@ type EtcdConfig struct {
 	// Type: string (path). Optional.
 	PasswordFile string `yaml:"password_file,omitempty"`
 	// IntegrityKeyEnv names the environment variable holding the integrity
-	// keys: the writers sign every config revision and cluster state with
-	// the first, consumers refuse one that no key verifies. One or more keys
+	// keys: the writers sign every config revision, cluster state and
+	// operator request with the first, consumers refuse one that no key
+	// verifies. One or more keys
 	// (at least 16 bytes each) separated by white space; the keys themselves
 	// are never stored in etcd. See the README's "Securing the store".
 	// Type: string. Optional.

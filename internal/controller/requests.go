@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -59,9 +58,9 @@ func prepareRequest(ctx context.Context, st topo.Store, keys topo.Keys, req topo
 	}
 	now := time.Now().UTC()
 	req.ID, req.State, req.CreatedAt, req.UpdatedAt = newRequestID(now), topo.RequestPending, now, now
-	data, err := json.Marshal(req)
+	data, err := topo.EncodeRequest(&req)
 	if err != nil {
-		return req, nil, fmt.Errorf("%s: encode request: %w", kind, err)
+		return req, nil, fmt.Errorf("%s: %w", kind, err)
 	}
 	return req, data, nil
 }
@@ -104,7 +103,7 @@ func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request
 	}
 	for _, kv := range initial {
 		if kv.Key == key {
-			if r, ok := decodeRequest(kv.Value); ok {
+			if r, err := decodeRequest(kv.Value); err == nil {
 				req = r
 			}
 		}
@@ -126,7 +125,7 @@ func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request
 				if err != nil {
 					return req, fmt.Errorf("%s: watch of request %s failed (%v) and re-read failed: %w", kind, req.ID, ev.Err, err)
 				}
-				if r, ok := decodeRequest(kv.Value); ok {
+				if r, err := decodeRequest(kv.Value); err == nil {
 					req = r
 				}
 				if done, err := finished(req); done {
@@ -137,7 +136,7 @@ func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request
 					return req, fmt.Errorf("%s: re-watch request %s: %w", kind, req.ID, err)
 				}
 				for _, kv := range initial {
-					if r, ok := decodeRequest(kv.Value); ok && kv.Key == key {
+					if r, err := decodeRequest(kv.Value); err == nil && kv.Key == key {
 						req = r
 					}
 				}
@@ -147,7 +146,7 @@ func Submit(ctx context.Context, st topo.Store, keys topo.Keys, req topo.Request
 				return req, fmt.Errorf("%s: request %s was deleted", kind, req.ID)
 			}
 			if ev.KV.Key == key {
-				if r, ok := decodeRequest(ev.KV.Value); ok {
+				if r, err := decodeRequest(ev.KV.Value); err == nil {
 					req = r
 				}
 			}
@@ -165,12 +164,12 @@ func finished(r topo.Request) (bool, error) {
 	return false, nil
 }
 
-func decodeRequest(b []byte) (topo.Request, bool) {
-	var r topo.Request
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, false
-	}
-	return r, true
+// decodeRequest is topo.DecodeRequest: with an integrity keyring set, a
+// request whose MAC does not verify is returned with an error wrapping
+// topo.ErrIntegrity. The waiting CLI skips such versions (a forged result
+// is not believed); the leader refuses such a pending request.
+func decodeRequest(b []byte) (topo.Request, error) {
+	return topo.DecodeRequest(b)
 }
 
 // newRequestID is sortable by creation time and unique: UTC timestamp plus
@@ -233,10 +232,13 @@ func (t *term) notice(ctx context.Context, kv topo.KV, termStart bool) {
 	if _, _, ok := t.requestKey(kv.Key); !ok {
 		return
 	}
-	req, ok := decodeRequest(kv.Value)
-	if !ok {
+	req, err := decodeRequest(kv.Value)
+	if err != nil && !errors.Is(err, topo.ErrIntegrity) {
 		t.log.Warn("ignoring an operator request that is not valid JSON", "key", kv.Key)
 		return
+	}
+	if err != nil && req.State != topo.RequestPending {
+		return // not the leader's write; only a pending one is answered (refused)
 	}
 	switch req.State {
 	case topo.RequestPending:
@@ -281,11 +283,19 @@ func (t *term) serveRequest(ctx context.Context, key string) {
 		}
 		return
 	}
-	req, ok := decodeRequest(kv.Value)
-	if !ok || req.State != topo.RequestPending {
+	req, err := decodeRequest(kv.Value)
+	if (err != nil && !errors.Is(err, topo.ErrIntegrity)) || req.State != topo.RequestPending {
 		return
 	}
-	cluster, _, _ := t.requestKey(key)
+	cluster, id, _ := t.requestKey(key)
+	if err == nil && topo.Integrity() != nil && req.ID != id {
+		// A signed request copied under another key is a replay.
+		err = fmt.Errorf("operator request %s: %w: it is stored under id %s (a signed request copied to another key)", req.ID, topo.ErrIntegrity, id)
+	}
+	if err != nil {
+		t.refuseUnverified(ctx, key, cluster, req, kv.Version, err)
+		return
+	}
 	switch {
 	case !knownRequestKind(req.Kind):
 		req.Message = fmt.Sprintf("unknown request kind %q (known: %s)", req.Kind, strings.Join(requestKinds, ", "))
@@ -300,11 +310,28 @@ func (t *term) serveRequest(ctx context.Context, key string) {
 	}
 }
 
+// refuseUnverified answers a pending request whose MAC did not verify
+// (cause wraps topo.ErrIntegrity): nothing of it is acted on; an event
+// request_integrity (logged at ERROR) records it and the request is
+// finished Failed with result refused, signed by the leader, so the
+// waiting CLI exits with the reason.
+func (t *term) refuseUnverified(ctx context.Context, key, cluster string, req topo.Request, version topo.Version, cause error) {
+	msg := fmt.Sprintf("the MAC of operator request %s (%s) did not verify, so it was not acted on: %v; "+
+		"requests must be written by switchyard with the store integrity key", orDash(req.ID), orDash(req.Kind), cause)
+	if err := t.fo.events.emit(ctx, topo.Event{Cluster: cluster, Kind: topo.EventAlarm, Code: "request_integrity",
+		Node: req.Target, Message: msg}); err != nil && ctx.Err() == nil {
+		t.log.Warn("cannot write event", "err", err)
+	}
+	req.Steps, req.Plan = nil, nil
+	req.Result, req.Override, req.Message = topo.RequestResultRefused, "", msg
+	t.finishRequest(ctx, key, &req, version, topo.RequestFailed)
+}
+
 // saveRequest writes req with the leader's compare-and-swap and updates
 // *version.
 func (t *term) saveRequest(ctx context.Context, key string, req *topo.Request, version *topo.Version) error {
 	req.UpdatedAt = t.c.now()
-	data, err := json.Marshal(req)
+	data, err := topo.EncodeRequest(req)
 	if err != nil {
 		return err
 	}
@@ -325,11 +352,16 @@ func (t *term) finishRequest(ctx context.Context, key string, req *topo.Request,
 
 // LookupRequest reads operator request id of cluster (the id Submit
 // returned, also after a timeout). Errors wrap topo.ErrNotFound when there
-// is no such request (finished requests are kept for a day), and
-// ErrUnknownCluster for a cluster without a published state.
+// is no such request (finished requests are kept for a day),
+// ErrUnknownCluster for a cluster without a published state, and
+// topo.ErrIntegrity when an integrity keyring is set and the document's
+// MAC does not verify.
 func LookupRequest(ctx context.Context, st topo.Store, keys topo.Keys, cluster, id string) (topo.Request, error) {
 	var r topo.Request
-	_, err := topo.GetJSON(ctx, st, keys.Request(cluster, id), &r)
+	kv, err := st.Get(ctx, keys.Request(cluster, id))
+	if err == nil {
+		r, err = decodeRequest(kv.Value)
+	}
 	if errors.Is(err, topo.ErrNotFound) {
 		if _, serr := publishedState(ctx, st, keys, cluster); serr != nil {
 			return r, serr

@@ -25,7 +25,7 @@ import (
 // HEX is HMAC-SHA256(key, domain || 0x00 || the object without the member),
 // so it covers every byte of the document (for a revision: its number,
 // author, guard flag, YAML); the domain (IntegrityConfigRevision,
-// IntegrityClusterState) keeps a signed document of one kind from passing
+// IntegrityClusterState, IntegrityOperatorRequest) keeps a signed document of one kind from passing
 // as another. KEYID is the first 8 hex digits of SHA-256(key): which key of
 // the keyring signed. Readers without a keyring ignore the member.
 
@@ -33,6 +33,10 @@ import (
 const (
 	IntegrityConfigRevision = "switchyard config revision v1"
 	IntegrityClusterState   = "switchyard cluster state v1"
+	// IntegrityOperatorRequest: an operator request (switchover,
+	// failover, maintenance, ack) as the CLI, the admin API or the
+	// controller leader writes it.
+	IntegrityOperatorRequest = "switchyard operator request v1"
 )
 
 // MinIntegrityKeyLen is the shortest integrity key accepted, in bytes.

@@ -102,3 +102,46 @@ func TestDecodeStateIntegrity(t *testing.T) {
 		t.Fatalf("a reader without a keyring refuses a signed state: %v", err)
 	}
 }
+
+// Operator requests: without a keyring they are plain JSON; with one they
+// are signed, an unsigned or changed one decodes with an error wrapping
+// ErrIntegrity (and its id, for the refusal), and a signed cluster state
+// does not pass as a request.
+func TestRequestIntegrity(t *testing.T) {
+	r := topo.Request{ID: "r1", Kind: topo.RequestFailover, Cluster: "main", Target: "node2", State: topo.RequestPending}
+	plain, err := topo.EncodeRequest(&r)
+	if err != nil || strings.Contains(string(plain), `"mac"`) {
+		t.Fatalf("unsigned encode: %s %v", plain, err)
+	}
+	if got, err := topo.DecodeRequest(plain); err != nil || got.Target != "node2" {
+		t.Fatalf("decode without keyring: %+v %v", got, err)
+	}
+
+	topo.SetIntegrity(mustKeyring(t, "request-key-0123456789abcdef"))
+	t.Cleanup(func() { topo.SetIntegrity(nil) })
+	signed, err := topo.EncodeRequest(&r)
+	if err != nil || !strings.Contains(string(signed), `"mac":"hmac-sha256:`) {
+		t.Fatalf("signed encode: %s %v", signed, err)
+	}
+	if got, err := topo.DecodeRequest(signed); err != nil || got.Target != "node2" {
+		t.Fatalf("decode signed: %+v %v", got, err)
+	}
+	if got, err := topo.DecodeRequest(plain); !errors.Is(err, topo.ErrIntegrity) || got.ID != "r1" {
+		t.Fatalf("decode unsigned with keyring: %+v %v; want ErrIntegrity with the id", got, err)
+	}
+	changed := []byte(strings.Replace(string(signed), `"node2"`, `"node3"`, 1))
+	if _, err := topo.DecodeRequest(changed); !errors.Is(err, topo.ErrIntegrity) || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("decode changed: %v", err)
+	}
+	st := topo.ClusterState{Cluster: "main", Epoch: 1}
+	sb, err := topo.EncodeState(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topo.DecodeRequest(sb); !errors.Is(err, topo.ErrIntegrity) {
+		t.Fatalf("a signed state decoded as a request: %v", err)
+	}
+	if _, err := topo.DecodeRequest([]byte("{")); err == nil || errors.Is(err, topo.ErrIntegrity) {
+		t.Fatalf("bad JSON: %v", err)
+	}
+}

@@ -218,3 +218,33 @@ func checkAutoFailover(a *AutoFailover, known func(role, name string) error) err
 	}
 	return nil
 }
+
+// EncodeRequest marshals an operator request document as every writer (the
+// CLI, the admin API, the controller leader) writes it, signed with the
+// process's integrity keyring when one is set.
+func EncodeRequest(r *Request) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("topo: encode request %s: %w", r.ID, err)
+	}
+	return SignDocument(IntegrityOperatorRequest, b)
+}
+
+// DecodeRequest parses an operator request document and verifies its MAC
+// with the process's integrity keyring (when one is set, see
+// SetIntegrity). A document that does not decode is an error and a zero
+// Request. A document that decodes but whose MAC is missing or does not
+// verify returns the decoded request with an error wrapping ErrIntegrity,
+// so the controller can refuse it by its id; such a request must not be
+// acted on.
+func DecodeRequest(raw []byte) (Request, error) {
+	var r Request
+	trimmed := bytes.TrimSpace(raw)
+	if err := json.Unmarshal(trimmed, &r); err != nil {
+		return Request{}, fmt.Errorf("operator request does not decode: %w", err)
+	}
+	if err := VerifyDocument(IntegrityOperatorRequest, trimmed); err != nil {
+		return r, fmt.Errorf("operator request %s: %w", r.ID, err)
+	}
+	return r, nil
+}
