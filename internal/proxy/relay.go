@@ -51,7 +51,8 @@ func (s *session) copyPacket() (mysqlproto.Packet, error) {
 // bytes (a continuation follows) or starts with 0xfe (EOF, or the OK
 // terminator) or 0xff (ERR). It returns how many it relayed (0: the
 // packet-by-packet relay reads the next one, waiting for it if need be).
-// Nothing is read from the backend connection.
+// Sequence ids are moved on by seqShift, as copyPacket does. Nothing is
+// read from the backend connection.
 func (s *session) copyRun(max int) (int, error) {
 	avail := s.br.Buffered()
 	if avail <= mysqlproto.HeaderSize || max <= 0 {
@@ -68,6 +69,13 @@ func (s *session) copyRun(max int) (int, error) {
 		}
 		if f := b[off+mysqlproto.HeaderSize]; f == mysql.EOF_HEADER || f == mysql.ERR_HEADER {
 			break
+		}
+		if s.seqShift != 0 {
+			// As copyPacket: the packet goes on with its sequence id moved
+			// on, in the read buffer (only packets of the run, so none is
+			// moved twice).
+			b[off+3] += s.seqShift
+			h.Seq = b[off+3]
 		}
 		seq, off, n = h.Seq, end, n+1
 	}
