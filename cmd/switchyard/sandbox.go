@@ -22,6 +22,10 @@ N mariadbd processes on 127.0.0.1, node1 the primary, the others replicating
 with MASTER_USE_GTID=slave_pos and read_only=ON, an application user "app"
 (no SUPER, no READ_ONLY ADMIN, so read_only fences it), a monitor user and a
 replication user, and a ready switchyard.yaml in the sandbox directory.
+A new sandbox also gets a random integrity key (integrity.key, mode 0600,
+beside switchyard.yaml and never stored in etcd) named as
+etcd.integrity_key_file, so config revisions, cluster states and operator
+requests in etcd are signed and a hand-written value is refused.
 Needs the Debian package mariadb-server.`,
 	}
 	var dir string
@@ -39,6 +43,7 @@ Needs the Debian package mariadb-server.`,
 			}
 			o.Dir = dir
 			o.Log = log
+			o.IntegrityKey = true
 			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
 			defer cancel()
 			start := time.Now()

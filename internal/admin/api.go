@@ -806,6 +806,9 @@ func (a *api) configHistory(_ http.ResponseWriter, r *http.Request, _ principal)
 		h := s.History[i]
 		revs = append(revs, map[string]any{"revision": h.Rev, "actor": h.Author, "reason": h.Reason, "at": h.Time,
 			"guard_overridden": h.GuardOverridden, "source": h.Source, "sha256": h.SHA256})
+		if h.Refused != "" {
+			revs[len(revs)-1]["refused"] = h.Refused
+		}
 		if limit > 0 && len(revs) == limit {
 			break
 		}

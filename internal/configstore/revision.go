@@ -56,6 +56,11 @@ type Revision struct {
 	// YAML is the config, as config.Config.Marshal writes it (defaults
 	// applied, file paths absolute). It may hold secrets: never log it.
 	YAML string `json:"yaml,omitempty"`
+	// Refused is set only in listings (State.History), never stored: why
+	// the history document was not accepted — "integrity" when its MAC does
+	// not verify with the integrity keyring (a forgery, or written without
+	// the key), else "invalid: " and the reason. "" for a valid revision.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Meta returns the revision without its YAML, for listings.
@@ -202,7 +207,8 @@ type State struct {
 	// revision seen in the current key or the history.
 	NextRev int64
 	// History is every revision in the history, oldest first (documents that
-	// do not decode are left out).
+	// are not JSON revision documents are left out; those that are but fail
+	// their checks are listed with Refused set).
 	History []Revision
 	// historyVersions maps a revision to its history key's version.
 	historyVersions map[int64]topo.Version
@@ -242,7 +248,16 @@ func Load(ctx context.Context, st topo.Store, keys topo.Keys) (*State, error) {
 			continue
 		}
 		maxRev = max(maxRev, r.Rev)
-		s.History = append(s.History, r.Meta())
+		meta := r.Meta()
+		meta.Refused = ""
+		switch {
+		case derr == nil:
+		case errors.Is(derr, topo.ErrIntegrity):
+			meta.Refused = "integrity"
+		default:
+			meta.Refused = "invalid: " + oneLine(derr.Error())
+		}
+		s.History = append(s.History, meta)
 		s.historyVersions[r.Rev] = hkv.Version
 		if derr == nil && (newestValid == nil || r.Rev > newestValid.Rev) {
 			newestValid, newestCfg = r, cfg

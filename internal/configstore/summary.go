@@ -136,7 +136,13 @@ func WriteHistory(w io.Writer, history []Revision, current int64, now time.Time)
 			src = fmt.Sprintf("rollback to %d", r.RollbackOf)
 		}
 		guard := "ok"
-		if r.GuardOverridden {
+		switch {
+		case r.Refused == "integrity":
+			// Not written by a holder of the integrity key: not history.
+			guard = "REFUSED: integrity (not applied; MAC does not verify)"
+		case r.Refused != "":
+			guard = "REFUSED: " + r.Refused
+		case r.GuardOverridden:
 			guard = "OVERRIDDEN: " + strings.Join(r.GuardViolations, "; ")
 		}
 		fmt.Fprintf(tw, "%d%s\t%s (%s ago)\t%s\t%s\t%s\t%s\t%s\n", r.Rev, mark, r.Time.Local().Format("2006-01-02 15:04:05"), ago(now, r.Time), r.Author, src, r.ShortHash(), guard, r.Reason)

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,8 +57,31 @@ func (c *Cluster) Config() *config.Config {
 			cfg.Listeners[i].TLS = config.ListenerTLS{CertFile: tf.ServerCert, KeyFile: tf.ServerKey, CAFile: tf.CA}
 		}
 	}
+	// Config revisions, cluster states and operator requests are signed
+	// with the sandbox's integrity key when it has one (Options.IntegrityKey).
+	if _, err := os.Stat(c.IntegrityKeyPath()); err == nil {
+		cfg.Etcd.IntegrityKeyFile = c.IntegrityKeyPath()
+	}
 	cfg.ApplyDefaults()
 	return cfg
+}
+
+// IntegrityKeyFile is the sandbox's integrity key file under Cluster.Dir
+// (Options.IntegrityKey).
+const IntegrityKeyFile = "integrity.key"
+
+// IntegrityKeyPath is Dir/integrity.key: one random key of 64 hex digits
+// (32 bytes from crypto/rand), mode 0600. It exists only for a sandbox made
+// with Options.IntegrityKey.
+func (c *Cluster) IntegrityKeyPath() string { return filepath.Join(c.Dir, IntegrityKeyFile) }
+
+// writeIntegrityKey writes a new random key to path (mode 0600).
+func writeIntegrityKey(path string) error {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Errorf("sandbox: integrity key: %w", err)
+	}
+	return writeFileAtomic(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
 }
 
 // writeConfig writes Config() to ConfigPath (mode 0600: it holds passwords).

@@ -14,6 +14,7 @@
 //
 //	D/sandbox.json        state: nodes, ports, accounts and passwords (mode 0600)
 //	D/switchyard.yaml     config for `switchyard up` (mode 0600)
+//	D/integrity.key       etcd integrity key, with Options.IntegrityKey (mode 0600)
 //	D/nodeN/my.cnf        defaults file, the only option file mariadbd reads
 //	D/nodeN/data          datadir (binlogs mariadb-bin.*, relay logs relay-bin.*)
 //	D/nodeN/tmp           the node's tmpdir

@@ -95,6 +95,12 @@ type Options struct {
 	// EtcdPeerAddress is the embedded etcd's peer address; "" = 127.0.0.1:2380
 	// or a free port.
 	EtcdPeerAddress string
+	// IntegrityKey makes a new sandbox generate a random integrity key file
+	// Dir/integrity.key (mode 0600, never stored in etcd) and name it as
+	// etcd.integrity_key_file in switchyard.yaml, so config revisions,
+	// cluster states and operator requests in etcd are signed and verified.
+	// `switchyard sandbox up` sets it; false writes a config without a key.
+	IntegrityKey bool
 }
 
 // Cluster is a sandbox as recorded in Dir/sandbox.json.
@@ -325,6 +331,11 @@ func create(ctx context.Context, o Options, bins binaries, log *slog.Logger) (c 
 	}
 	if err := WriteTLSFiles(c.TLS()); err != nil {
 		return c, err
+	}
+	if o.IntegrityKey {
+		if err := writeIntegrityKey(c.IntegrityKeyPath()); err != nil {
+			return c, err
+		}
 	}
 	if err := c.saveState(); err != nil {
 		return c, err
