@@ -136,8 +136,8 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 }
 
 // TestAPIAuth: the auth matrix over a real etcd. No token 401, a bad token
-// 401, viewer GET 200, viewer plan POST allowed (404 or 503, not 403, for an unknown
-// cluster, not 403), viewer change POST 403, operator POST accepted, a change
+// 401, viewer GET 200, viewer plan POST allowed (404 or 503 for an
+// unknown cluster, not 403), viewer change POST 403, operator POST accepted, a change
 // without reason 400; health and metrics without a token unless
 // metrics_auth; without tokens a loopback endpoint is open and any other
 // refuses.
