@@ -24,7 +24,8 @@ import (
 )
 
 // The admin API v1 (api/openapi.yaml describes every route): JSON in and
-// out under /api/v1, bearer tokens with roles viewer (every GET) and
+// out under /api/v1, bearer tokens with roles viewer (every GET and the
+// plan POSTs, which change nothing) and
 // operator (everything), errors as {"error", "code", "override"}. The
 // actions call the same functions as the command line (internal/controller,
 // internal/configstore), with the token's name as the actor.
@@ -147,12 +148,13 @@ func (a *authenticator) identify(r *http.Request) (principal, *apiError) {
 	return principal{Name: a.tokens[found].name, Role: a.tokens[found].role, Auth: true}, nil
 }
 
-// allows reports whether role may call method.
-func allows(role, method string) bool {
+// allows reports whether role may call method; readOnly marks a POST
+// that changes nothing (a plan), which a viewer may call too.
+func allows(role, method string, readOnly bool) bool {
 	if role == config.RoleOperator {
 		return true
 	}
-	return role == config.RoleViewer && (method == http.MethodGet || method == http.MethodHead)
+	return role == config.RoleViewer && (readOnly || method == http.MethodGet || method == http.MethodHead)
 }
 
 // route is one registered API route, for the OpenAPI check.
@@ -174,10 +176,20 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, p principal) (any,
 // handle registers method path; a mutating method needs the operator role.
 // A handler returns the document to answer with 200, or an error.
 func (a *api) handle(method, path string, h handlerFunc) {
+	a.register(method, path, false, h)
+}
+
+// handleReadOnly registers a POST that changes nothing (a plan): role
+// viewer may call it like a GET.
+func (a *api) handleReadOnly(method, path string, h handlerFunc) {
+	a.register(method, path, true, h)
+}
+
+func (a *api) register(method, path string, readOnly bool, h handlerFunc) {
 	a.routes = append(a.routes, route{method, path})
 	a.mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
 		p, e := a.auth.identify(r)
-		if e == nil && !allows(p.Role, r.Method) {
+		if e == nil && !allows(p.Role, r.Method, readOnly) {
 			e = &apiError{status: http.StatusForbidden, code: codeForbidden,
 				msg: fmt.Sprintf("token %q has role %s: %s %s needs role operator", p.Name, p.Role, r.Method, r.URL.Path)}
 		}
@@ -261,10 +273,10 @@ func newAPI(o Options, mux *http.ServeMux) (*api, error) {
 	a.handle("GET", "/api/status", a.status)
 	a.handle("GET", "/api/v1/events", a.events)
 	a.handle("GET", "/api/v1/events/stream", a.eventStream)
-	a.handle("POST", "/api/v1/clusters/{c}/switchover/plan", a.switchoverPlan)
+	a.handleReadOnly("POST", "/api/v1/clusters/{c}/switchover/plan", a.switchoverPlan)
 	a.handle("POST", "/api/v1/clusters/{c}/switchover", a.switchover)
 	a.handle("GET", "/api/v1/clusters/{c}/operations/{id}", a.operation)
-	a.handle("POST", "/api/v1/clusters/{c}/failover/plan", a.failoverPlan)
+	a.handleReadOnly("POST", "/api/v1/clusters/{c}/failover/plan", a.failoverPlan)
 	a.handle("POST", "/api/v1/clusters/{c}/failover", a.failover)
 	a.handle("POST", "/api/v1/clusters/{c}/nodes/{n}/drain", a.drain)
 	a.handle("POST", "/api/v1/clusters/{c}/nodes/{n}/undrain", a.undrain)

@@ -136,7 +136,8 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 }
 
 // TestAPIAuth: the auth matrix over a real etcd. No token 401, a bad token
-// 401, viewer GET 200, viewer POST 403, operator POST accepted, a change
+// 401, viewer GET 200, viewer plan POST allowed (404 or 503 for an
+// unknown cluster, not 403), viewer change POST 403, operator POST accepted, a change
 // without reason 400; health and metrics without a token unless
 // metrics_auth; without tokens a loopback endpoint is open and any other
 // refuses.
@@ -183,6 +184,10 @@ func TestAPIAuth(t *testing.T) {
 		{"GET", "/api/v1/events?limit=0", "view-secret", "", 400, "limit"},
 		{"GET", "/api/v1/sessions", "view-secret", "", 200, `"proxy": false`},
 		{"POST", "/api/v1/config/validate", "view-secret", `{"yaml": "x: 1"}`, 403, "needs role operator"},
+		{"POST", "/api/v1/clusters/nope/switchover/plan", "view-secret", `{}`, 404, "nope"},
+		{"POST", "/api/v1/clusters/nope/failover/plan", "view-secret", `{}`, 503, "no controller leader"},
+		{"POST", "/api/v1/clusters/nope/switchover", "view-secret", `{"reason": "test"}`, 403, "needs role operator"},
+		{"POST", "/api/v1/clusters/nope/failover", "view-secret", `{"reason": "test"}`, 403, "needs role operator"},
 		{"POST", "/api/v1/config/validate", "op-secret", `{"yaml": "x: 1"}`, 200, `"valid": false`},
 		{"POST", "/api/v1/clusters/main/nodes/node1/drain", "op-secret", `{}`, 400, "reason: required"},
 		{"POST", "/api/v1/clusters/main/nodes/node1/drain", "op-secret", `{"reason": "x", "bogus": 1}`, 400, "bogus"},

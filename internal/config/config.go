@@ -302,7 +302,8 @@ type AdminConfig struct {
 
 // Admin API roles (AdminToken.Role).
 const (
-	// RoleViewer may call every GET of the admin API.
+	// RoleViewer may call every GET of the admin API and the plan POSTs,
+	// which change nothing.
 	RoleViewer = "viewer"
 	// RoleOperator may call every endpoint, the changes included.
 	RoleOperator = "operator"
@@ -317,7 +318,7 @@ type AdminToken struct {
 	// and the config history. Unique.
 	// Type: string. Required.
 	Name string `yaml:"name"`
-	// Role is viewer (every GET) or operator (everything).
+	// Role is viewer (every GET and the plans) or operator (everything).
 	// Type: string (viewer or operator). Required.
 	Role string `yaml:"role"`
 	// TokenEnv names an environment variable holding the token.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -17,7 +18,22 @@ const (
 	// promotionDrained is not a config value: withoutDrained marks drained
 	// nodes with it so a refusal names the real reason.
 	promotionDrained = "drained"
+	// promotionMaintenance marks a node in maintenance (`maintenance on
+	// --node`) the same way.
+	promotionMaintenance = "maintenance"
 )
+
+// notPromotable says why a drained or maintenance node of cluster may not
+// be promoted and which command allows it again; "" for any other rule.
+func notPromotable(cluster, node, rule string) string {
+	switch rule {
+	case promotionDrained:
+		return fmt.Sprintf("%s is drained (`switchyard undrain %s --cluster %s` allows it again)", node, node, cluster)
+	case promotionMaintenance:
+		return fmt.Sprintf("%s is in maintenance (`switchyard maintenance off --cluster %s --node %s` allows it again)", node, cluster, node)
+	}
+	return ""
+}
 
 // checkStable verifies that st is ready for a planned switchover: phase
 // stable, a primary that is reachable, writable and not replicating.
@@ -63,8 +79,8 @@ func checkCandidate(cl *config.Cluster, st *topo.ClusterState, name string) erro
 	if n.Promotion == promotionMustNot {
 		return fmt.Errorf("%s has promotion rule must_not", name)
 	}
-	if n.Promotion == promotionDrained {
-		return fmt.Errorf("%s is drained (`switchyard undrain --cluster %s %s` allows it again)", name, cl.Name, name)
+	if why := notPromotable(cl.Name, name, n.Promotion); why != "" {
+		return errors.New(why)
 	}
 	ns := st.Node(name)
 	if ns == nil {
@@ -155,7 +171,7 @@ func promotionRank(rule string) int {
 	switch rule {
 	case promotionPrefer:
 		return 0
-	case promotionMustNot, promotionDrained:
+	case promotionMustNot, promotionDrained, promotionMaintenance:
 		return 2
 	}
 	return 1

@@ -232,8 +232,11 @@ func withoutDrained(cl *config.Cluster, d topo.DrainedNodes) *config.Cluster {
 	c := *cl
 	c.Nodes = append([]config.Node(nil), cl.Nodes...)
 	for i := range c.Nodes {
-		if _, ok := d.Nodes[c.Nodes[i].Name]; ok {
+		if rec, ok := d.Nodes[c.Nodes[i].Name]; ok {
 			c.Nodes[i].Promotion = promotionDrained
+			if rec.Maintenance {
+				c.Nodes[i].Promotion = promotionMaintenance
+			}
 		}
 	}
 	return &c

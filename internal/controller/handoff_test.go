@@ -42,6 +42,16 @@ func TestWithoutDrained(t *testing.T) {
 	if cl.Node("a").Promotion != "prefer" {
 		t.Fatal("withoutDrained changed the config it was given")
 	}
+	// A node in maintenance is refused as such, with the command that
+	// ends it, not as drained.
+	d.Nodes["a"] = topo.DrainRecord{Maintenance: true}
+	_, err := chooseCandidate(withoutDrained(cl, d), st, "a")
+	if err == nil || !strings.Contains(err.Error(), "a is in maintenance (`switchyard maintenance off --cluster main --node a`") || strings.Contains(err.Error(), "drained") {
+		t.Fatalf("refusal of a node in maintenance: %v", err)
+	}
+	if _, err := chooseCandidate(withoutDrained(cl, topo.DrainedNodes{Nodes: map[string]topo.DrainRecord{"a": {}}}), st, "a"); err == nil || !strings.Contains(err.Error(), "a is drained (`switchyard undrain a --cluster main`") {
+		t.Fatalf("refusal of a drained target: %v", err)
+	}
 }
 
 func TestProxyWaitReady(t *testing.T) {

@@ -347,8 +347,12 @@ func (s *switchover) check(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read drained nodes: %w", err)
 	}
-	if _, ok := drained.Nodes[s.req.Target]; ok && s.req.Target != "" {
-		return "", fmt.Errorf("cannot switch over to %s: it is drained (switchyard undrain %s first)", s.req.Target, s.req.Target)
+	if rec, ok := drained.Nodes[s.req.Target]; ok && s.req.Target != "" {
+		rule := promotionDrained
+		if rec.Maintenance {
+			rule = promotionMaintenance
+		}
+		return "", fmt.Errorf("cannot switch over to %s", notPromotable(s.cl.Name, s.req.Target, rule))
 	}
 	cand, err := chooseCandidate(withoutDrained(s.cl, drained), &st, s.req.Target)
 	if err != nil {

@@ -67,8 +67,28 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 			fmt.Fprintf(w, "QUARANTINED %s: %s\n", n, cs.Quarantined[n])
 		}
 	}
-	for _, a := range cs.Alarms {
-		fmt.Fprintf(w, "ALARM %s %s: %s (since %s)\n", a.Code, a.Node, a.Message, a.Since.UTC().Format(time.RFC3339))
+	evs := collapseEvents(r.Events[cs.Cluster])
+	// A long message (a failover plan) is printed in full once: the
+	// newest event's if it is long, else the last alarm's; the others are
+	// shortened to their first line.
+	full := -1 // index into evs; -1: none, -2: the last long alarm
+	for i := len(evs) - 1; i >= 0 && full == -1; i-- {
+		if isLong(evs[i].ev.Message) {
+			full = i
+		}
+	}
+	lastLongAlarm := -1
+	for i, a := range cs.Alarms {
+		if isLong(a.Message) {
+			lastLongAlarm = i
+		}
+	}
+	for i, a := range cs.Alarms {
+		msg := a.Message
+		if full != -1 || i != lastLongAlarm {
+			msg = shorten(msg)
+		}
+		fmt.Fprintf(w, "ALARM %s %s: %s (since %s)\n", a.Code, a.Node, msg, a.Since.UTC().Format(time.RFC3339))
 	}
 	if len(cs.Analysis) > 0 {
 		var codes []string
@@ -98,12 +118,75 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 		fmt.Fprintf(w, "last failover: %s %s -> %s, epoch %d, at %s, took %dms, estimated lost GTIDs: %s\n",
 			how, f.From, f.To, f.Epoch, f.At.UTC().Format(time.RFC3339), f.DurationMS, lost)
 	}
-	if evs := r.Events[cs.Cluster]; len(evs) > 0 {
+	if len(evs) > 0 {
 		fmt.Fprintln(w, "recent events:")
-		for _, ev := range evs {
-			fmt.Fprintf(w, "  %s  %-9s %s\n", ev.At.UTC().Format("15:04:05.000"), ev.Kind, ev.Message)
+		for i, e := range evs {
+			msg := e.ev.Message
+			if i != full {
+				msg = shorten(msg)
+			}
+			if e.n > 1 {
+				msg += fmt.Sprintf(" (%d times, first at %s)", e.n, e.first.UTC().Format("15:04:05.000"))
+			}
+			fmt.Fprintf(w, "  %s  %-9s %s\n", e.ev.At.UTC().Format("15:04:05.000"), e.ev.Kind, msg)
 		}
 	}
+}
+
+// longMessage is the length above which a single-line message counts as
+// long (a failover plan, its candidates and steps).
+const longMessage = 200
+
+func isLong(msg string) bool {
+	return len(msg) > longMessage || strings.Contains(msg, "\n")
+}
+
+// shorten cuts a long message to its first line of at most longMessage
+// bytes, saying so; a short one is returned unchanged.
+func shorten(msg string) string {
+	if !isLong(msg) {
+		return msg
+	}
+	line, _, _ := strings.Cut(msg, "\n")
+	if len(line) > longMessage {
+		line = line[:longMessage]
+	}
+	return strings.TrimRight(line, " ;:") + " … (shortened: the newest is shown in full, `status --json` has every one)"
+}
+
+// eventRun is one event of the report with how many times the same event
+// (kind, code, node and message) occurred among the recent ones.
+type eventRun struct {
+	ev    topo.Event
+	n     int
+	first time.Time
+}
+
+// collapseEvents folds repeats of an event into its newest occurrence,
+// keeping the order of the newest occurrences (oldest first).
+func collapseEvents(evs []topo.Event) []eventRun {
+	type key struct{ kind, code, node, msg string }
+	idx := map[key]int{}
+	var out []eventRun
+	for _, ev := range evs {
+		k := key{ev.Kind, ev.Code, ev.Node, ev.Message}
+		if i, ok := idx[k]; ok {
+			run := out[i]
+			out = append(out[:i], out[i+1:]...)
+			for kk, j := range idx {
+				if j > i {
+					idx[kk] = j - 1
+				}
+			}
+			run.ev, run.n = ev, run.n+1
+			idx[k] = len(out)
+			out = append(out, run)
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, eventRun{ev: ev, n: 1, first: ev.At})
+	}
+	return out
 }
 
 // expiry words when a maintenance ends: "until 2026-01-02T03:34:05Z (29m

@@ -65,3 +65,40 @@ func TestCollectFlagsInvalidState(t *testing.T) {
 		t.Fatalf("valid state: problems %v, err %v", r.StateProblems, err)
 	}
 }
+
+// After refused failovers the plan is printed once (the newest), the other
+// alarms and events on one line each, and identical events folded into one
+// line with their count.
+func TestWritePolicyPlanOnce(t *testing.T) {
+	plan := "candidates: " + strings.Repeat("node2 rejected: behind the promotion floor; ", 10) + "floor 0-1-100"
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	cs := topo.ClusterState{Cluster: "main", Alarms: []topo.Alarm{
+		{Code: topo.AlarmRecoveryFailed, Message: "auto failover of node1 refused at x: " + plan, Since: at}}}
+	r := &Report{CollectedAt: at.Add(time.Minute), Events: map[string][]topo.Event{}}
+	for i := 0; i < 8; i++ {
+		r.Events["main"] = append(r.Events["main"], topo.Event{Kind: topo.EventRecovery, Code: "failover_refused",
+			Message: "auto failover refused: " + plan, At: at.Add(time.Duration(i) * time.Second)})
+	}
+	r.Events["main"] = append(r.Events["main"], topo.Event{Kind: topo.EventAlarm, Code: "x", Message: "short", At: at.Add(9 * time.Second)})
+	var b bytes.Buffer
+	writePolicy(&b, r, cs)
+	out := b.String()
+	if n := strings.Count(out, plan); n != 1 {
+		t.Fatalf("plan printed %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, "(8 times, first at 12:00:00.000)") || !strings.Contains(out, "12:00:07.000") {
+		t.Fatalf("repeated events not folded into their newest:\n%s", out)
+	}
+	if lines := strings.Count(out, "\n"); lines != 4 {
+		t.Fatalf("%d lines, want 4 (alarm, header, 2 events):\n%s", lines, out)
+	}
+	if !strings.Contains(out, "ALARM recovery_failed") || !strings.Contains(out, "shortened") {
+		t.Fatalf("alarm not shortened:\n%s", out)
+	}
+	// Alone, a long alarm is printed in full.
+	b.Reset()
+	writePolicy(&b, &Report{CollectedAt: at}, cs)
+	if !strings.Contains(b.String(), plan) {
+		t.Fatalf("a lone alarm lost its plan:\n%s", b.String())
+	}
+}
