@@ -282,7 +282,7 @@ func (s Snapshot) analyzePrimary(p *Node, r *Result, add func(Code, string, stri
 		}
 	default:
 		if complete(pp) && pp.ReadOnly && stable {
-			add(PrimaryReadOnly, p.Name, "the primary has read_only=ON: writes fail")
+			add(PrimaryReadOnly, p.Name, "the primary has read_only=ON: writes fail with error 1290; run `mariadb -e 'SET GLOBAL read_only=OFF'` on it if it should take writes (failover.mode auto does it when safe), otherwise `switchyard failover`")
 		}
 		var why []string
 		if s.Limits.SlowProbe > 0 && pp.LatencyMS > float64(s.Limits.SlowProbe)/float64(time.Millisecond) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,52 @@ func TestAllReadOnlyClusterGetsItsPrimaryBack(t *testing.T) {
 	t.Logf("auto mode event: %s", ev.Message)
 	if ro := queryInt(t, db, "SELECT @@read_only"); ro != 0 {
 		t.Fatalf("node1 read_only=%d after the auto mode controller published it", ro)
+	}
+	for _, i := range []int{1, 2} {
+		if ro := queryInt(t, rootDB(t, c, i), "SELECT @@read_only"); ro != 1 {
+			t.Fatalf("replica %d read_only=%d: two writable nodes", i, ro)
+		}
+	}
+}
+
+// A published primary set read-only while it stays up: in manual mode the
+// event names the command and read_only stays ON; in auto mode the
+// controller sets read_only=OFF with an event, and keeps the epoch.
+func TestReadOnlyPrimaryMadeWritableInAutoMode(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	db := rootDB(t, c, 0)
+	st := topotest.NewStore(t)
+
+	cfg := testConfig(c)
+	cfg.Clusters[0].Failover.Mode = config.FailoverManual
+	_, stop := runController(t, cfg, st, "ctl-manual")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	mustExec(t, db, "SET GLOBAL read_only=1")
+	ev := waitEvent(t, st, 10*time.Second, "not making it writable: failover.mode is manual")
+	if !strings.Contains(ev.Message, "mariadb -e 'SET GLOBAL read_only=OFF'") {
+		t.Fatalf("manual mode event does not name the command: %s", ev.Message)
+	}
+	time.Sleep(4 * testInterval)
+	if ro := queryInt(t, db, "SELECT @@read_only"); ro != 1 {
+		t.Fatalf("manual mode changed read_only on the primary to %d", ro)
+	}
+	stop()
+
+	cfg = testConfig(c)
+	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
+	runController(t, cfg, st, "ctl-auto")
+	ev = waitEvent(t, st, 15*time.Second, "had read_only=ON and is still the primary")
+	t.Logf("auto mode event: %s", ev.Message)
+	deadline := time.Now().Add(5 * time.Second)
+	for queryInt(t, db, "SELECT @@read_only") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("auto mode left the primary read_only=1")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s := waitState(t, st, 5*time.Second, "stable", func(s topo.ClusterState) bool { return s.Phase == topo.PhaseStable })
+	if s.Primary != "node1" || s.Epoch != 1 {
+		t.Fatalf("after repair: primary %q epoch %d, want node1 at epoch 1", s.Primary, s.Epoch)
 	}
 	for _, i := range []int{1, 2} {
 		if ro := queryInt(t, rootDB(t, c, i), "SELECT @@read_only"); ro != 1 {

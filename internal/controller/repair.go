@@ -46,14 +46,14 @@ const repairBackoff = 5 * time.Second
 //     after the last probe that saw it writable) and came back read-only and
 //     not replicating — read_only=ON in its option file, the safe setting —
 //     is made writable again, because it is still the primary of the current
-//     epoch and no other node is writable. A primary an operator set
-//     read-only while it stayed up is left alone (reported as
-//     primary_read_only).
+//     epoch and no other node is writable. A primary set read-only while
+//     it stayed up (reported as primary_read_only) is made writable again
+//     only in auto mode and when that is safe (see unsetReadOnly).
 func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
 	if st.Phase != topo.PhaseStable || st.Primary == "" {
 		return
 	}
-	t.restorePrimary(ctx, cfg, cl, st, probes, m)
+	t.restorePrimary(ctx, cfg, cl, cr, st, probes, m)
 	pp, ok := probes[st.Primary]
 	primaryNode := cl.Node(st.Primary)
 	primaryUp := ok && complete(pp) && !pp.ReadOnly && !pp.Replicating && primaryNode != nil
@@ -97,7 +97,7 @@ func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluste
 // restorePrimary makes the published primary writable again after it
 // restarted with read_only=ON, when it is not replicating and no other node
 // is writable; see repair.
-func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *config.Cluster, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
+func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
 	pp, ok := probes[st.Primary]
 	if !ok || !complete(pp) {
 		return
@@ -108,10 +108,16 @@ func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *confi
 		return
 	}
 	started := now.Add(-time.Duration(pp.UptimeSeconds) * time.Second)
-	if m.primaryWritable != st.Primary || pp.UptimeSeconds == 0 || !started.After(m.primaryWritableAt) {
-		return // never seen writable, or set read-only while it stayed up
-	}
 	code := string(analysis.PrimaryReadOnly)
+	if pp.UptimeSeconds == 0 {
+		return // just started, or no uptime: the next round tells a restart apart
+	}
+	if m.primaryWritable != st.Primary || !started.After(m.primaryWritableAt) {
+		// Never seen writable by this controller, or set read-only while
+		// it stayed up: made writable again only in auto mode.
+		t.unsetReadOnly(ctx, cfg, cl, cr, st, probes, pp)
+		return
+	}
 	if pp.Replicating {
 		t.repairEvent(ctx, st, topo.EventNoAction, code, st.Primary, fmt.Sprintf(
 			"primary %s came back read-only and replicating from %s: not making it writable; switch over or fail over to a node that should be primary",
@@ -332,4 +338,78 @@ func (t *term) maybeRelease(ctx context.Context, cfg *config.Config, cl *config.
 	}
 	t.repairEvent(ctx, st, topo.EventDecision, "released", n.Name, fmt.Sprintf(
 		"released %s from quarantine: it replicates from primary %s and holds nothing the primary lacks", n.Name, st.Primary))
+}
+
+// unsetReadOnly acts on a published primary of a stable cluster that
+// answers with read_only=ON although it did not restart (`SET GLOBAL
+// read_only=ON` by hand, or a primary this controller never saw writable):
+// every write through a primary listener fails with 1290. In auto mode it
+// sets read_only=OFF when that is safe: the node is still the primary of
+// the current epoch, not replicating, not quarantined, no switchover or
+// failover runs (those fence the old primary with read_only=ON, and repair
+// does not run meanwhile; checked again just before the change), no
+// maintenance, automatic failover not disabled, and no other node is
+// writable. Otherwise an event says why and what the operator can run.
+func (t *term) unsetReadOnly(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState,
+	probes map[string]topo.Probe, pp topo.Probe) {
+	// Its own dedup key: the restart repair's events are not held back.
+	dedup := st.Cluster + "|repair|" + st.Primary + "|" + string(analysis.PrimaryReadOnly) + "|live"
+	liveEvent := func(kind, msg string) {
+		t.fo.events.emitOnce(ctx, dedup, eventRelog, topo.Event{
+			Cluster: st.Cluster, Kind: kind, Code: string(analysis.PrimaryReadOnly), Node: st.Primary, Message: msg, Epoch: st.Epoch})
+	}
+	hint := fmt.Sprintf("run `mariadb -e 'SET GLOBAL read_only=OFF'` on %s if it should take writes, otherwise `switchyard failover` to another node (a switchover refuses a read-only primary)", st.Primary)
+	why := ""
+	switch {
+	case pp.Replicating:
+		why = fmt.Sprintf("it replicates from %s", hostPort(pp.SourceHost, pp.SourcePort))
+	case cl.Failover.Mode != config.FailoverAuto:
+		why = fmt.Sprintf("failover.mode is %s: an operator decides", cl.Failover.Mode)
+	case st.Maintenance != nil:
+		why = "maintenance mode is on: automation is blocked"
+	case st.AutoDisabled != "":
+		why = "automatic failover is disabled after a failed recovery (" + st.AutoDisabled + ")"
+	case st.Quarantined[st.Primary] != "":
+		why = st.Primary + " is quarantined: " + st.Quarantined[st.Primary]
+	}
+	if why == "" {
+		for name, p := range probes {
+			if name != st.Primary && p.Reachable && !p.ReadOnly {
+				why = name + " is writable"
+				break
+			}
+		}
+	}
+	n := cl.Node(st.Primary)
+	if why == "" && n == nil {
+		return
+	}
+	if why != "" {
+		liveEvent(topo.EventNoAction, fmt.Sprintf(
+			"primary %s has read_only=ON and writes fail with 1290; not making it writable: %s; %s", st.Primary, why, hint))
+		return
+	}
+	cr.mu.Lock()
+	busy := cr.switching
+	same := cr.state != nil && cr.state.Epoch == st.Epoch && cr.state.Primary == st.Primary && cr.state.Phase == topo.PhaseStable
+	cr.mu.Unlock()
+	if busy || !same {
+		return // a switchover or failover started: it decides
+	}
+	pr, err := t.c.prober(cfg, cl, n)
+	if err == nil {
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		err = pr.SetReadOnly(sctx, false)
+		cancel()
+	}
+	if err != nil {
+		liveEvent(topo.EventNoAction, fmt.Sprintf(
+			"primary %s has read_only=ON; making it writable failed: %v; %s", st.Primary, err, hint))
+		return
+	}
+	t.fo.events.forget(dedup)
+	liveEvent(topo.EventDecision, fmt.Sprintf(
+		"primary %s had read_only=ON and is still the primary of epoch %d, not replicating, with no other writable node and no switchover or failover running: read_only=OFF",
+		st.Primary, st.Epoch))
+	t.fo.events.forget(dedup)
 }

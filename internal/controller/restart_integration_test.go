@@ -17,7 +17,7 @@ import (
 // is restarted; it comes back read-only (the restart-safe default) and the
 // controller makes it writable again because it is still the primary of the
 // epoch and no other node is writable. A primary an operator sets read-only
-// while it stays up is left alone.
+// while it stays up is left alone in manual mode.
 func TestRestartedPrimaryMadeWritable(t *testing.T) {
 	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
 	st := topotest.NewStore(t)
@@ -48,7 +48,7 @@ func TestRestartedPrimaryMadeWritable(t *testing.T) {
 		t.Fatalf("after restart: primary %q epoch %d, want node1 at epoch 1", s.Primary, s.Epoch)
 	}
 
-	// An operator's read_only=ON on a live primary is not undone.
+	// An operator's read_only=ON on a live primary is not undone in manual mode.
 	mustExec(t, rootDB(t, c, 0), "SET GLOBAL read_only=1")
 	time.Sleep(6 * testInterval)
 	if ro := queryInt(t, rootDB(t, c, 0), "SELECT @@read_only"); ro != 1 {

@@ -120,7 +120,7 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 				Message: fmt.Sprintf("primary %s is replicating from %s", st.Primary, hostPort(pp.SourceHost, pp.SourcePort))})
 		case pp.ReadOnly && st.Phase == topo.PhaseStable:
 			findings = append(findings, Finding{Code: FindingPrimaryReadOnly, Node: st.Primary,
-				Message: fmt.Sprintf("primary %s has read_only=ON: writes fail; if it should take writes run SET GLOBAL read_only=OFF on it, otherwise `switchyard switchover` or `switchyard failover` to another node", st.Primary)})
+				Message: fmt.Sprintf("primary %s has read_only=ON: writes fail; if it should take writes run `mariadb -e 'SET GLOBAL read_only=OFF'` on it (failover.mode auto does it when safe), otherwise `switchyard failover` to another node (a switchover refuses a read-only primary)", st.Primary)})
 		}
 		var others []string
 		for _, w := range writable {

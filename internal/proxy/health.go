@@ -22,7 +22,9 @@ type ListenerHealth struct {
 	Primary string
 	// PrimaryOK is true when Primary is set, this proxy's own backend
 	// check reaches it, the controller does not report it dead
-	// (DeadPrimary), and writes are not fenced.
+	// (DeadPrimary), writes are not fenced, and in a stable cluster its
+	// latest probe (taken since it became primary) does not say
+	// read_only=ON.
 	PrimaryOK bool
 	// Replicas is how many serving replicas the route has.
 	Replicas int
@@ -79,13 +81,19 @@ func (s *Server) Health() []ListenerHealth {
 				why = fmt.Sprintf("the controller reports primary %s dead (DeadPrimary)", h.Primary)
 			}
 		}
+		// A primary whose latest probe says read_only=ON can be read from
+		// but every write fails with 1290: not OK for writes.
+		readable := why == ""
+		if why == "" && primaryReadOnly(&snap.state) {
+			why = fmt.Sprintf("primary %s is read_only (writes fail with error 1290)", h.Primary)
+		}
 		h.PrimaryOK = why == ""
 		switch {
 		case l.role == rolePrimary && !h.PrimaryOK:
 			h.Problem = fmt.Sprintf("listener %q (cluster %s) routes no reachable primary: %s", l.name, l.cluster, why)
 		case l.role == roleReplica && h.Replicas == 0 && (rc == nil || !rc.fallback(l.cluster)):
 			h.Problem = fmt.Sprintf("listener %q (cluster %s) has no serving replica and fallback to the primary is off", l.name, l.cluster)
-		case l.role == roleReplica && h.Replicas == 0 && !h.PrimaryOK:
+		case l.role == roleReplica && h.Replicas == 0 && !readable:
 			h.Problem = fmt.Sprintf("listener %q (cluster %s) has no serving replica and no reachable primary to fall back on: %s", l.name, l.cluster, why)
 		}
 		out = append(out, h)
@@ -101,4 +109,20 @@ func reportedDead(st *topo.ClusterState, node string) bool {
 		}
 	}
 	return false
+}
+
+// primaryReadOnly reports whether st is stable and the published primary's
+// latest probe, taken since it became primary, answered with read_only=ON.
+// During a switchover or failover the old primary is read-only on purpose
+// and the listener holds writes instead.
+func primaryReadOnly(st *topo.ClusterState) bool {
+	if st.Phase != topo.PhaseStable {
+		return false
+	}
+	n := st.Node(st.Primary)
+	if n == nil {
+		return false
+	}
+	p := n.Probe
+	return p.Reachable && p.Error == "" && p.ReadOnly && !p.At.IsZero() && (n.RoleSince.IsZero() || p.At.After(n.RoleSince))
 }

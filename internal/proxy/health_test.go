@@ -76,6 +76,29 @@ func TestListenerHealth(t *testing.T) {
 	s.reach.nodes["c/n1"] = topo.BackendReach{Cluster: "c", Node: "n1", Reachable: false}
 	s.reach.mu.Unlock()
 	check("this proxy cannot reach n1", false, true, "this proxy cannot reach primary n1")
+	s.reach.mu.Lock()
+	s.reach.nodes["c/n1"] = topo.BackendReach{Cluster: "c", Node: "n1", Reachable: true}
+	s.reach.mu.Unlock()
+	// The primary's latest probe says read_only=ON: writes fail.
+	ro := state("n1")
+	ro.Nodes[0].Probe.ReadOnly = true
+	s.SetClusterState(ro)
+	check("primary read_only", false, true, "primary n1 is read_only")
+	if h := byName()["rw"]; h.PrimaryOK {
+		t.Fatalf("rw with a read_only primary: %+v", h)
+	}
+	// A probe older than the role (just after a switchover) says nothing.
+	ro = state("n1")
+	ro.Nodes[0].Probe.ReadOnly = true
+	ro.Nodes[0].RoleSince = now.Add(time.Second)
+	s.SetClusterState(ro)
+	check("read_only probe older than the role", true, true, "")
+	// During a switchover the old primary is read-only on purpose.
+	ro = state("n1")
+	ro.Nodes[0].Probe.ReadOnly = true
+	ro.Phase = topo.PhaseSwitching
+	s.SetClusterState(ro)
+	check("read_only during a switchover", true, true, "")
 	s.SetClusterState(state(""))
 	check("no primary", false, true, "has no primary")
 }

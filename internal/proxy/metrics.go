@@ -418,7 +418,7 @@ func (s *session) connectReason(merr *mysql.MyError) string {
 // listenerReadyDesc is switchyard_proxy_listener_ready, computed from
 // Server.Health at each scrape.
 var listenerReadyDesc = prometheus.NewDesc("switchyard_proxy_listener_ready",
-	"1 when the listener's route has what its role needs (a primary listener: a reachable primary, writes not fenced; a replica listener: a serving replica or a primary to fall back on), else 0: what /readyz/listener/<name> answers. By listener, cluster and role.",
+	"1 when the listener's route has what its role needs (a primary listener: a reachable primary, writes not fenced, not read_only; a replica listener: a serving replica or a primary to fall back on), else 0: what /readyz/listener/<name> answers. By listener, cluster and role.",
 	[]string{"listener", "cluster", "role"}, nil)
 
 // listenerPrimaryDesc is switchyard_proxy_listener_primary_routed.

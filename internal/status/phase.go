@@ -17,11 +17,16 @@ const (
 	// PhasePrimaryDead: the state is stable but the last analysis found the
 	// primary dead (DeadPrimary); writes are refused until a failover.
 	PhasePrimaryDead = "primary_dead"
+	// PhasePrimaryReadOnly: the state is stable but the last analysis found
+	// the primary answering with read_only=ON (PrimaryReadOnly); writes
+	// fail with error 1290 until it is made writable or replaced.
+	PhasePrimaryReadOnly = "primary_read_only"
 )
 
 // ClusterPhase is the phase status shows for cs: the stored phase, except
 // that a stable state without a primary is PhaseNoPrimary and one whose
-// last analysis has DeadPrimary is PhasePrimaryDead. The text and the JSON
+// last analysis has DeadPrimary is PhasePrimaryDead (PrimaryReadOnly:
+// PhasePrimaryReadOnly). The text and the JSON
 // report use it alike.
 func ClusterPhase(cs topo.ClusterState) string {
 	switch {
@@ -29,6 +34,8 @@ func ClusterPhase(cs topo.ClusterState) string {
 		return PhaseNoPrimary
 	case cs.Phase == topo.PhaseStable && hasAnalysis(cs, "DeadPrimary"):
 		return PhasePrimaryDead
+	case cs.Phase == topo.PhaseStable && hasAnalysis(cs, "PrimaryReadOnly"):
+		return PhasePrimaryReadOnly
 	}
 	return cs.Phase
 }
@@ -45,8 +52,8 @@ type clusterJSON struct {
 type reportFields Report
 
 // MarshalJSON encodes the report with each cluster as its stored state,
-// except that "phase" is ClusterPhase ("no_primary" and "primary_dead"
-// besides the stored phases) and "state_phase" is the phase as stored. The
+// except that "phase" is ClusterPhase ("no_primary", "primary_dead" and
+// "primary_read_only" besides the stored phases) and "state_phase" is the phase as stored. The
 // admin endpoint's /status and `status --json` are this encoding; it
 // decodes back into a Report (phase then holds the reported phase).
 func (r *Report) MarshalJSON() ([]byte, error) {

@@ -25,6 +25,8 @@ func TestStatusJSONPhaseAgreesWithText(t *testing.T) {
 			PhasePrimaryDead, "PRIMARY DEAD (writes refused until a failover"},
 		{"all read_only", `{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"NoPrimary"},{"code":"NoWritablePrimary","node":"n1","detail":"every reachable node is read_only; n1 is the replication source"}]}`,
 			PhaseNoPrimary, "NO WRITABLE PRIMARY: every reachable node is read_only; n1 is the replication source"},
+		{"primary read-only", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"PrimaryReadOnly","node":"n1"}]}`,
+			PhasePrimaryReadOnly, "PRIMARY READ-ONLY (writes fail with error 1290"},
 		{"stable", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, topo.PhaseStable, "phase: stable"},
 		{"failover", `{"cluster":"main","primary":"","old_primary":"n1","target":"n2","epoch":5,"phase":"failover","nodes":[{"name":"n1"},{"name":"n2"}]}`,
 			topo.PhaseFailover, "phase: failover"},

@@ -148,6 +148,8 @@ func WriteTable(w io.Writer, r *Report) error {
 			phase = "NO PRIMARY (writes refused)"
 		case PhasePrimaryDead:
 			phase = "PRIMARY DEAD (writes refused until a failover; see analysis and events)"
+		case PhasePrimaryReadOnly:
+			phase = "PRIMARY READ-ONLY (writes fail with error 1290; see analysis and events)"
 		}
 		primary := cs.Primary
 		if primary == "" {
