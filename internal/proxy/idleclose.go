@@ -89,6 +89,10 @@ func (s *session) afterIdle() string {
 	}
 	if len(pkt) > 0 && pkt[0] == mysql.ERR_HEADER {
 		_ = s.writeDirect(seq, pkt)
+	} else {
+		// Closed without a packet (MariaDB's wait_timeout): reset, as the
+		// server reset the backend socket.
+		s.resetOnClose()
 	}
 	s.log.Info("backend closed the connection (idle timeout)", "node", be.t.node, "error", code)
 	return closeBackendIdle

@@ -155,6 +155,17 @@ func (s *session) idleOver(now int64) bool {
 // ends one: no packet, and a reset rather than a FIN (SO_LINGER 0).
 func (s *session) closeIdle() string {
 	limit := time.Duration(s.idleLimit.Load())
+	s.resetOnClose()
+	s.log.Info("closing the client: idle longer than its wait_timeout (listener pooling: transaction, as the server closes it)",
+		"wait_timeout", int64(limit/time.Second), "user", s.user)
+	return closeIdleTimeout
+}
+
+// resetOnClose makes the close of the client's socket a reset (SO_LINGER
+// 0), as MariaDB closes an idle session: the client's next write then
+// fails (the C client's 2006 "server has gone away") instead of its read
+// finding the end of the stream (2013 "lost connection during query").
+func (s *session) resetOnClose() {
 	if tc, ok := s.client.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	} else if u, ok := s.client.(interface{ NetConn() net.Conn }); ok {
@@ -162,9 +173,6 @@ func (s *session) closeIdle() string {
 			_ = tc.SetLinger(0)
 		}
 	}
-	s.log.Info("closing the client: idle longer than its wait_timeout (listener pooling: transaction, as the server closes it)",
-		"wait_timeout", int64(limit/time.Second), "user", s.user)
-	return closeIdleTimeout
 }
 
 // tlsIdleDeadline sets, for a transaction-pooled session that never parks
