@@ -72,7 +72,17 @@ func TestHeartbeatSandbox(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// On a read-only node nothing is written, not even an empty GTID.
+	// On a read-only node nothing is written, not even an empty GTID. The
+	// replica first applies all the primary has (its parallel appliers may
+	// still be committing what came before the row seen above).
+	var primaryPos string
+	if err := proot.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&primaryPos); err != nil {
+		t.Fatal(err)
+	}
+	var waited int
+	if err := rroot.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, 10)", primaryPos).Scan(&waited); err != nil || waited != 0 {
+		t.Fatalf("replica did not apply %s within 10s: %d %v", primaryPos, waited, err)
+	}
 	var before, after string
 	_ = rroot.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&before)
 	hb = replica.Heartbeat(ctx, row)
