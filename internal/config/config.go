@@ -919,11 +919,9 @@ type ProxyConfig struct {
 	// connection fails at once regardless.
 	// Type: duration. Default: 1s.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
-	// MaxConnectionsPerBackend caps the proxy's connections to each node.
-	// The proxy also reads each server's max_connections (on its first new
-	// connection to the node, again at most every 30s) and caps its
-	// connections there at max_connections minus a reserve of 10% (at least
-	// 10) for admins, replication and other proxies, when that is lower.
+	// MaxConnectionsPerBackend caps the proxy's connections to each node. The
+	// server's own max_connections (151 by default in MariaDB) still applies:
+	// past it the server refuses with error 1040.
 	// Type: integer. Default: 2000.
 	MaxConnectionsPerBackend int `yaml:"max_connections_per_backend"`
 	// Pool controls the per-node pools of backend connections that
@@ -1043,13 +1041,6 @@ type PoolConfig struct {
 	// in MariaDB), which would close it first.
 	// Type: duration. Default: 1m0s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
-	// MaxIdle is the low-water mark of idle connections kept per node: past
-	// a burst, idle connections above it that were not used for a second
-	// are closed within about a second, not after idle_timeout, so the
-	// server's max_connections is free again for other clients (admins,
-	// replication, other proxies).
-	// Type: integer. Default: 64.
-	MaxIdle int `yaml:"max_idle"`
 }
 
 // FailsafeOn reports whether proxy failsafe is on (Failsafe unset or true).
@@ -1323,9 +1314,6 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Proxy.Pool.IdleTimeout == 0 {
 		c.Proxy.Pool.IdleTimeout = Duration(time.Minute)
-	}
-	if c.Proxy.Pool.MaxIdle == 0 {
-		c.Proxy.Pool.MaxIdle = 64
 	}
 	if c.Proxy.Failsafe == nil {
 		t := true

@@ -456,9 +456,6 @@ func (c *Config) validateTimings(v *validator) {
 		v.add("proxy.pool.wait_timeout", "%s is more than %s: clients would wait that long for a backend connection", c.Proxy.Pool.WaitTimeout, MaxPoolWait)
 	}
 	positive("proxy.pool.idle_timeout", c.Proxy.Pool.IdleTimeout)
-	if c.Proxy.Pool.MaxIdle < 1 {
-		v.add("proxy.pool.max_idle", "%d must be at least 1", c.Proxy.Pool.MaxIdle)
-	}
 	if c.Proxy.MaxClientConnections < 0 {
 		v.add("proxy.max_client_connections", "%d must be 0 (derived from the descriptor budget) or positive", c.Proxy.MaxClientConnections)
 	}

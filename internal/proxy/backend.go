@@ -291,21 +291,6 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 	if conn != sock {
 		be.raw = sock
 	}
-	if p := s.srv.backendCounter(t); p.wantServerMax(time.Now()) {
-		// Before the setup, whose statements leave the state the session
-		// starts from (servermax.go).
-		v, err := readServerMax(conn, br)
-		if err != nil {
-			_ = conn.Close()
-			return nil, nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("reading @@max_connections: %w", err))
-		}
-		if v > 0 && int64(v) != p.serverMax.Swap(int64(v)) {
-			if lim := p.connLimit(rc.maxPerBackend); lim < rc.maxPerBackend {
-				s.log.Info("server's max_connections caps the proxy's connections to the node",
-					"node", t.node, "addr", t.addr, "max_connections", v, "limit", lim, "max_connections_per_backend", rc.maxPerBackend)
-			}
-		}
-	}
 	if restore {
 		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 	}

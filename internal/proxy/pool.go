@@ -56,10 +56,7 @@ import (
 // for the failover instead of 1040. The cap is per node, shared by every
 // listener whatever its pooling, nothing reserved for either. A dial the
 // server refuses with 1040 (its max_connections) closes the oldest idle
-// connection of the node and dials again. The cap is lowered to the
-// server's max_connections less a reserve when that is lower
-// (servermax.go). Idle connections above proxy.pool.max_idle per node are
-// closed after about a second (trimIdle), the others after
+// connection of the node and dials again. Idle connections are closed after
 // proxy.pool.idle_timeout, when their node leaves the cluster's route or
 // changes role, and are never used for the primary when they were opened
 // or last used before the node became primary (primarySince) or under an
@@ -359,28 +356,10 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			m.poolWaitSecs.WithLabelValues(t.cluster, t.node).Observe(time.Since(waitStart).Seconds())
 		}
 	}()
-	learning := false
-	if p.serverMaxAt.Load() == 0 {
-		// Nothing known of the server's max_connections yet: the first
-		// dial reads it while the others wait, so a burst of logins on a
-		// fresh pool does not open past it (servermax.go).
-		p.learnMu.Lock()
-		if p.serverMaxAt.Load() == 0 {
-			learning = true
-		} else {
-			p.learnMu.Unlock()
-		}
-	}
-	defer func() {
-		if learning {
-			p.learnMu.Unlock()
-		}
-	}()
 	var w *poolWaiter
 	refusals := 0
 	for {
-		limit := p.connLimit(rc.maxPerBackend)
-		be, dial, wait, drop := p.reserve(s, snap, limit, w)
+		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend, w)
 		for _, c := range drop {
 			c.close(true)
 		}
@@ -397,10 +376,6 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			continue // a connection the server closed meanwhile: the next one
 		case dial:
 			okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
-			if learning {
-				learning = false
-				p.learnMu.Unlock()
-			}
 			if merr != nil && merr.Code == mysql.ER_CON_COUNT_ERROR && refusals < maxServerRefusals {
 				// The server is at its max_connections, and idle pooled
 				// connections (of other users, capabilities or
@@ -481,7 +456,7 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node, connPoolLimit).Inc()
 				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
-					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", limit, "max_connections_per_backend", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
+					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
 				}
 				if !restore {
 					// A login (or a change of user): answered as a server at
@@ -491,8 +466,8 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 					return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, "Too many connections")
 				}
 				return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
-					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend, or the server's max_connections less a reserve); none came free within %s (proxy.pool.wait_timeout)",
-					t.node, t.addr, limit, rc.poolWait))
+					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend); none came free within %s (proxy.pool.wait_timeout)",
+					t.node, t.addr, rc.maxPerBackend, rc.poolWait))
 			}
 		}
 	}
@@ -636,42 +611,8 @@ func (s *Server) reapIdle() {
 			s.closeIdle(func(*backend) bool { return true })
 			return
 		case <-tick.C:
-			rc := s.rc.Load()
-			now := time.Now()
-			cutoff := now.Add(-rc.poolIdle)
+			cutoff := time.Now().Add(-s.rc.Load().poolIdle)
 			s.closeIdle(func(be *backend) bool { return be.idleAt.Before(cutoff) })
-			s.trimIdle(rc.poolMaxIdle, now.Add(-excessIdleAge))
-		}
-	}
-}
-
-// excessIdleAge is how long an idle connection above proxy.pool.max_idle
-// stays in the pool before trimIdle closes it.
-const excessIdleAge = time.Second
-
-// trimIdle closes, per node, the oldest idle connections above keep that
-// came back before cutoff: after a burst the pool falls back to its
-// low-water mark within seconds instead of holding the server's slots for
-// idle_timeout.
-func (s *Server) trimIdle(keep int, cutoff time.Time) {
-	s.mu.Lock()
-	pools := make([]*backendCounter, 0, len(s.backends))
-	for _, p := range s.backends {
-		pools = append(pools, p)
-	}
-	s.mu.Unlock()
-	for _, p := range pools {
-		var out []*backend
-		p.mu.Lock()
-		for i := 0; i < len(p.idle)-keep && p.idle[i].idleAt.Before(cutoff); i++ {
-			out = append(out, p.idle[i])
-		}
-		for _, be := range out {
-			p.take(be)
-		}
-		p.mu.Unlock()
-		for _, be := range out {
-			be.close(true)
 		}
 	}
 }

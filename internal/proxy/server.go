@@ -152,13 +152,6 @@ type backendCounter struct {
 	// resolved when the counter is made (and when the address changes
 	// node): counting a command costs no label lookup.
 	queries atomic.Pointer[prometheus.Counter]
-	// serverMax is the node's @@max_connections as last read (0: not
-	// known), serverMaxAt when it was last read or tried (UnixNano):
-	// servermax.go.
-	serverMax, serverMaxAt atomic.Int64
-	// learnMu makes the checkouts that find serverMax never read wait for
-	// the first new connection, which reads it, before they dial.
-	learnMu sync.Mutex
 	nodePool
 }
 

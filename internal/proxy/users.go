@@ -51,7 +51,6 @@ type runtimeConfig struct {
 	maxPerBackend int
 	poolWait      time.Duration // proxy.pool.wait_timeout
 	poolIdle      time.Duration // proxy.pool.idle_timeout
-	poolMaxIdle   int           // proxy.pool.max_idle
 	clusters      map[string]*config.Cluster
 	probeInterval time.Duration // probe.interval
 	// backendTLS is the client TLS configuration of backend connections
@@ -97,7 +96,6 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 		maxPerBackend:  c.Proxy.MaxConnectionsPerBackend,
 		poolWait:       c.Proxy.Pool.WaitTimeout.D(),
 		poolIdle:       c.Proxy.Pool.IdleTimeout.D(),
-		poolMaxIdle:    c.Proxy.Pool.MaxIdle,
 		clusters:       make(map[string]*config.Cluster, len(c.Clusters)),
 		probeInterval:  c.Probe.Interval.D(),
 	}
@@ -109,9 +107,6 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 	}
 	if rc.poolIdle <= 0 {
 		rc.poolIdle = time.Minute // proxy.pool.idle_timeout's default
-	}
-	if rc.poolMaxIdle <= 0 {
-		rc.poolMaxIdle = 64 // proxy.pool.max_idle's default
 	}
 	if rc.checkConnect <= 0 {
 		rc.checkConnect = 100 * time.Millisecond // probe.connect_timeout's default
