@@ -642,12 +642,18 @@ func (a *api) drain(_ http.ResponseWriter, r *http.Request, p principal) (any, *
 	defer cancel()
 	res, err := controller.Drain(ctx, st, a.o.Keys, c, n, controller.DrainOptions{By: p.Name, Reason: b.Reason})
 	if err != nil {
-		if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, topo.ErrNotFound) {
-			return nil, storeError(err)
-		}
-		return nil, refused(err.Error(), "")
+		return nil, drainError(err)
 	}
 	return map[string]any{"ok": true, "result": res}, nil
+}
+
+// drainError maps a drain or undrain failure: an unknown cluster or node
+// as the store reports it (404), anything else a refusal (409).
+func drainError(err error) *apiError {
+	if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, topo.ErrNotFound) {
+		return storeError(err)
+	}
+	return refused(err.Error(), "")
 }
 
 func (a *api) undrain(_ http.ResponseWriter, r *http.Request, p principal) (any, *apiError) {
@@ -669,10 +675,7 @@ func (a *api) undrain(_ http.ResponseWriter, r *http.Request, p principal) (any,
 	defer cancel()
 	was, err := controller.UndrainBy(ctx, st, a.o.Keys, c, n, p.Name, b.Reason)
 	if err != nil {
-		if errors.Is(err, controller.ErrUnknownCluster) || errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, topo.ErrNotFound) {
-			return nil, storeError(err)
-		}
-		return nil, refused(err.Error(), "")
+		return nil, drainError(err)
 	}
 	msg := fmt.Sprintf("%s was not drained", n)
 	if was {
