@@ -96,24 +96,31 @@ type principal struct {
 type tokenHash struct {
 	name, role string
 	sum        [sha256.Size]byte
+	expires    time.Time // zero: never
 }
 
 // authenticator checks bearer tokens against their SHA-256 (the only form
-// kept in memory), in constant time.
+// kept in memory), in constant time, and refuses a token past its expiry.
 type authenticator struct {
 	tokens []tokenHash
+	now    func() time.Time
 	// open: no tokens and a loopback address, every call is accepted.
 	open bool
 }
 
 func newAuthenticator(tokens []config.AdminToken, address string) (*authenticator, error) {
-	a := &authenticator{}
+	a := &authenticator{now: time.Now}
 	for i, t := range tokens {
-		sum, err := t.SHA256(fmt.Sprintf("admin.tokens[%d]", i))
+		f := fmt.Sprintf("admin.tokens[%d]", i)
+		sum, err := t.SHA256(f)
 		if err != nil {
 			return nil, err
 		}
-		a.tokens = append(a.tokens, tokenHash{name: t.Name, role: t.Role, sum: sum})
+		exp, err := t.ExpiresAt()
+		if err != nil {
+			return nil, &config.FieldError{Field: f + ".expires", Msg: err.Error()}
+		}
+		a.tokens = append(a.tokens, tokenHash{name: t.Name, role: t.Role, sum: sum, expires: exp})
 	}
 	a.open = len(a.tokens) == 0 && config.IsLoopback(address)
 	return a, nil
@@ -145,7 +152,12 @@ func (a *authenticator) identify(r *http.Request) (principal, *apiError) {
 	if found < 0 {
 		return principal{}, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, msg: "invalid token (not one of admin.tokens)"}
 	}
-	return principal{Name: a.tokens[found].name, Role: a.tokens[found].role, Auth: true}, nil
+	t := a.tokens[found]
+	if !t.expires.IsZero() && !a.now().Before(t.expires) {
+		return principal{}, &apiError{status: http.StatusUnauthorized, code: codeUnauthorized,
+			msg: fmt.Sprintf("token %q expired at %s (admin.tokens expires)", t.name, t.expires.UTC().Format(time.RFC3339))}
+	}
+	return principal{Name: t.name, Role: t.role, Auth: true}, nil
 }
 
 // allows reports whether role may call method; readOnly marks a POST

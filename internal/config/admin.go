@@ -52,6 +52,9 @@ func (c *Config) validateAdmin(v *validator) {
 		if t.TokenEnv != "" && !isEnvName(t.TokenEnv) {
 			v.add(f+".token_env", "is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the token, not the token itself")
 		}
+		if _, err := t.ExpiresAt(); err != nil {
+			v.add(f+".expires", "%s", err)
+		}
 		if t.TokenSHA256 != "" {
 			if b, err := hex.DecodeString(t.TokenSHA256); err != nil || len(b) != sha256.Size {
 				v.add(f+".token_sha256", "is not a SHA-256 in hex (64 hex digits, e.g. from `printf %%s \"$TOKEN\" | sha256sum`)")
@@ -140,6 +143,11 @@ func (c *Config) AdminWarnings() []string {
 		return nil
 	}
 	var out []string
+	for i, t := range a.Tokens {
+		if at, err := t.ExpiresAt(); err == nil && !at.IsZero() && !at.After(time.Now()) {
+			out = append(out, fmt.Sprintf("admin.tokens[%d].expires: token %q expired at %s: every call with it is refused (401)", i, t.Name, at.Format(time.RFC3339)))
+		}
+	}
 	if IsLoopback(a.Address) {
 		if len(a.Tokens) == 0 {
 			out = append(out, fmt.Sprintf("admin.tokens: none configured: the admin API on %s answers every call, changes included, without a token (anyone on this machine may switch over); add tokens with role viewer or operator", a.Address))

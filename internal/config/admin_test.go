@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAdminTokensValidation: a bad role, a missing or double secret, a bad
@@ -29,6 +30,7 @@ func TestAdminTokensValidation(t *testing.T) {
 		{[]AdminToken{{Name: "a", Role: "viewer", TokenSHA256: "abc"}}, AdminTLS{}, "admin.tokens[0].token_sha256", "64 hex digits"},
 		{[]AdminToken{{Name: "a", Role: "viewer", TokenEnv: "1X"}}, AdminTLS{}, "admin.tokens[0].token_env", "not an environment variable name"},
 		{[]AdminToken{{Role: "viewer", TokenEnv: "T"}}, AdminTLS{}, "admin.tokens[0].name", "required"},
+		{[]AdminToken{{Name: "a", Role: "viewer", TokenEnv: "T", Expires: "2027-01-31"}}, AdminTLS{}, "admin.tokens[0].expires", "not an RFC 3339 time"},
 		{[]AdminToken{{Name: "a", Role: "viewer", TokenEnv: "T"}, {Name: "a", Role: "operator", TokenEnv: "U"}}, AdminTLS{}, "admin.tokens[1].name", "already defined"},
 		{nil, AdminTLS{CertFile: "/nonexistent.crt"}, "admin.tls.key_file", "required with cert_file"},
 		{nil, AdminTLS{CertFile: "/nonexistent.crt", KeyFile: "/nonexistent.key"}, "admin.tls.cert_file", "cannot read certificate"},
@@ -118,5 +120,13 @@ func TestAdminWarnings(t *testing.T) {
 				t.Errorf("%s: warning %q, want %q", tc.addr, got[i], w)
 			}
 		}
+	}
+	c := &Config{}
+	c.ApplyDefaults()
+	c.Admin.Address = "127.0.0.1:8080"
+	c.Admin.Tokens = []AdminToken{{Name: "old", Role: "viewer", TokenEnv: "T", Expires: "2020-01-31T00:00:00Z"},
+		{Name: "new", Role: "viewer", TokenEnv: "U", Expires: time.Now().Add(time.Hour).Format(time.RFC3339)}}
+	if got := c.AdminWarnings(); len(got) != 1 || !strings.Contains(got[0], `admin.tokens[0].expires: token "old" expired at 2020-01-31T00:00:00Z`) {
+		t.Errorf("expired token: warnings %q", got)
 	}
 }

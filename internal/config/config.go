@@ -336,6 +336,24 @@ type AdminToken struct {
 	// Type: string (64 hex digits). Optional (exactly one of token_env,
 	// token_file, token_sha256).
 	TokenSHA256 string `yaml:"token_sha256,omitempty"`
+	// Expires is when the token stops being accepted, as an RFC 3339
+	// time (2027-01-31T00:00:00Z): from then on a call with it is 401
+	// "token NAME expired at ...", as an unknown token is. The admin
+	// section is read at start, so a new expiry takes a restart.
+	// Type: string (RFC 3339 time). Optional (default: never expires).
+	Expires string `yaml:"expires,omitempty"`
+}
+
+// ExpiresAt parses Expires; the zero time when it is empty.
+func (t AdminToken) ExpiresAt() (time.Time, error) {
+	if t.Expires == "" {
+		return time.Time{}, nil
+	}
+	at, err := time.Parse(time.RFC3339, t.Expires)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", t.Expires)
+	}
+	return at, nil
 }
 
 // AdminTLS is the certificate of the admin endpoint.
