@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,6 +158,8 @@ func TestAPIAuth(t *testing.T) {
 				{Name: "alice", Role: config.RoleOperator, TokenEnv: "SY_TEST_OPERATOR_TOKEN"},
 				{Name: "victor", Role: config.RoleViewer, TokenFile: tokFile},
 				{Name: "hash", Role: config.RoleViewer, TokenSHA256: sum("hashed-secret")},
+				{Name: "old", Role: config.RoleOperator, TokenSHA256: sum("old-secret"), Expires: "2020-01-31T00:00:00Z"},
+				{Name: "later", Role: config.RoleViewer, TokenSHA256: sum("later-secret"), Expires: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -177,6 +180,9 @@ func TestAPIAuth(t *testing.T) {
 		{"GET", "/api/v1/whoami", "view-secret", "", 200, `"name": "victor"`},
 		{"GET", "/api/v1/whoami", "hashed-secret", "", 200, `"name": "hash"`},
 		{"GET", "/api/v1/whoami", "op-secret", "", 200, `"role": "operator"`},
+		{"GET", "/api/v1/whoami", "old-secret", "", 401, `token \"old\" expired at 2020-01-31T00:00:00Z`},
+		{"POST", "/api/v1/clusters/main/nodes/node1/drain", "old-secret", `{"reason": "x"}`, 401, "expired"},
+		{"GET", "/api/v1/whoami", "later-secret", "", 200, `"name": "later"`},
 		{"GET", "/api/v1/status", "view-secret", "", 200, `"store_reachable": true`},
 		{"GET", "/api/status", "", "", 401, "missing token"},
 		{"GET", "/api/status", "view-secret", "", 200, `"leader": "x"`},
@@ -229,6 +235,26 @@ func TestAPIAuth(t *testing.T) {
 	req, _ := http.NewRequest("GET", "/api/v1/whoami", nil)
 	if _, e := closed.identify(req); e == nil || e.status != 401 || !strings.Contains(e.msg, "not a loopback") {
 		t.Errorf("no tokens on a non-loopback address: %v", e)
+	}
+
+	// A token expiring while the server runs is refused from then on.
+	exp, err := newAuthenticator([]config.AdminToken{{Name: "soon", Role: "viewer", TokenSHA256: sum("soon-secret"), Expires: "2030-06-01T12:00:00Z"}}, "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest("GET", "/api/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer soon-secret")
+	exp.now = func() time.Time { return time.Date(2030, 6, 1, 11, 59, 59, 0, time.UTC) }
+	if p, e := exp.identify(req); e != nil || p.Name != "soon" {
+		t.Errorf("a second before the expiry: %+v %v", p, e)
+	}
+	exp.now = func() time.Time { return time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC) }
+	if _, e := exp.identify(req); e == nil || e.status != 401 || !strings.Contains(e.msg, "expired at 2030-06-01T12:00:00Z") {
+		t.Errorf("at the expiry: %v", e)
+	}
+	_, err = Start(Options{Address: "127.0.0.1:0", Tokens: []config.AdminToken{{Name: "x", Role: "viewer", TokenSHA256: sum("x"), Expires: "tomorrow"}}})
+	if err == nil || !strings.Contains(err.Error(), "admin.tokens[0].expires") {
+		t.Errorf("a bad expiry: %v", err)
 	}
 
 	// A token whose secret cannot be read names its field.
@@ -422,6 +448,7 @@ func TestAPIEventStream(t *testing.T) {
 // the token's name as actor; the session list shows a client of the
 // proxy, and a kill through the API ends it and is recorded in the events.
 func TestAPISwitchoverOnSandbox(t *testing.T) {
+	const opTok, viewTok = "sy-operator-7d41c9e2f0a8", "sy-viewer-3b8e6f15ac92"
 	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
 	st := topotest.NewStore(t)
 	cfg := c.Config()
@@ -436,7 +463,10 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	if _, err := configstore.Bootstrap(ctx, st, apiKeys, cfg, "test"); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Every log line of the controller, the proxy and the API, searched
+	// for the tokens at the end.
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctl, err := controller.New(controller.Options{Config: cfg, Store: st, Keys: apiKeys, ID: "ctl-api", Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +493,7 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 		}
 	}()
 	srv, err := Start(Options{Address: "127.0.0.1:0", Store: st, Keys: apiKeys, Sessions: px, Log: log,
-		Tokens: []config.AdminToken{{Name: "alice", Role: "operator", TokenSHA256: sum("op")}, {Name: "victor", Role: "viewer", TokenSHA256: sum("v")}}})
+		Tokens: []config.AdminToken{{Name: "alice", Role: "operator", TokenSHA256: sum(opTok)}, {Name: "victor", Role: "viewer", TokenSHA256: sum(viewTok)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +510,7 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, body := call(t, hc, "POST", base+"/clusters/"+cfg.Clusters[0].Name+"/switchover/plan", "op", `{"target": "node2"}`)
+		code, body := call(t, hc, "POST", base+"/clusters/"+cfg.Clusters[0].Name+"/switchover/plan", opTok, `{"target": "node2"}`)
 		if code == 200 {
 			if err := json.Unmarshal([]byte(body), &plan); err != nil {
 				t.Fatal(err)
@@ -517,7 +547,7 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 		Sessions []proxy.SessionInfo `json:"sessions"`
 		Proxy    bool                `json:"proxy"`
 	}
-	_, body := call(t, hc, "GET", base+"/sessions", "v", "")
+	_, body := call(t, hc, "GET", base+"/sessions", viewTok, "")
 	if err := json.Unmarshal([]byte(body), &list); err != nil || !list.Proxy || len(list.Sessions) != 1 {
 		t.Fatalf("sessions: %s", body)
 	}
@@ -525,21 +555,21 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	if s0.User != c.AppUser || s0.Listener != "rw" || s0.Cluster != cluster {
 		t.Errorf("session: %+v", s0)
 	}
-	if code, body := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", "v", `{"reason": "test"}`); code != 403 {
+	if code, body := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", viewTok, `{"reason": "test"}`); code != 403 {
 		t.Errorf("kill with a viewer token: %d %s", code, body)
 	}
-	if code, body := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", "op", `{"reason": "stuck client"}`); code != 200 {
+	if code, body := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", opTok, `{"reason": "stuck client"}`); code != 200 {
 		t.Fatalf("kill: %d %s", code, body)
 	}
 	if _, err := conn.ExecContext(ctx, "SELECT 1"); err == nil {
 		t.Error("the killed session still answers")
 	}
-	if code, _ := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", "op", `{"reason": "again"}`); code != 404 {
+	if code, _ := call(t, hc, "POST", base+"/sessions/"+s0.ID+"/kill", opTok, `{"reason": "again"}`); code != 404 {
 		t.Errorf("kill of an ended session: %d, want 404", code)
 	}
 
 	// Switch over to node2 through the API and follow the operation.
-	code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", "op", `{"target": "node2", "reason": "api test"}`)
+	code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", opTok, `{"target": "node2", "reason": "api test"}`)
 	if code != 202 {
 		t.Fatalf("switchover: %d %s", code, body)
 	}
@@ -553,7 +583,7 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	start := time.Now()
 	var req topo.Request
 	for {
-		code, body := call(t, hc, "GET", "http://"+srv.Addr()+op.StatusURL, "v", "")
+		code, body := call(t, hc, "GET", "http://"+srv.Addr()+op.StatusURL, viewTok, "")
 		if code != 200 {
 			t.Fatalf("operation: %d %s", code, body)
 		}
@@ -574,18 +604,18 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 	t.Logf("switchover through the API done in %s (polled): %s", time.Since(start).Round(time.Millisecond), req.Message)
 
 	// Drain and undrain a replica; an unknown node is 404.
-	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node9/drain", "op", `{"reason": "typo"}`); code != 404 || !strings.Contains(body, "node9 is not a node") {
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node9/drain", opTok, `{"reason": "typo"}`); code != 404 || !strings.Contains(body, "node9 is not a node") {
 		t.Errorf("drain of an unknown node: %d %s", code, body)
 	}
-	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node3/drain", "op", `{"reason": "disk swap"}`); code != 200 || !strings.Contains(body, `"ok": true`) {
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node3/drain", opTok, `{"reason": "disk swap"}`); code != 200 || !strings.Contains(body, `"ok": true`) {
 		t.Errorf("drain: %d %s", code, body)
 	}
-	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node3/undrain", "op", `{"reason": "disk swapped"}`); code != 200 || !strings.Contains(body, `"was_drained": true`) {
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node3/undrain", opTok, `{"reason": "disk swapped"}`); code != 200 || !strings.Contains(body, `"was_drained": true`) {
 		t.Errorf("undrain: %d %s", code, body)
 	}
 
 	// The events: the switchover's with actor alice, the kill's too.
-	code, body = call(t, hc, "GET", base+"/events?cluster="+cluster+"&limit=1000", "v", "")
+	code, body = call(t, hc, "GET", base+"/events?cluster="+cluster+"&limit=1000", viewTok, "")
 	var page struct {
 		Events []topo.Event `json:"events"`
 	}
@@ -611,10 +641,149 @@ func TestAPISwitchoverOnSandbox(t *testing.T) {
 		t.Errorf("events with actor alice: switchover_done %v, session_kill %v, drain %v, undrain %v; events: %s", switched, killed, drained, undrained, body)
 	}
 	// A second switchover to the current primary is refused by the plan.
-	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", "op", `{"target": "node2", "reason": "again"}`); code != 409 ||
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/switchover", opTok, `{"target": "node2", "reason": "again"}`); code != 409 ||
 		!strings.Contains(body, "already the primary") || !strings.Contains(body, `"override": "force"`) {
 		t.Errorf("switchover to the primary: %d %s", code, body)
 	}
+
+	// A failover while the primary is healthy is accepted as a request
+	// and refused by the leader, naming the override.
+	code, body = call(t, hc, "POST", base+"/clusters/"+cluster+"/failover", opTok, `{"reason": "api test"}`)
+	if code != 202 {
+		t.Fatalf("failover: %d %s", code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &op); err != nil || op.ID == "" {
+		t.Fatalf("failover answer: %s", body)
+	}
+	req = followOperation(t, hc, "http://"+srv.Addr()+op.StatusURL, viewTok, 90*time.Second)
+	if req.State != topo.RequestFailed || !strings.Contains(req.Message, "force") || req.By != "alice" {
+		t.Errorf("failover of a healthy primary: %s %q (by %s), want failed naming the force override", req.State, req.Message, req.By)
+	}
+
+	// Maintenance of the cluster and of a node: on, refused when on with
+	// another reason (override replace), replaced, off.
+	for _, path := range []string{"/clusters/" + cluster + "/maintenance", "/clusters/" + cluster + "/nodes/node3/maintenance"} {
+		if code, body := call(t, hc, "POST", base+path, opTok, `{"on": true, "reason": "kernel update"}`); code != 200 || !strings.Contains(body, `"ok": true`) {
+			t.Errorf("%s on: %d %s", path, code, body)
+		}
+		if code, body := call(t, hc, "POST", base+path, opTok, `{"on": true, "reason": "another reason"}`); code != 409 ||
+			!strings.Contains(body, `"code": "refused"`) || !strings.Contains(body, `"override": "replace"`) {
+			t.Errorf("%s on again with another reason: %d %s, want 409 with override replace", path, code, body)
+		}
+		if code, body := call(t, hc, "POST", base+path, opTok, `{"on": true, "reason": "another reason", "replace": true}`); code != 200 {
+			t.Errorf("%s on with replace: %d %s", path, code, body)
+		}
+		if code, body := call(t, hc, "POST", base+path, opTok, `{"on": false, "reason": "done", "for": "1h"}`); code != 400 || !strings.Contains(body, "apply to on only") {
+			t.Errorf("%s off with for: %d %s", path, code, body)
+		}
+		if code, body := call(t, hc, "POST", base+path, opTok, `{"on": false, "reason": "done"}`); code != 200 {
+			t.Errorf("%s off: %d %s", path, code, body)
+		}
+	}
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/nodes/node9/maintenance", opTok, `{"on": true, "reason": "typo"}`); code < 400 || code == 403 {
+		t.Errorf("maintenance of an unknown node: %d %s", code, body)
+	}
+
+	// Ack: accepted with a reason, 400 without, 404 for an unknown cluster.
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/ack", opTok, `{"reason": "checked the failover"}`); code != 200 || !strings.Contains(body, `"ok": true`) {
+		t.Errorf("ack: %d %s", code, body)
+	}
+	if code, body := call(t, hc, "POST", base+"/clusters/"+cluster+"/ack", opTok, `{}`); code != 400 || !strings.Contains(body, "reason") {
+		t.Errorf("ack without a reason: %d %s", code, body)
+	}
+	if code, body := call(t, hc, "POST", base+"/clusters/nope/ack", opTok, `{"reason": "x"}`); code != 404 {
+		t.Errorf("ack of an unknown cluster: %d %s", code, body)
+	}
+
+	// Every change is 403 for the viewer, 401 without a token or with an
+	// unknown one, and changes nothing.
+	for _, m := range []string{"/clusters/" + cluster + "/switchover", "/clusters/" + cluster + "/failover",
+		"/clusters/" + cluster + "/nodes/node3/drain", "/clusters/" + cluster + "/nodes/node3/undrain",
+		"/clusters/" + cluster + "/maintenance", "/clusters/" + cluster + "/nodes/node3/maintenance", "/clusters/" + cluster + "/ack",
+		"/config/apply", "/config/rollback", "/sessions/1/kill"} {
+		b := `{"reason": "viewer try", "on": true, "target": "node3", "revision": 1, "yaml": "x: 1"}`
+		if code, body := call(t, hc, "POST", base+m, viewTok, b); code != 403 || !strings.Contains(body, `"code": "forbidden"`) {
+			t.Errorf("viewer POST %s: %d %s, want 403", m, code, body)
+		}
+		if code, body := call(t, hc, "POST", base+m, "", b); code != 401 {
+			t.Errorf("POST %s without a token: %d %s, want 401", m, code, body)
+		}
+		if code, body := call(t, hc, "POST", base+m, "sy-unknown-0000", b); code != 401 || !strings.Contains(body, "invalid token") {
+			t.Errorf("POST %s with an unknown token: %d %s, want 401", m, code, body)
+		}
+	}
+	var cs topo.ClusterState
+	if _, err := topo.GetJSON(ctx, st, apiKeys.ClusterState(cluster), &cs); err != nil || cs.Primary != "node2" {
+		t.Errorf("primary after the refused viewer calls: %q (%v), want node2", cs.Primary, err)
+	}
+
+	// The tokens (and their SHA-256) appear in no log line, no event and
+	// no key or value in etcd.
+	code, body = call(t, hc, "GET", base+"/events?cluster="+cluster+"&limit=1000", viewTok, "")
+	if code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	kvs, err := st.List(ctx, apiKeys.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump strings.Builder
+	for _, kv := range kvs {
+		dump.WriteString(kv.Key + "=" + string(kv.Value) + "\n")
+	}
+	if len(kvs) < 5 || !strings.Contains(dump.String(), "alice") {
+		t.Fatalf("etcd holds %d keys under %s and no actor alice: the dump is not what the test means to search", len(kvs), apiKeys.Prefix)
+	}
+	for _, tok := range []string{opTok, viewTok, sum(opTok), sum(viewTok)} {
+		for where, text := range map[string]string{"the logs": logs.String(), "the events": body, "etcd": dump.String()} {
+			if strings.Contains(text, tok) {
+				t.Errorf("%s contain the token %s", where, tok)
+			}
+		}
+	}
+	t.Logf("searched %d bytes of logs, %d events bytes and %d etcd keys for the tokens", len(logs.String()), len(body), len(kvs))
+}
+
+// followOperation polls an operation's status URL until it is done or
+// failed, or timeout passes.
+func followOperation(t *testing.T, hc *http.Client, url, token string, timeout time.Duration) topo.Request {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var req topo.Request
+	for {
+		code, body := call(t, hc, "GET", url, token, "")
+		if code != 200 {
+			t.Fatalf("operation: %d %s", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &req); err != nil {
+			t.Fatal(err)
+		}
+		if req.State == topo.RequestDone || req.State == topo.RequestFailed {
+			return req
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operation still %s after %s: %s", req.State, timeout, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestAPIConfig: validate, diff, apply (with the token's name as the
