@@ -105,15 +105,11 @@ func TestConsoleShowsTopologyAndStaleness(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ctrlDone := make(chan struct{})
-	go func() { defer close(ctrlDone); _ = ctrl.Run(ctx) }()
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- ctrl.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case <-ctrlDone:
-		case <-time.After(15 * time.Second):
-			t.Error("controller did not stop within 15s")
-		}
+		waitStopped(t, ctrlDone, 15*time.Second)
 		closed := make(chan struct{})
 		go func() { _ = store.Close(); close(closed) }() // its etcd is gone: errors are expected
 		select {
@@ -135,7 +131,7 @@ func TestConsoleShowsTopologyAndStaleness(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 
 	// The controller publishes node1 as primary, both replicas serving.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Second)
 		r, err := status.Collect(cctx, store, keys, time.Now())
@@ -152,15 +148,16 @@ func TestConsoleShowsTopologyAndStaleness(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no published state with primary node1 and 2 serving replicas within 30s (last err %v)", err)
+			t.Fatalf("no published state with primary node1 and 2 serving replicas within 90s (last err %v)", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 
 	b := startBrowser(t, bin, "http://"+a.Addr()+"/")
-	p := waitFor(t, b, "topology with primary node1 and replicas node2, node3", 30*time.Second, readPage, func(p pageState) bool {
+	p := waitFor(t, b, "topology with primary node1 and replicas node2, node3", 60*time.Second, readPage, func(p pageState) bool {
 		return p.topologyOK() && !p.Stale && !p.Store
 	})
+	b.screenshot("01-topology")
 	if p.ScrollW > p.InnerW {
 		t.Errorf("at 1366x768 the page is %dpx wide in a %dpx window (horizontal scrolling)", p.ScrollW, p.InnerW)
 	}
@@ -186,7 +183,7 @@ func TestConsoleShowsTopologyAndStaleness(t *testing.T) {
 	if err := b.eval(`location.hash = '#actions'`, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, b, "actions form", 10*time.Second, `!!document.querySelector('#act-cluster option[value="main"]')`, func(ok bool) bool { return ok })
+	waitFor(t, b, "actions form", 30*time.Second, `!!document.querySelector('#act-cluster option[value="main"]')`, func(ok bool) bool { return ok })
 	if err := b.eval(`(() => { document.getElementById('act-reason').value = 'console test';
 	  document.getElementById('act-reason').dispatchEvent(new Event('input'));
 	  return document.getElementById('act-go').disabled; })()`, &acts.Disabled); err != nil {
@@ -198,7 +195,7 @@ func TestConsoleShowsTopologyAndStaleness(t *testing.T) {
 	if err := b.eval(`document.getElementById('act-plan').click()`, nil); err != nil {
 		t.Fatal(err)
 	}
-	acts = waitFor(t, b, "switchover plan answer", 15*time.Second, `({plan: (document.getElementById('act-plan-out') || {}).textContent || '',
+	acts = waitFor(t, b, "switchover plan answer", 60*time.Second, `({plan: (document.getElementById('act-plan-out') || {}).textContent || '',
 	  disabled: document.getElementById('act-go').disabled})`, func(v struct {
 		Plan     string `json:"plan"`
 		Disabled bool   `json:"disabled"`
@@ -209,17 +206,19 @@ func TestConsoleShowsTopologyAndStaleness(t *testing.T) {
 		t.Errorf("Execute enabled after the plan failed: %q", acts.Plan)
 	}
 	t.Logf("plan panel: %q (execute disabled: %v)", acts.Plan, acts.Disabled)
+	b.screenshot("02-actions-plan")
 	if err := b.eval(`location.hash = '#cluster'`, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, b, "cluster view again", 10*time.Second, readPage, func(p pageState) bool { return p.topologyOK() })
+	waitFor(t, b, "cluster view again", 30*time.Second, readPage, func(p pageState) bool { return p.topologyOK() })
 
 	// The status source fails: the store is gone.
 	stopped := time.Now()
 	emb.Close()
-	p = waitFor(t, b, "stale banner after the store stopped", 30*time.Second, readPage, func(p pageState) bool {
+	p = waitFor(t, b, "stale banner after the store stopped", 60*time.Second, readPage, func(p pageState) bool {
 		return p.Stale && p.Store
 	})
+	b.screenshot("03-store-unreachable")
 	t.Logf("stale banner %s after the store stopped: %q / %q", time.Since(stopped).Round(100*time.Millisecond), p.StaleText, p.StoreText)
 	// The admin endpoint answers with the last document read, marked
 	// stale, while the store is down; an endpoint that fails instead

@@ -3,11 +3,13 @@ package console_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -212,6 +214,35 @@ func (b *browser) eval(expr string, out any) error {
 		return nil
 	}
 	return json.Unmarshal(r.Result.Value, out)
+}
+
+// screenshot saves what the page shows (the 1366×768 viewport) as
+// NAME.png in the test's artifact directory: kept under -outputdir when
+// the test runs with -artifacts (go test -artifacts -outputdir DIR),
+// removed with the test's temporary files otherwise. It logs the path.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := b.call(ctx, b.session, "Page.captureScreenshot", map[string]any{"format": "png"})
+	if err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	var shot struct {
+		Data string `json:"data"`
+	}
+	png, err := base64.StdEncoding.DecodeString(func() string { _ = json.Unmarshal(res, &shot); return shot.Data }())
+	if err != nil || len(png) == 0 {
+		b.t.Errorf("screenshot %s: no PNG data (%v)", name, err)
+		return
+	}
+	p := filepath.Join(b.t.ArtifactDir(), name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	b.t.Logf("screenshot %s", p)
 }
 
 // waitFor evaluates expr (into a fresh value of T) until ok accepts it or

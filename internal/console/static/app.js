@@ -158,6 +158,7 @@ function needLogin(why) {
 }
 
 async function loadWhoami() {
+  const could = canAct();
   try {
     S.whoami = await api('GET', '/api/v1/whoami');
     S.whoamiNote = '';
@@ -170,6 +171,9 @@ async function loadWhoami() {
     else if (e.status !== 401) S.whoamiNote = 'whoami failed: ' + errText(e);
   }
   renderWho();
+  // The buttons that act are offered to the operator role only.
+  if (could !== canAct() && ['actions', 'sessions', 'config'].includes(S.view)) renderView();
+  else if ($('act-viewer')) $('act-viewer').textContent = viewerNote();
 }
 
 function renderWho() {
@@ -191,8 +195,12 @@ function renderWho() {
   }
 }
 
+// canAct: the caller may change things, so the buttons that act are
+// shown. Until whoami answers they are not; an endpoint without whoami
+// (404) or whose whoami fails leaves the decision to the server.
 function canAct() {
-  return !S.whoami || S.whoami.auth === false || S.whoami.role === 'operator';
+  if (S.whoami) return S.whoami.auth === false || S.whoami.role === 'operator';
+  return !!S.whoamiNote;
 }
 
 function logout() {

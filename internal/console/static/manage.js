@@ -33,8 +33,7 @@ async function loadSessions() {
       h('td', {}, x.backend_node || '-'), h('td', {}, fmtDur((x.age_s || 0) * 1000)),
       h('td', {}, badge(x.state, x.state === 'in_transaction' || x.in_transaction ? 'warn' : x.state === 'held' ? 'bad' : 'muted')),
       h('td', { class: 'mono' }, x.current_statement || ''),
-      h('td', {}, h('button', { class: 'danger', disabled: !canAct(), title: canAct() ? undefined : 'needs the operator role',
-        onclick: () => killSession(x) }, 'Kill')))))));
+      h('td', {}, canAct() ? h('button', { class: 'danger', onclick: () => killSession(x) }, 'Kill') : null))))));
 }
 
 function killSession(x) {
@@ -114,7 +113,7 @@ async function loadConfig() {
       h('td', {},
         r.revision > 1 ? h('button', { onclick: () => showRevDiff(r.revision - 1, r.revision) }, 'Diff with previous') : null, ' ',
         curRev && r.revision !== curRev ? h('button', { onclick: () => showRevDiff(r.revision, curRev) }, 'Diff with current') : null, ' ',
-        curRev && r.revision !== curRev ? h('button', { class: 'danger', disabled: !canAct(), onclick: () => rollback(r.revision, curRev) }, 'Roll back to this') : null))))));
+        curRev && r.revision !== curRev && canAct() ? h('button', { class: 'danger', onclick: () => rollback(r.revision, curRev) }, 'Roll back to this') : null))))));
 }
 
 async function showRevDiff(a, b) {
@@ -230,9 +229,10 @@ function renderActions() {
   const flags = h('div', { id: 'act-flags' });
   const reason = h('textarea', { id: 'act-reason', 'data-label': 'Reason', placeholder: 'why (required; recorded in the event log with your name)' });
   const planBtn = h('button', { id: 'act-plan', class: 'primary', onclick: planAction }, 'Plan');
-  const goBtn = h('button', { id: 'act-go', class: 'danger', disabled: true, onclick: runAction }, 'Execute');
+  // Execute is offered to the operator role only; a viewer plans.
+  const goBtn = canAct() ? h('button', { id: 'act-go', class: 'danger', disabled: true, onclick: runAction }, 'Execute') : null;
   const root = h('div', {}, h('h2', {}, 'Actions'),
-    canAct() ? null : h('div', { class: 'panel warnc' }, 'Your token has the viewer role: plans can be shown, actions need operator.'),
+    canAct() ? null : h('div', { class: 'panel warnc', id: 'act-viewer' }, viewerNote()),
     h('div', { class: 'panel' }, h('div', { class: 'grid' },
       f('act-cluster', cluster), f('act-action', action),
       h('label', { for: 'act-node', id: 'lbl-node' }, 'Node'), node,
@@ -241,13 +241,22 @@ function renderActions() {
       h('label', { for: 'act-finding', id: 'lbl-finding' }, 'Finding'), finding,
       h('label', {}, 'Overrides'), flags,
       f('act-reason', reason)),
-    h('div', { class: 'row' }, planBtn, goBtn, h('span', { class: 'muted' }, 'Every action is planned first; Execute is enabled once the plan is shown and a reason is given.'))),
+    h('div', { class: 'row' }, planBtn, goBtn, h('span', { class: 'muted' }, canAct()
+      ? 'Every action is planned first; Execute is enabled once the plan is shown and a reason is given.'
+      : 'Plan shows what the action would do and what the server would refuse.'))),
     h('div', { id: 'act-plan-out' }), h('div', { id: 'act-result' }));
   const invalidate = () => { A.planned = null; $('act-plan-out').replaceChildren(); updateGo(); };
   for (const el of [cluster, action, node, dur, replace, finding]) el.addEventListener('change', () => { if (el === action || el === cluster) refreshActionChoices(true); invalidate(); });
   reason.addEventListener('input', updateGo);
   setTimeout(() => refreshActionChoices(true), 0);
   return root;
+}
+
+// viewerNote says why the actions page offers no Execute.
+function viewerNote() {
+  return S.whoami
+    ? 'Your token (' + S.whoami.name + ') has the viewer role: you can plan, but Execute is not offered; acting needs an operator token.'
+    : 'Checking your token\'s role…';
 }
 
 function refreshActionChoices(force) {
@@ -345,16 +354,18 @@ function planView(r) {
   const refusals = (r && r.refusals) || [];
   const kv = [['from', p.from || p.old_primary], ['to', p.to || p.candidate], ['fence', p.fence], ['lost', p.lost], ['floor', p.floor], ['warning', p.warning], ['refusal', p.refusal]]
     .filter(([, v]) => v);
+  // The refusals come first: on a 768-pixel screen they are seen
+  // without scrolling past the steps.
   return [
     h('p', {}, r && r.ok ? badge('the server would accept it', 'ok') : badge('refused', 'bad')),
+    refusals.length ? [h('h3', {}, 'Refusals'), h('ul', { class: 'refusals', id: 'refusals' }, refusals.map((x) => h('li', {}, x))),
+      h('p', { class: 'muted' }, 'To act anyway tick the override the refusal names (and say why in the reason).')] : null,
     kv.length ? h('div', { class: 'grid' }, kv.map(([k, v]) => [h('label', {}, k), h('span', {}, String(v))])) : null,
     (p.steps || []).length ? [h('h3', {}, 'Steps'), h('ol', { class: 'steps' }, p.steps.map((x) => h('li', {}, typeof x === 'string' ? x : JSON.stringify(x))))] : null,
     (p.candidates || []).length ? [h('h3', {}, 'Candidates'), h('table', {},
       h('thead', {}, h('tr', {}, ['node', 'eligible', 'GTID', 'why not'].map((t) => h('th', {}, t)))),
       h('tbody', {}, p.candidates.map((c) => h('tr', {}, h('td', {}, c.node), h('td', {}, c.eligible ? 'yes' : 'no'),
         h('td', { class: 'mono' }, c.gtid || ''), h('td', {}, c.rejected || '')))))] : null,
-    refusals.length ? [h('h3', {}, 'Refusals'), h('ul', { class: 'refusals', id: 'refusals' }, refusals.map((x) => h('li', {}, x))),
-      h('p', { class: 'muted' }, 'To act anyway tick the override the refusal names (and say why in the reason).')] : null,
     h('details', {}, h('summary', {}, 'Plan as JSON'), h('pre', {}, JSON.stringify(r, null, 2))),
   ];
 }
