@@ -15,6 +15,17 @@ $SY sandbox up --dir "$SB"
 eval "$($SY sandbox env --dir "$SB")"
 CFG="$SWITCHYARD_CONFIG"
 
+# The web console and the admin API take an operator token: a random one in
+# $SB/admin.token (mode 0600), named by admin.tokens in the sandbox config
+# (token_file is relative to the config's directory). Kept across runs.
+TOKEN_FILE="$(dirname "$CFG")/admin.token"
+if [ ! -s "$TOKEN_FILE" ]; then
+  (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKEN_FILE")
+fi
+if ! grep -q '^    tokens:' "$CFG"; then
+  sed -i '/^admin:$/a\    tokens:\n        - {name: demo, role: operator, token_file: admin.token}' "$CFG"
+fi
+
 if [ -f "$SB/switchyard.pid" ] && kill -0 "$(cat "$SB/switchyard.pid")" 2>/dev/null; then
   say "switchyard up is already running (pid $(cat "$SB/switchyard.pid"))"
 else
@@ -96,5 +107,8 @@ cat <<TXT
   status:                $SY status --config $CFG
   switchover:            $SY switchover --config $CFG --cluster main --to node3
   metrics:               curl -s http://$SWITCHYARD_ADMIN/metrics
+  web console:           http://$SWITCHYARD_ADMIN/   (log in with the operator token below)
+  operator token:        $(cat "$TOKEN_FILE")   (user demo; in $TOKEN_FILE)
+  admin API:             curl -s -H "Authorization: Bearer \$(cat $TOKEN_FILE)" http://$SWITCHYARD_ADMIN/api/v1/whoami
   stop everything:       make down
 TXT
