@@ -238,6 +238,11 @@ func (c *Controller) lead(ctx context.Context, leader topo.Leader, reg *registra
 	t.run(lctx)
 }
 
+// stopWriteTimeout bounds a store write made after the term's context
+// ended (an event that must still be recorded): with etcd gone, an
+// unbounded write would keep the controller from stopping.
+const stopWriteTimeout = 5 * time.Second
+
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()

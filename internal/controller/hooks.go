@@ -35,7 +35,12 @@ func (t *term) startHooks(ctx context.Context) *termHooks {
 				code = "hook_failed"
 			}
 			ev := topo.Event{Cluster: a.Cluster, Kind: topo.EventHook, Code: code, Node: a.Node, Message: a.Summary(), Epoch: t.epochOf(a.Cluster)}
-			if err := t.fo.events.emit(context.WithoutCancel(ctx), ev); err != nil && ctx.Err() == nil {
+			// Written also after the term ended, but bounded: with etcd
+			// gone the hooks' Close, and so the controller's stop, would
+			// wait for it forever.
+			ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), stopWriteTimeout)
+			defer ecancel()
+			if err := t.fo.events.emit(ectx, ev); err != nil && ctx.Err() == nil {
 				t.log.Warn("cannot write hook event", "hook", a.Hook, "err", err)
 			}
 		},

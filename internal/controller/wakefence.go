@@ -69,7 +69,9 @@ func (t *term) fenceWhenAwake(ctx context.Context, cfg *config.Config, cl *confi
 		msg := fmt.Sprintf("fenced old primary %s the moment it answered again (%s after the failover of epoch %d): %s",
 			old, t.c.now().Sub(started).Round(time.Millisecond), epoch, detail)
 		log.Warn("old primary fenced on wake", "detail", detail)
-		_ = t.fo.events.emit(context.WithoutCancel(ctx), topo.Event{Cluster: cl.Name, Kind: topo.EventDecision, Code: "fence_on_wake",
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), stopWriteTimeout)
+		defer ecancel()
+		_ = t.fo.events.emit(ectx, topo.Event{Cluster: cl.Name, Kind: topo.EventDecision, Code: "fence_on_wake",
 			Node: old, Message: msg, Epoch: epoch})
 	}
 	notPrimary := func() bool {

@@ -188,7 +188,11 @@ func (l *etcdLeader) monitor(fromRev int64) {
 	defer l.s.wg.Done()
 	defer func() {
 		l.lose()
-		l.release(context.Background()) // frees the session's lease
+		// Frees the session's lease, bounded: with etcd gone an unbounded
+		// call would never return.
+		rctx, rcancel := context.WithTimeout(context.Background(), revokeTimeout)
+		l.release(rctx)
+		rcancel()
 		l.s.mu.Lock()
 		delete(l.s.leaders, l)
 		l.s.mu.Unlock()

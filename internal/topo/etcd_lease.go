@@ -28,14 +28,14 @@ func (s *etcdStore) Register(ctx context.Context, key string, value []byte, ttl 
 	}
 	l := &etcdLease{s: s, key: key, id: grant.ID, done: make(chan struct{})}
 	if _, err := s.cli.Put(ctx, key, string(value), clientv3.WithLease(grant.ID)); err != nil {
-		l.revokeLease(context.WithoutCancel(ctx))
+		l.revokeBounded(ctx)
 		return nil, s.wrap("register", key, err)
 	}
 	kctx, kcancel := context.WithCancel(s.ctx)
 	ch, err := s.cli.KeepAlive(kctx, grant.ID)
 	if err != nil {
 		kcancel()
-		l.revokeLease(context.WithoutCancel(ctx))
+		l.revokeBounded(ctx)
 		return nil, s.wrap("register", key, fmt.Errorf("keep lease alive: %w", err))
 	}
 	l.cancel = kcancel
@@ -43,7 +43,7 @@ func (s *etcdStore) Register(ctx context.Context, key string, value []byte, ttl 
 	if s.closed {
 		s.mu.Unlock()
 		kcancel()
-		l.revokeLease(context.WithoutCancel(ctx))
+		l.revokeBounded(ctx)
 		return nil, s.wrap("register", key, ErrClosed)
 	}
 	s.leases[l] = struct{}{}
@@ -108,6 +108,20 @@ func (l *etcdLease) release(ctx context.Context) error {
 	})
 	return err
 }
+
+// revokeBounded revokes the lease of a registration that failed half-way,
+// also when ctx has ended (a process stopping), but for at most
+// revokeTimeout: with etcd gone a revoke without a deadline waits for it
+// forever, and the process could not stop. The lease then expires with
+// its TTL.
+func (l *etcdLease) revokeBounded(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+	defer cancel()
+	_ = l.revokeLease(rctx)
+}
+
+// revokeTimeout bounds a revoke made on the way out.
+const revokeTimeout = 2 * time.Second
 
 func (l *etcdLease) revokeLease(ctx context.Context) error {
 	_, err := l.s.cli.Revoke(ctx, l.id)
