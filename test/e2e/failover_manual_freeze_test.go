@@ -250,3 +250,92 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 	}
 	return true
 }
+
+// TestManualModeIsolatedPrimary: in failover.mode manual a primary whose
+// network namespace loses its link (packets dropped, nothing refused) is
+// the blackholed case: a statement sent after the isolation waits for the
+// controller's verdict (or for the link to come back) instead of failing
+// after one connect timeout, and then gets the "an operator must run"
+// error; once the verdict is published every new statement and login is
+// refused at once; after the link comes back statements run there again.
+func TestManualModeIsolatedPrimary(t *testing.T) {
+	s := startFO(t, foOpts{NetNS: true, Mode: config.FailoverManual})
+	fo := s.cfg.Clusters[0].Failover
+	bound := fo.SilenceBound.D() + fo.SilenceBound.D()/12 + 150*time.Millisecond + s.cfg.Probe.ConnectTimeout.D()
+	const margin = 4 * time.Second
+	s.exec(0, "CREATE TABLE sbtest.isolated (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+	db, err := sql.Open("mysql", s.dsn(0, "primary"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec("INSERT INTO isolated (v) VALUES (0)"); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	t.Cleanup(func() {
+		if !healed {
+			s.lab.heal(0)
+		}
+	})
+	s.lab.isolate(0)
+	isolated := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	refused := "and failover.mode is manual: an operator must run `switchyard failover --cluster main`; the statement was not run"
+	// The first statement: cut in flight by the proxy's check, or (sent
+	// after that cut) waiting for the verdict; either way one error.
+	_, err = db.Exec("INSERT INTO isolated (v) VALUES (1)")
+	first := time.Since(isolated)
+	if err == nil {
+		t.Fatal("a write on the isolated primary succeeded")
+	}
+	var waited time.Duration
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && strings.Contains(me.Message, "stopped answering while this statement ran") {
+		start := time.Now()
+		_, err = db.Exec("INSERT INTO isolated (v) VALUES (2)")
+		waited = time.Since(start)
+	}
+	took := time.Since(isolated)
+	wantCode(t, "statement after the isolation", err, refused)
+	if took > bound+margin {
+		t.Errorf("the refusal came %v after the isolation, want within %v + %v", took, bound, margin)
+	}
+	st := s.state()
+	if st.PrimaryLost == nil || st.PrimaryLost.Node != "node1" {
+		t.Fatalf("refused before the verdict: %v (primary_lost %+v)", err, st.PrimaryLost)
+	}
+	start := time.Now()
+	_, err = db.Exec("SELECT 1")
+	again := time.Since(start)
+	wantCode(t, "next statement", err, "the controller declared it dead (DeadPrimary)", refused)
+	if again >= s.cfg.Proxy.ConnectTimeout.D() {
+		t.Errorf("the next statement's refusal came after %v, want at once", again)
+	}
+	t.Logf("isolated primary: first error %v after the isolation (%v), refusal %v after it (waited %v for the verdict), next statement refused in %v",
+		first.Round(time.Millisecond), shortErr(err), took.Round(time.Millisecond), waited.Round(time.Millisecond), again.Round(time.Millisecond))
+	s.lab.heal(0)
+	healed = true
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := db.Exec("INSERT INTO isolated (v) VALUES (3)")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the link came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.waitState("primary_lost cleared", 15*time.Second, func(st topo.ClusterState) bool { return st.PrimaryLost == nil && st.Primary == "node1" })
+}
+
+// shortErr is err's text cut at 80 bytes, for logs.
+func shortErr(err error) string {
+	msg := err.Error()
+	if len(msg) > 80 {
+		msg = msg[:80] + "…"
+	}
+	return msg
+}
