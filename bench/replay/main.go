@@ -138,7 +138,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "replay: -kill-at must be before the end of the run (-seconds)")
 		os.Exit(2)
 	}
-	repl := "replicas with one SQL thread"
+	repl := "replicas with the default 4 optimistic parallel appliers (failover.replica_parallel_threads unset)"
+	if o.parallel == 0 {
+		repl = "replicas with the servers' own slave_parallel_threads (failover.replica_parallel_threads 0)"
+	}
 	if o.parallel > 0 {
 		repl = fmt.Sprintf("replicas with slave_parallel_threads=%d optimistic", o.parallel)
 	}

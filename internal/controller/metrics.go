@@ -26,7 +26,10 @@ type metrics struct {
 	switchovers  *prometheus.CounterVec
 	publishes    *prometheus.CounterVec
 	failovers    *prometheus.CounterVec
-	events       *prometheus.CounterVec
+	// primaryDeclaredLost counts the primaries declared lost with no
+	// automatic failover coming (ClusterState.PrimaryLost).
+	primaryDeclaredLost *prometheus.CounterVec
+	events              *prometheus.CounterVec
 	// stateRejected counts cluster states read from the store that failed
 	// topo.CheckState and were not adopted.
 	stateRejected *prometheus.CounterVec
@@ -83,6 +86,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_controller_failovers_total",
 			Help: "Emergency failovers by cluster, result (done, refused, failed, timed_out, aborted) and mode (auto, manual).",
 		}, []string{"cluster", "result", "mode"}),
+		primaryDeclaredLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_primary_declared_lost_total",
+			Help: "Primaries declared lost (DeadPrimary confirmed in failover.confirm_rounds rounds) with no automatic failover coming, by cluster and class (manual, maintenance, disabled, blocked, no_candidate): primary listeners then refuse at once.",
+		}, []string{"cluster", "class"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_controller_events_total",
 			Help: "Events written to the cluster event log by cluster and kind (decision, no_action, recovery, alarm, operator).",
@@ -155,7 +162,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.events, m.stateRejected,
+	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.primaryDeclaredLost, m.events, m.stateRejected,
 		m.heartbeats, m.heartbeatLatency, m.loginRefusals, m.findings, m.durabilityOK, m.durabilityDrift,
 		m.nodeUp, m.nodeRole, m.nodeReadOnly, m.nodeLag, m.epoch, m.maintenance, m.autoFailover, m.blocked, m.primaryKnown} {
 		if err := reg.Register(c); err != nil {

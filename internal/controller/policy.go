@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +19,8 @@ import (
 const maxAlarms = 20
 
 // carryPolicy copies what the probe loop never decides — maintenance,
-// blocks, alarms, quarantine, the failover record and the last analysis —
+// blocks, alarms, quarantine, the failover record, the last analysis and a
+// primary declared lost —
 // from the previous state into a rebuilt one.
 func carryPolicy(st, prev *topo.ClusterState) {
 	st.OldPrimary = prev.OldPrimary
@@ -29,6 +32,7 @@ func carryPolicy(st, prev *topo.ClusterState) {
 	st.Quarantined = prev.Quarantined
 	st.LastFailover = prev.LastFailover
 	st.AutoFailover = prev.AutoFailover
+	st.PrimaryLost = prev.PrimaryLost
 }
 
 // failoverReplicaReason says why a replica may not serve reads during a
@@ -153,6 +157,7 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 		}
 		m.deadRounds = 0
 		t.deadPrimaryGone(cl.Name)
+		t.clearPrimaryLost(ctx, cl, cr, st, res)
 		for _, c := range []analysis.Code{analysis.UnreachablePrimary, analysis.PrimaryOverloaded} {
 			if f := res.Get(c); f != nil {
 				t.fo.events.emitOnce(ctx, dedup+string(c)+"|"+firstWords(f.Detail, 3), eventRelog, ev(topo.EventNoAction, f,
@@ -199,10 +204,29 @@ func (t *term) decideFailover(ctx context.Context, cl *config.Cluster, cr *clust
 	}
 	if why != "" {
 		t.fo.events.emitOnce(ctx, dedup+"no|"+class, eventRelog, ev(topo.EventNoAction, dead, "not failing over: "+why+"; "+dead.Detail))
-		if class != "phase" {
-			t.deadPrimaryHook(ctx, cl, st, dead, why)
+		if class == "phase" {
+			return
 		}
+		t.deadPrimaryHook(ctx, cl, st, dead, why)
+		if m.deadRounds < f.ConfirmRounds {
+			// Confirmed as an automatic failover would be before the
+			// primary is declared lost to the proxies.
+			t.fo.events.emitOnce(ctx, dedup+"confirm", 0, ev(topo.EventNoAction, dead, fmt.Sprintf(
+				"confirming: DeadPrimary in %d of %d consecutive rounds (%s); probing again now", m.deadRounds, f.ConfirmRounds, dead.Detail)))
+			if res.Silent {
+				t.fo.roundAt(start.Add(spacing), t.c.now())
+			} else {
+				t.fo.extraRound()
+			}
+			return
+		}
+		t.declarePrimaryLost(ctx, cl, cr, st, dead, m.deadRounds, lostClass(class), why)
 		return
+	}
+	if a := st.AutoFailover; a != nil && !a.Ready {
+		// The failover runs but has nothing to promote (a hint: it plans
+		// again): proxies answer at once meanwhile.
+		t.declarePrimaryLost(ctx, cl, cr, st, dead, m.deadRounds, a.Class, a.Reason)
 	}
 	t.fo.events.emitOnce(ctx, dedup+"go", 0, ev(topo.EventDecision, dead, fmt.Sprintf(
 		"failing over: DeadPrimary confirmed in %d consecutive rounds: %s", m.deadRounds, dead.Detail)))
@@ -341,4 +365,85 @@ func removeNodeAlarm(list []topo.Alarm, code, node string) []topo.Alarm {
 		out = append(out, a)
 	}
 	return out
+}
+
+// errStateMoved: the state changed (another primary, epoch or phase)
+// before a PrimaryLost could be written for the one a round judged.
+var errStateMoved = errors.New("the cluster state changed meanwhile")
+
+// lostClass maps decideFailover's class of a refusal to the topo.Auto*
+// class published in ClusterState.PrimaryLost.
+func lostClass(class string) string {
+	switch class {
+	case "manual":
+		return topo.AutoNotAuto
+	case "maintenance":
+		return topo.AutoMaintenance
+	case "disabled":
+		return topo.AutoDisabledOff
+	case "blocked":
+		return topo.AutoBlocked
+	}
+	return topo.AutoNoCandidate
+}
+
+// declarePrimaryLost publishes that the primary of st is dead — DeadPrimary
+// in rounds consecutive rounds, at least failover.confirm_rounds, the rule
+// an automatic failover starts on — and that no automatic failover comes
+// for it (class, why): primary listeners then answer at once with why
+// instead of trying the backend, and cut the statements in flight there
+// (topo.ClusterState.PrimaryLost). Written once per primary and epoch,
+// with an event.
+func (t *term) declarePrimaryLost(ctx context.Context, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, dead *analysis.Finding,
+	rounds int, class, why string) {
+	if st.Primary == "" || dead.Node != st.Primary {
+		return
+	}
+	if pl := st.PrimaryLost; pl != nil && pl.Node == st.Primary && pl.Epoch == st.Epoch && pl.Class == class {
+		return
+	}
+	pl := &topo.PrimaryLost{Node: st.Primary, Epoch: st.Epoch, Since: t.c.now(), Rounds: rounds, Class: class, Reason: why, Detail: dead.Detail}
+	next, err := t.update(ctx, cr, func(n *topo.ClusterState) error {
+		if n.Primary != pl.Node || n.Epoch != pl.Epoch || n.Phase != topo.PhaseStable {
+			return errStateMoved
+		}
+		n.PrimaryLost = pl
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errStateMoved) {
+			t.c.warnRepeated(cl.Name, "publishing the lost primary failed", "cluster", cl.Name, "err", err)
+		}
+		return
+	}
+	*st = next
+	t.c.metrics.primaryDeclaredLost.WithLabelValues(cl.Name, class).Inc()
+	t.fo.events.emitOnce(ctx, cl.Name+"|failover|lost|"+pl.Node+"|"+strconv.FormatInt(pl.Epoch, 10), 0, topo.Event{
+		Cluster: cl.Name, Kind: topo.EventNoAction, Code: string(analysis.DeadPrimary), Node: pl.Node, Epoch: pl.Epoch,
+		Message: fmt.Sprintf("primary %s declared lost: DeadPrimary confirmed in %d consecutive rounds (%s) and no automatic failover comes (%s): "+
+			"primary listeners answer new statements and logins at once and cut the statements in flight there", pl.Node, rounds, dead.Detail, why)})
+	t.log.Warn("primary declared lost; no automatic failover comes", "cluster", cl.Name, "node", pl.Node, "class", class, "why", why)
+}
+
+// clearPrimaryLost removes a published PrimaryLost once DeadPrimary no
+// longer holds (the primary answers again, or another one was published).
+func (t *term) clearPrimaryLost(ctx context.Context, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, res analysis.Result) {
+	pl := st.PrimaryLost
+	if pl == nil {
+		return
+	}
+	next, err := t.update(ctx, cr, func(n *topo.ClusterState) error {
+		n.PrimaryLost = nil
+		return nil
+	})
+	if err != nil {
+		t.c.warnRepeated(cl.Name, "clearing the lost primary failed", "cluster", cl.Name, "err", err)
+		return
+	}
+	*st = next
+	msg := fmt.Sprintf("primary %s no longer declared lost: DeadPrimary no longer holds (%s)", pl.Node, codes(res))
+	if st.Primary != pl.Node || st.Epoch != pl.Epoch {
+		msg = fmt.Sprintf("primary %s no longer declared lost: the primary is %s (epoch %d)", pl.Node, orDash(st.Primary), st.Epoch)
+	}
+	t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Node: pl.Node, Epoch: st.Epoch, Message: msg})
 }

@@ -130,6 +130,13 @@ func (s *session) loop() string {
 				continue
 			}
 		}
+		if answered, reason := s.refuseLost(cmd); reason != "" {
+			return reason
+		} else if answered {
+			s.cmdDone()
+			s.busy.Store(s.txBits())
+			continue
+		}
 		if !s.beginRelay() {
 			// The route changed between the check above and now: reroute
 			// before anything is forwarded (and move, the second time).

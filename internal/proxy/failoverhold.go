@@ -55,7 +55,17 @@ import (
 // no candidate, failover.hold off) nothing is held: the statement gets
 // error 1105 at once with the reason and what an operator must do
 // (errPrimaryRefused), counted in
-// switchyard_primary_lost_refused_total{cluster,reason}. The peers that do
+// switchyard_primary_lost_refused_total{cluster,reason}. Once the
+// controller declares the primary dead (topo.ClusterState.PrimaryLost:
+// DeadPrimary confirmed in failover.confirm_rounds rounds, the rule an
+// automatic failover starts on) and no automatic failover comes, a frozen
+// or blackholed primary that still completes TCP connects is not tried
+// any more: new statements, pings and logins get that error at once,
+// without a backend connect, and the statements in flight there are cut
+// (errCutLost: outcome unknown) instead of waiting for the server to wake
+// (lostNow, cutLostPrimary). Before that verdict a busy primary is never
+// treated as dead; after it, the first check of this proxy that finds the
+// primary answering again ends the refusals. The peers that do
 // the same: MaxScale's readwritesplit delayed_retry (a failed statement is
 // retried on the next server until delayed_retry_timeout) and Vitess's
 // vtgate buffer (enable_buffer: primary traffic stalls for a bounded
@@ -214,14 +224,34 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 		if snap.fenced != "" {
 			return nil, s.refusePrimary(refusedFenced, lost, "this proxy stopped routing writes ("+snap.fenced+")")
 		}
+		verdictWait := false
 		if class, why := failoverOutlook(&snap.state, cl, s.srv.now()); class != "" {
-			return nil, s.refusePrimary(class, lost, why)
+			// A primary that went silent (a connect or greeting got no
+			// answer: frozen, blackholed) may only be busy: until the
+			// controller declares it dead (snap.lost) the session waits
+			// for that verdict or for the primary to answer again, as
+			// the hold would. A refused connect, a closed connection or
+			// the verdict: the error at once.
+			if !silentCause(s.lostCause) || snap.lost != nil || class == refusedHoldOff ||
+				snap.primary == nil || snap.primary.node != lost {
+				if snap.lost != nil && snap.primary != nil && snap.primary.node == lost {
+					s.lostCause = lostCause
+				}
+				return nil, s.refusePrimary(class, lost, why)
+			}
+			verdictWait = true
 		}
 		if first {
 			first = false
-			s.l.route.markLost(lost)
+			if !verdictWait {
+				s.l.route.markLost(lost) // a failover comes: replays will follow
+			}
 			s.srv.metrics.primaryLostHeld.WithLabelValues(cluster).Inc()
-			s.log.Info("primary lost: holding the statement for the failover", "cluster", cluster, "node", lost, "max_hold", maxHold)
+			if verdictWait {
+				s.log.Info("primary silent: waiting for it to answer or for the controller's verdict", "cluster", cluster, "node", lost, "max_hold", maxHold)
+			} else {
+				s.log.Info("primary lost: holding the statement for the failover", "cluster", cluster, "node", lost, "max_hold", maxHold)
+			}
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
@@ -522,4 +552,103 @@ func (s *session) peerGone(be *backend) bool {
 	}
 	// 0: EOF (n 0) or unasked data (n 1); EAGAIN: nothing to read, alive.
 	return fdPeerClosed(be.fd, &s.peekByte)
+}
+
+// lostPrimary is the controller's verdict that the primary is dead with no
+// automatic failover coming, as a routing snapshot carries it.
+type lostPrimary struct {
+	node, class, why string
+	// seen is when this proxy first applied the verdict: a check of its
+	// own that began later and found the node answering ends it.
+	seen time.Time
+}
+
+// lostVerdict returns the lostPrimary of snap (cr.mu held): the state's
+// PrimaryLost when it names snap's primary in its epoch, the phase is
+// stable, writes are not fenced and failoverOutlook (cl its config) says
+// no automatic failover comes; else nil. The reason given to clients is
+// failoverOutlook's (the controller's when failover.hold is off).
+func (cr *clusterRoute) lostVerdict(snap *routeSnapshot, cl *config.Cluster, now time.Time) *lostPrimary {
+	pl := snap.state.PrimaryLost
+	if pl == nil || snap.primary == nil || pl.Node != snap.primary.node || pl.Epoch != snap.state.Epoch ||
+		snap.state.Phase != topo.PhaseStable || snap.fenced != "" {
+		cr.lostKey = ""
+		return nil
+	}
+	class, why := failoverOutlook(&snap.state, cl, now)
+	if class == "" {
+		return nil // a failover can come: the hold applies
+	}
+	if class == refusedHoldOff {
+		class, why = pl.Class, pl.Reason
+	}
+	key := fmt.Sprintf("%s|%d|%s", pl.Node, pl.Epoch, pl.Since.UTC().Format(time.RFC3339Nano))
+	if cr.lostKey != key {
+		cr.lostKey, cr.lostSeen = key, time.Now()
+	}
+	return &lostPrimary{node: pl.Node, class: class, why: why, seen: cr.lostSeen}
+}
+
+// lostNow returns snap's lost primary unless a check of this proxy that
+// began after the verdict was applied found it answering (it woke up, the
+// partition healed: the controller clears the verdict at its next round).
+func (s *Server) lostNow(snap *routeSnapshot) *lostPrimary {
+	if snap == nil || snap.lost == nil || snap.primary == nil {
+		return nil
+	}
+	if s.answeredSince(snap.primary, snap.lost.seen) {
+		return nil
+	}
+	return snap.lost
+}
+
+// lostWhy is the cut reason of a statement in flight on a lost primary.
+func (lp *lostPrimary) lostWhy() string {
+	return fmt.Sprintf("the controller declared %s dead (DeadPrimary) and %s", lp.node, lp.why)
+}
+
+// cutLostPrimary cuts every command in flight on primary listeners of
+// cluster on the lost primary lp: a frozen server would answer them only
+// when it wakes, if ever. The clients get errCutLost (outcome unknown).
+func (s *Server) cutLostPrimary(cluster string, lp *lostPrimary) {
+	why := lp.lostWhy()
+	n := s.cutWhere(cluster, func(role string, t *target) string {
+		if role == rolePrimary && t.node == lp.node {
+			return why
+		}
+		return ""
+	}, true)
+	if n > 0 {
+		s.log.Warn("cut commands in flight on a primary declared lost", "cluster", cluster, "node", lp.node, "sessions", n, "reason", lp.class)
+	}
+}
+
+// refuseLost answers the pending command cmd at once with the refusal
+// when the session's primary is declared lost (lostNow) and the session is
+// on it or has no backend: nothing is sent to the server. It reports
+// whether it answered, and the close reason.
+func (s *session) refuseLost(cmd byte) (bool, string) {
+	if s.l.role != rolePrimary || cmd == mysql.COM_PROCESS_KILL {
+		return false, ""
+	}
+	lp := s.srv.lostNow(s.l.route.snap.Load())
+	if lp == nil || (s.be != nil && s.be.t.node != lp.node) {
+		return false, ""
+	}
+	s.lostCause = lostCause
+	merr := s.refusePrimary(lp.class, lp.node, lp.why)
+	s.lostCause = ""
+	return s.answerCommand(cmd, merr)
+}
+
+// lostCause is the cause errPrimaryRefused names for a primary declared
+// lost.
+const lostCause = "the controller declared it dead (DeadPrimary)"
+
+// silentCause reports whether cause, the connect error that found the
+// primary lost (session.lostCause), means the server gave no answer (a
+// timeout, no route) rather than a refusal or reset from its host.
+func silentCause(cause string) bool {
+	return cause != "" && cause != lostCause && !strings.Contains(cause, "connection refused") &&
+		!strings.Contains(cause, "connection reset")
 }

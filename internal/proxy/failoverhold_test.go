@@ -686,3 +686,119 @@ func waitRows(t *testing.T, db *sql.DB, query string, want int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLostPrimaryDeclaredRefusesAtOnce: a primary frozen by SIGSTOP still
+// completes TCP connects, so only the controller's verdict
+// (ClusterState.PrimaryLost) tells the proxy it is gone. For each reason
+// no automatic failover comes (maintenance, a block, no candidate; manual
+// mode is in test/e2e TestManualModeFrozenPrimary), once that verdict is
+// applied: the statement in flight on the frozen primary is cut with the
+// outcome-unknown error, a statement on an idle session and a new login
+// get the reason at once, and before the verdict nothing is cut.
+func TestLostPrimaryDeclaredRefusesAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(30 * time.Second)
+	})
+	base := sandboxState(h.c, 1, 0, 1, 2)
+	base.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(base)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	if _, err := db.ExecContext(ctx, "CREATE TABLE lp_frozen (id INT AUTO_INCREMENT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		class, reason string
+		mut           func(st *topo.ClusterState)
+	}{
+		{topo.AutoMaintenance, "maintenance mode is on (upgrade): automatic failover is blocked; an operator must run `switchyard failover --cluster main`",
+			func(st *topo.ClusterState) { st.Maintenance = &topo.Maintenance{Reason: "upgrade", Since: time.Now()} }},
+		{topo.AutoBlocked, "automatic failover is blocked until 2099-01-01T00:00:00Z after f1 (failover.block_period): an operator must run `switchyard failover --cluster main` or `switchyard ack --cluster main`",
+			func(st *topo.ClusterState) {
+				st.FailoverBlock = &topo.FailoverBlock{Until: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), Reason: "f1"}
+			}},
+		{topo.AutoNoCandidate, "no replica of node1 could be promoted (none is reachable and replicating from it with its SQL thread running, outside must_not and quarantine): an operator must repair a replica or run `switchyard failover --cluster main --force-stale`",
+			func(*topo.ClusterState) {}},
+	}
+	conns := make([]*sql.Conn, len(cases)+1)
+	for i := range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.ExecContext(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	idle := conns[len(cases)]
+	pid := h.c.PID(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	for i, c := range cases {
+		st := base
+		st.AutoFailover = &topo.AutoFailover{Class: c.class, Reason: c.reason}
+		c.mut(&st)
+		h.srv.SetClusterState(st) // not declared lost yet
+		type answer struct {
+			err error
+			at  time.Time
+		}
+		done := make(chan answer, 1)
+		go func() {
+			_, err := conns[i].ExecContext(ctx, "INSERT INTO lp_frozen VALUES ()")
+			done <- answer{err, time.Now()}
+		}()
+		select {
+		case a := <-done:
+			t.Fatalf("%s: the statement on the frozen primary ended before the verdict: %v", c.class, a.err)
+		case <-time.After(700 * time.Millisecond): // well past proxy.connect_timeout's check of the node
+		}
+		st.PrimaryLost = &topo.PrimaryLost{Node: "node1", Epoch: st.Epoch, Since: time.Now(), Rounds: 2, Class: c.class, Reason: c.reason}
+		declared := time.Now()
+		h.srv.SetClusterState(st)
+		a := <-done
+		code, msg := mysqlErr(a.err)
+		if code != 1105 || !strings.Contains(msg, "primary node1 of cluster main stopped answering while this statement ran; its outcome is unknown") ||
+			!strings.Contains(msg, "the controller declared node1 dead (DeadPrimary) and "+c.reason) {
+			t.Fatalf("%s: statement in flight: %v", c.class, a.err)
+		}
+		if d := a.at.Sub(declared); d > time.Second {
+			t.Fatalf("%s: the statement in flight was cut %v after the verdict", c.class, d)
+		}
+		refused := "switchyard: primary node1 of cluster main is unreachable (the controller declared it dead (DeadPrimary)) and " + c.reason + "; the statement was not run"
+		for _, who := range []string{"idle session", "cut session", "new login"} {
+			start := time.Now()
+			var err error
+			switch who {
+			case "idle session":
+				_, err = idle.ExecContext(ctx, "SELECT 1")
+			case "cut session":
+				_, err = conns[i].ExecContext(ctx, "SELECT 1")
+			default:
+				d, oerr := sql.Open("mysql", h.dsn("rw", "sbtest", nil))
+				if oerr != nil {
+					t.Fatal(oerr)
+				}
+				err = d.PingContext(ctx)
+				d.Close()
+			}
+			took := time.Since(start)
+			if code, msg := mysqlErr(err); code != 1105 || msg != refused {
+				t.Fatalf("%s: %s: %v, want 1105 %q", c.class, who, err, refused)
+			}
+			if took > 300*time.Millisecond {
+				t.Fatalf("%s: %s: the error came after %v, want it at once", c.class, who, took)
+			}
+		}
+		t.Logf("%s: in-flight statement cut %v after the verdict; idle session, cut session and login refused at once",
+			c.class, a.at.Sub(declared).Round(time.Millisecond))
+	}
+	if n := counterValue(t, h, "switchyard_primary_lost_refused_total"); n < float64(3*len(cases)) {
+		t.Fatalf("switchyard_primary_lost_refused_total = %v, want >= %d", n, 3*len(cases))
+	}
+}

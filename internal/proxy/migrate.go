@@ -428,6 +428,17 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 		if merr != nil {
 			return merr, closeNoRoute
 		}
+		if lp := s.srv.lostNow(snap); lp != nil && s.l.role == rolePrimary && t.node == lp.node {
+			// Declared dead with no failover coming: no connect to it.
+			if old != nil {
+				s.setBackend(nil)
+				old.close(false)
+			}
+			s.lostCause = lostCause
+			merr := s.refusePrimary(lp.class, lp.node, lp.why)
+			s.lostCause = ""
+			return merr, ""
+		}
 		if s.l.role == rolePrimary && snap.lossCheck && !s.srv.reachable(t) {
 			// This proxy's own check cannot connect to the primary (a
 			// partition): hold for the failover at once rather than
@@ -437,7 +448,7 @@ func (s *session) moveTo(snap *routeSnapshot, rc *runtimeConfig) (*mysql.MyError
 				old.close(false)
 				old = nil
 			}
-			s.lostCause = "this proxy's check cannot connect to " + t.node
+			s.lostCause = "this proxy's check cannot connect to " + t.node + ": " + s.srv.reachError(t)
 			if snap, merr = s.awaitPrimary(t.node); merr != nil {
 				return merr, ""
 			}

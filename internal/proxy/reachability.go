@@ -93,6 +93,15 @@ func (s *Server) reachable(t *target) bool {
 	return !ok || b.Reachable
 }
 
+// reachError is the error of this proxy's last check of t's node ("" when
+// it was reachable or not checked).
+func (s *Server) reachError(t *target) string {
+	s.reach.init()
+	s.reach.mu.Lock()
+	defer s.reach.mu.Unlock()
+	return s.reach.nodes[t.cluster+"/"+t.node].Error
+}
+
 // answeredSince reports whether a check of this proxy that began after
 // since found t's node reachable: a lost primary answering again.
 func (s *Server) answeredSince(t *target, since time.Time) bool {

@@ -60,6 +60,10 @@ type routeSnapshot struct {
 	// lost now (failoverhold.go holdable); lossCheck: failover.hold is on,
 	// so they look for a lost primary before forwarding (peerGone).
 	holdOn, lossCheck bool
+	// lost is set while the controller declares the primary dead with no
+	// automatic failover coming (topo.ClusterState.PrimaryLost; see
+	// failoverhold.go lostNow); nil otherwise.
+	lost *lostPrimary
 }
 
 // clusterRoute holds the current snapshot and what the proxy learnt about a
@@ -98,6 +102,10 @@ type clusterRoute struct {
 	drained  map[string]bool
 	hold     *holdPeriod
 	gen      uint64
+	// lostKey identifies the PrimaryLost verdict applied last, lostSeen
+	// when this proxy first applied it.
+	lostKey  string
+	lostSeen time.Time
 }
 
 // greetingInfo is what the proxy tells clients in its own handshake, taken
@@ -338,6 +346,7 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	snap.gen = cr.gen
 	snap.holdOn = holdable(&snap.state, rc.clusters[cr.name], s.now())
 	snap.lossCheck = rc.clusters[cr.name] != nil && rc.clusters[cr.name].Failover.HoldOn()
+	snap.lost = cr.lostVerdict(snap, rc.clusters[cr.name], s.now())
 	s.notePrimary(cr.snap.Load(), snap)
 	old := cr.snap.Swap(snap)
 	if old != nil {
@@ -346,6 +355,9 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	// Commands in flight on nodes that stopped being a route are cut
 	// before the snapshot is acknowledged (Epochs).
 	s.cutInFlight(cr.name, snap)
+	if lp := s.lostNow(snap); lp != nil {
+		s.cutLostPrimary(cr.name, lp)
+	}
 	cr.acked.Store(snap)
 	if ended != nil {
 		close(ended.done) // after the swap: released sessions see the new snapshot

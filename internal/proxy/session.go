@@ -424,6 +424,10 @@ func (s *session) login() string {
 	} else if merr != nil {
 		deferred, deferredReason = merr, closeNoRoute
 		s.log.Repeated(slog.LevelInfo, "client login refused|no route|"+s.l.name, "client login refused", "reason", "no route", "err", merr.Message)
+	} else if lp := s.srv.lostNow(snap); lp != nil && s.l.role == rolePrimary && t.node == lp.node {
+		// Declared dead with no failover coming: refused after
+		// authentication, without a connect to it.
+		lost, wait, s.lostCause = t.node, true, lostCause
 	} else {
 		g, merr = s.greeting(t, snap, rc)
 		if connectLost(merr) && s.l.role == rolePrimary && snap.lossCheck {

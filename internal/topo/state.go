@@ -145,6 +145,32 @@ type ClusterState struct {
 	// ready (failover.max_hold); otherwise they answer at once with its
 	// reason. nil: not published (an older controller).
 	AutoFailover *AutoFailover `json:"auto_failover,omitempty"`
+	// PrimaryLost is set while the leader holds the primary dead — the
+	// DeadPrimary finding in failover.confirm_rounds consecutive rounds,
+	// the rule an automatic failover starts on — and no automatic
+	// failover comes for it (manual mode, maintenance, a block, disabled,
+	// no candidate). Primary listeners then answer new statements and
+	// logins at once with the reason instead of trying the backend, and
+	// cut the statements in flight there. Cleared when the finding no
+	// longer holds; ignored unless Node is Primary and Epoch is Epoch.
+	PrimaryLost *PrimaryLost `json:"primary_lost,omitempty"`
+}
+
+// PrimaryLost records the leader's verdict that the primary of an epoch is
+// dead while no automatic failover replaces it (ClusterState.PrimaryLost).
+type PrimaryLost struct {
+	Node  string `json:"node"`
+	Epoch int64  `json:"epoch"`
+	// Since is when the verdict was reached (the leader's clock).
+	Since time.Time `json:"since"`
+	// Rounds is how many consecutive probe rounds found DeadPrimary.
+	Rounds int `json:"rounds"`
+	// Class is one of the Auto* constants: why no automatic failover
+	// comes. Reason says it for people, with what an operator must run.
+	Class  string `json:"class"`
+	Reason string `json:"reason"`
+	// Detail is the DeadPrimary finding's detail.
+	Detail string `json:"detail,omitempty"`
 }
 
 // Why an automatic failover would not happen (AutoFailover.Class).

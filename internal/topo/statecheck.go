@@ -93,6 +93,8 @@ func EncodeState(st *ClusterState) ([]byte, error) {
 //   - an AutoFailover that is ready with a Class or Reason, not ready
 //     without a known Class or without a Reason, or names a Candidate
 //     that is not a node;
+//   - a PrimaryLost without a node or with one that is not a node, or
+//     without a known Class or a Reason;
 //   - another primary in the same epoch as last's (every primary change
 //     bumps the epoch), or phase failover entered without an epoch bump.
 func CheckState(next ClusterState, cluster string, last *ClusterState, nodes NodeAddrs) error {
@@ -187,6 +189,22 @@ func CheckState(next ClusterState, cluster string, last *ClusterState, nodes Nod
 	}
 	if err := checkAutoFailover(next.AutoFailover, known); err != nil {
 		return err
+	}
+	if pl := next.PrimaryLost; pl != nil {
+		if pl.Node == "" {
+			return invalid("primary_lost names no node")
+		}
+		if err := known("primary_lost node", pl.Node); err != nil {
+			return err
+		}
+		switch pl.Class {
+		case AutoNotAuto, AutoMaintenance, AutoDisabledOff, AutoBlocked, AutoNoCandidate:
+		default:
+			return invalid("primary_lost has unknown class %q", pl.Class)
+		}
+		if pl.Reason == "" {
+			return invalid("primary_lost (%s) without a reason", pl.Class)
+		}
 	}
 	if last != nil && next.Epoch == last.Epoch && last.Primary != "" && next.Primary != "" && next.Primary != last.Primary {
 		return invalid("primary %s replaces %s in the same epoch %d (a primary change bumps the epoch)", next.Primary, last.Primary, next.Epoch)

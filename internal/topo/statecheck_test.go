@@ -28,6 +28,7 @@ func TestCheckState(t *testing.T) {
 	target := func(n string) func(*ClusterState) { return func(s *ClusterState) { s.Target = n } }
 	oldPrimary := func(n string) func(*ClusterState) { return func(s *ClusterState) { s.OldPrimary = n } }
 	auto := func(a *AutoFailover) func(*ClusterState) { return func(s *ClusterState) { s.AutoFailover = a } }
+	lost := func(l *PrimaryLost) func(*ClusterState) { return func(s *ClusterState) { s.PrimaryLost = l } }
 	stable5 := st("node1", 5, PhaseStable)
 	failover6 := st("", 6, PhaseFailover, oldPrimary("node1"), target("node2"))
 	switching5 := st("node1", 5, PhaseSwitching, target("node2"))
@@ -94,6 +95,11 @@ func TestCheckState(t *testing.T) {
 		{"auto failover unknown class", st("node1", 5, PhaseStable, auto(&AutoFailover{Class: "bored", Reason: "x"})), &stable5, cfg, "unknown class"},
 		{"auto failover without reason", st("node1", 5, PhaseStable, auto(&AutoFailover{Class: AutoBlocked})), &stable5, cfg, "without a reason"},
 		{"auto failover unknown candidate", st("node1", 5, PhaseStable, auto(&AutoFailover{Ready: true, Candidate: "node9"})), &stable5, cfg, "candidate node9"},
+		{"primary lost", st("node1", 5, PhaseStable, lost(&PrimaryLost{Node: "node1", Epoch: 5, Class: AutoNotAuto, Reason: "failover.mode is manual"})), &stable5, cfg, ""},
+		{"primary lost without a node", st("node1", 5, PhaseStable, lost(&PrimaryLost{Class: AutoNotAuto, Reason: "x"})), &stable5, cfg, "names no node"},
+		{"primary lost unknown node", st("node1", 5, PhaseStable, lost(&PrimaryLost{Node: "node9", Class: AutoNotAuto, Reason: "x"})), &stable5, cfg, "node9"},
+		{"primary lost unknown class", st("node1", 5, PhaseStable, lost(&PrimaryLost{Node: "node1", Class: "bored", Reason: "x"})), &stable5, cfg, "unknown class"},
+		{"primary lost without reason", st("node1", 5, PhaseStable, lost(&PrimaryLost{Node: "node1", Class: AutoBlocked})), &stable5, cfg, "without a reason"},
 		{"without config, primary not listed", st("node9", 6, PhaseStable), &stable5, nil, "not among the state's nodes"},
 	}
 	for _, c := range cases {
