@@ -685,11 +685,11 @@ func (s *Server) trimIdle(rc *runtimeConfig, cutoff time.Time) {
 	for _, p := range pools {
 		var out []*backend
 		p.mu.Lock()
-		for i := 0; i < len(p.idle)-trimFloor && p.idle[i].idleAt.Before(cutoff) && p.withinReserve(rc.serverReserve); i++ {
-			out = append(out, p.idle[i])
-			p.total-- // counted at once, so that the estimate follows
+		if p.withinReserve(rc.serverReserve) {
+			for i := 0; i < len(p.idle)-trimFloor && p.idle[i].idleAt.Before(cutoff); i++ {
+				out = append(out, p.idle[i])
+			}
 		}
-		p.total += len(out)
 		for _, be := range out {
 			p.take(be)
 		}

@@ -138,6 +138,10 @@ func TestPoolStormLeavesRoomForDirectLogins(t *testing.T) {
 	// Right after the flood: direct logins keep working and the idle
 	// connections go back to the server within seconds.
 	afterStart := time.Now()
+	if n := h.inUse(0); n != 0 {
+		t.Fatalf("%d pooled connections still in use after the flood's clients left", n)
+	}
+	t.Logf("%d idle pooled connections once the flood's clients left", h.poolGauge("node1", "idle"))
 	deadline := afterStart.Add(15 * time.Second)
 	for h.poolGauge("node1", "idle") > trimFloor && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
