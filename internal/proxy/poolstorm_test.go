@@ -19,7 +19,8 @@ import (
 // the server allows: the pool's ceiling leaves the server's reserve
 // (proxy.pool.server_reserve_percent of max_connections) to others, so a
 // direct login as another user, without SUPER (which MariaDB lets past
-// max_connections once), succeeds during the flood and right after it;
+// max_connections once), with three sessions at once, succeeds during the
+// flood and right after it;
 // the flood's clients past the ceiling wait and get 1040 "Too many
 // connections", as from a full server, and the listener keeps serving;
 // after the flood the idle connections are given back within seconds,
@@ -45,14 +46,35 @@ func TestPoolStormLeavesRoomForDirectLogins(t *testing.T) {
 	dba := mysql.NewConfig()
 	dba.User, dba.Passwd, dba.Net, dba.Addr = "storm_dba", "dba-pw", "tcp", h.c.Nodes[0].Address
 	dba.Timeout = 5 * time.Second
+	// Three sessions at once, as an administrator, a monitoring agent and
+	// a backup would hold them.
+	const directSessions = 3
 	dbaLogin := func() error {
 		db, err := sql.Open("mysql", dba.FormatDSN())
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		var one int
-		return db.QueryRow("SELECT 1").Scan(&one)
+		db.SetMaxOpenConns(directSessions)
+		ctx := context.Background()
+		var conns []*sql.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for range directSessions {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+			var one int
+			if err := c.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 
 	// Direct logins all along.
