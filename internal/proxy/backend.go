@@ -299,7 +299,9 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 			_ = conn.Close()
 			return nil, nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("reading the server's connection limits: %w", err))
 		}
-		if ok {
+		if !ok {
+			p.limitsUnreadable()
+		} else {
 			open := int(p.open.Load()) + 1 // this one is not counted yet
 			if p.noteLimits(maxConns, userMax, threads, open) {
 				s.log.Info("server's connection limits", "node", t.node, "addr", t.addr, "max_connections", maxConns,

@@ -62,6 +62,9 @@ type serverLimits struct {
 	// the node when it was read.
 	others int
 	at     time.Time // when it was read or last tried
+	// known: read once, or the server would not tell (an ERR); until
+	// then the first dials wait for the one that reads them.
+	known bool
 }
 
 // serverReserve returns how many of maxConns connections the proxy leaves
@@ -99,18 +102,27 @@ func (p *backendCounter) withinReserve(pct int) bool {
 func (p *backendCounter) wantLimits(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.srv.at.IsZero() && now.Sub(p.srv.at) < serverLimitsRefresh {
+	if p.srv.known && now.Sub(p.srv.at) < serverLimitsRefresh {
 		return false
 	}
 	p.srv.at = now
 	return true
 }
 
-// limitsKnown reports whether the node's limits were read (or tried) once.
+// limitsKnown reports whether the node's limits were read once, or the
+// server would not tell.
 func (p *backendCounter) limitsKnown() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.srv.at.IsZero()
+	return p.srv.known
+}
+
+// limitsUnreadable records that the server answered the limits' queries
+// with an error: the pool has only proxy.max_connections_per_backend.
+func (p *backendCounter) limitsUnreadable() {
+	p.mu.Lock()
+	p.srv.known = true
+	p.mu.Unlock()
 }
 
 // noteLimits records what readLimits read; open is the proxy's open
@@ -119,7 +131,7 @@ func (p *backendCounter) noteLimits(maxConns, userMax, threads, open int) (chang
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	changed = p.srv.maxConns != maxConns || p.srv.userMax != userMax
-	p.srv.maxConns, p.srv.userMax = maxConns, userMax
+	p.srv.maxConns, p.srv.userMax, p.srv.known = maxConns, userMax, true
 	p.srv.others = max(threads-open, 0)
 	return changed
 }
