@@ -397,6 +397,12 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 	refusals := 0
 	for {
 		be, dial, wait, drop, evicted := p.reserve(s, snap, rc, w)
+		if learning && !dial {
+			// Only a dial reads the limits: the others need not wait
+			// for this checkout.
+			learning = false
+			p.learnMu.Unlock()
+		}
 		if evicted {
 			m.poolServerEvictions.WithLabelValues(t.cluster, t.node).Inc()
 		}
