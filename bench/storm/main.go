@@ -18,6 +18,14 @@
 //     backend connects they cost (the primary's Connections status counter),
 //     and the TIME_WAIT sockets on the machine (ss -tan state time-wait)
 //     before and after.
+//   - lockout: the primary's max_connections is lowered to -max-connections
+//     and -clients clients connect at once, run SELECT 1 and hold; a user
+//     without SUPER (which MariaDB lets past max_connections once) logs in
+//     directly to the primary every 20 ms during the flood and for 5 s
+//     after it: the flood's outcomes by kind, the direct logins that
+//     failed during and after, the primary's peak Threads_connected, and
+//     how long after the flood its connections were back within 10 of
+//     their count before.
 //
 // -pooling sets listeners[].pooling of Switchyard's rw listener. With
 // session (the default) every client holds a backend connection, and
@@ -42,6 +50,7 @@
 // Usage: go run ./bench/storm [-pooling session|transaction] [-clients 5000]
 // [-idle 10000] [-rate 1000] [-seconds 60] [-phases idle,storm,churn]
 // [-targets switchyard,haproxy] [-rounds 1] [-connect-timeout 1s]
+// [-max-connections 200]
 package main
 
 import (
@@ -78,6 +87,7 @@ type options struct {
 	rounds                       int
 	connectTimeout               time.Duration
 	clients, idle, rate, seconds int
+	maxConnections               int
 	settle                       time.Duration
 	phases, targets              []string
 }
@@ -93,7 +103,8 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 1000, "churn: new connections per second")
 	flag.IntVar(&o.seconds, "seconds", 60, "churn: length of the run in seconds")
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "idle: wait between the last login and the RSS reading")
-	flag.StringVar(&phases, "phases", "idle,storm,churn", "phases to run, comma separated")
+	flag.IntVar(&o.maxConnections, "max-connections", 200, "lockout: the primary's max_connections during the phase")
+	flag.StringVar(&phases, "phases", "idle,storm,churn", "phases to run, comma separated (idle, storm, churn, lockout)")
 	flag.StringVar(&targets, "targets", "switchyard,haproxy", "proxies to measure, comma separated")
 	flag.Parse()
 	o.phases, o.targets = strings.Split(phases, ","), strings.Split(targets, ",")
@@ -207,8 +218,10 @@ func run(o options) error {
 					figures, err = stormPhase(ctx, o, p, sb, root)
 				case "churn":
 					figures, err = churnPhase(ctx, o, p, sb, root)
+				case "lockout":
+					figures, err = lockoutPhase(ctx, o, p, sb, root, limit)
 				default:
-					err = fmt.Errorf("unknown phase %q (idle, storm, churn)", phase)
+					err = fmt.Errorf("unknown phase %q (idle, storm, churn, lockout)", phase)
 				}
 				p.stop()
 				if err != nil {
@@ -615,4 +628,126 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// lockoutPhase floods the primary through p with -clients held
+// connections while its max_connections is -max-connections, and logs in
+// directly as a user without SUPER throughout (see the package comment).
+// normal is the max_connections restored afterwards.
+func lockoutPhase(ctx context.Context, o options, p *proc, sb *sandbox.Cluster, root *sql.DB, normal int) (string, error) {
+	const user, pw = "bench_dba", "bench-dba-pw"
+	if _, err := root.ExecContext(ctx, "CREATE USER IF NOT EXISTS '"+user+"'@'%' IDENTIFIED BY '"+pw+"'"); err != nil {
+		return "", err
+	}
+	if _, err := root.ExecContext(ctx, "GRANT SELECT ON *.* TO '"+user+"'@'%'"); err != nil {
+		return "", err
+	}
+	if _, err := root.ExecContext(ctx, fmt.Sprintf("SET GLOBAL max_connections = %d", o.maxConnections)); err != nil {
+		return "", err
+	}
+	defer func() {
+		_, _ = root.ExecContext(context.Background(), fmt.Sprintf("SET GLOBAL max_connections = %d", normal))
+	}()
+	base, err := statusVar(ctx, root, "Threads_connected")
+	if err != nil {
+		return "", err
+	}
+	dcfg := mysql.NewConfig()
+	dcfg.User, dcfg.Passwd, dcfg.Net, dcfg.Addr = user, pw, "tcp", sb.Nodes[0].Address
+	dcfg.Timeout, dcfg.ReadTimeout = 5*time.Second, 5*time.Second
+	direct, err := mysql.NewConnector(dcfg)
+	if err != nil {
+		return "", err
+	}
+	var phase atomic.Int32 // 0 during the flood, 1 after it
+	var dOK, dFail [2]atomic.Int64
+	var dErr atomic.Value
+	dctx, dstop := context.WithCancel(ctx)
+	ddone := make(chan struct{})
+	go func() {
+		defer close(ddone)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-dctx.Done():
+				return
+			case <-t.C:
+			}
+			i := phase.Load()
+			conn, err := direct.Connect(dctx)
+			if err == nil {
+				err = selectOne(dctx, conn)
+				conn.Close()
+			}
+			if dctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				dFail[i].Add(1)
+				dErr.CompareAndSwap(nil, err.Error())
+			} else {
+				dOK[i].Add(1)
+			}
+		}
+	}()
+	threads := sample(ctx, func(ctx context.Context) (int64, error) { return statusVar(ctx, root, "Threads_connected") })
+	c := newClient(sb, p.addr, 30*time.Second)
+	var kindMu sync.Mutex
+	kinds := map[string]int{}
+	var held atomic.Int64
+	var ready, wg sync.WaitGroup
+	ready.Add(o.clients)
+	wg.Add(o.clients)
+	release := make(chan struct{})
+	for range o.clients {
+		go func() {
+			defer wg.Done()
+			conn, err := c.connect(ctx)
+			if err == nil {
+				err = selectOne(ctx, conn)
+			}
+			if err != nil {
+				kindMu.Lock()
+				kinds[failureKind(err)]++
+				kindMu.Unlock()
+			} else {
+				held.Add(1)
+			}
+			ready.Done()
+			<-release
+			if conn != nil {
+				conn.Close()
+			}
+		}()
+	}
+	ready.Wait()
+	close(release)
+	wg.Wait()
+	phase.Store(1)
+	end := time.Now()
+	var back time.Duration = -1
+	for time.Since(end) < 5*time.Second {
+		if n, err := statusVar(ctx, root, "Threads_connected"); err == nil && n <= base+10 && back < 0 {
+			back = time.Since(end)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if back < 0 {
+		_ = benchkit.WaitFor(ctx, 70*time.Second, func() bool {
+			n, err := statusVar(ctx, root, "Threads_connected")
+			return err == nil && n <= base+10
+		})
+		back = time.Since(end)
+	}
+	dstop()
+	<-ddone
+	peak := threads.stop()
+	f := fmt.Sprintf("%d clients, max_connections %d (%d connected before): held %d, failed %s; direct logins during the flood %d ok / %d failed, 5 s after %d ok / %d failed; primary connections peak %d, back within %d after %s",
+		o.clients, o.maxConnections, base, held.Load(), kindList(kinds), dOK[0].Load(), dFail[0].Load(), dOK[1].Load(), dFail[1].Load(),
+		peak, base+10, back.Round(10*time.Millisecond))
+	if e := dErr.Load(); e != nil {
+		f += fmt.Sprintf("; first direct error: %v", e)
+	}
+	return f, nil
 }

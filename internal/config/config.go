@@ -1059,6 +1059,21 @@ type PoolConfig struct {
 	// in MariaDB), which would close it first.
 	// Type: duration. Default: 1m0s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// ServerReservePercent is the share of each server's max_connections
+	// the proxy leaves to other clients (admins, replication, monitoring,
+	// other proxies): it reads the server's max_connections and
+	// Threads_connected on its first connection to the node and again at
+	// most every 2s while it opens connections, and keeps its own
+	// connections there below max_connections less this reserve (rounded
+	// up, at least 1) less what others hold, when that is lower than
+	// proxy.max_connections_per_backend. At that ceiling a session closes
+	// the least recently used idle connection of another user, capabilities
+	// or charset, else waits up to wait_timeout; while the server is within
+	// the reserve, idle connections above 4 per node that have been idle
+	// for a second are closed at the next once-a-second sweep instead of
+	// after idle_timeout. 1 to 90.
+	// Type: integer. Default: 10.
+	ServerReservePercent int `yaml:"server_reserve_percent"`
 }
 
 // FailsafeOn reports whether proxy failsafe is on (Failsafe unset or true).
@@ -1332,6 +1347,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Proxy.Pool.IdleTimeout == 0 {
 		c.Proxy.Pool.IdleTimeout = Duration(time.Minute)
+	}
+	if c.Proxy.Pool.ServerReservePercent == 0 {
+		c.Proxy.Pool.ServerReservePercent = 10
 	}
 	if c.Proxy.Failsafe == nil {
 		t := true

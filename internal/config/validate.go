@@ -456,6 +456,9 @@ func (c *Config) validateTimings(v *validator) {
 		v.add("proxy.pool.wait_timeout", "%s is more than %s: clients would wait that long for a backend connection", c.Proxy.Pool.WaitTimeout, MaxPoolWait)
 	}
 	positive("proxy.pool.idle_timeout", c.Proxy.Pool.IdleTimeout)
+	if r := c.Proxy.Pool.ServerReservePercent; r < 1 || r > 90 {
+		v.add("proxy.pool.server_reserve_percent", "%d is not between 1 and 90 (percent of each server's max_connections left to other clients)", r)
+	}
 	if c.Proxy.MaxClientConnections < 0 {
 		v.add("proxy.max_client_connections", "%d must be 0 (derived from the descriptor budget) or positive", c.Proxy.MaxClientConnections)
 	}

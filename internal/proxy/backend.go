@@ -291,6 +291,25 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 	if conn != sock {
 		be.raw = sock
 	}
+	if p := s.srv.backendCounter(t); p.wantLimits(time.Now()) {
+		// Before the setup, whose statements leave the state the session
+		// starts from (servermax.go).
+		maxConns, userMax, threads, ok, err := readLimits(conn, br)
+		if err != nil {
+			_ = conn.Close()
+			return nil, nil, dialError(t, snap, rc.connectTimeout, fmt.Errorf("reading the server's connection limits: %w", err))
+		}
+		if !ok {
+			p.limitsUnreadable()
+		} else {
+			open := int(p.open.Load()) + 1 // this one is not counted yet
+			if p.noteLimits(maxConns, userMax, threads, open) {
+				s.log.Info("server's connection limits", "node", t.node, "addr", t.addr, "max_connections", maxConns,
+					"max_user_connections", userMax, "threads_connected", threads,
+					"ceiling", p.limitNow(rc), "max_connections_per_backend", rc.maxPerBackend)
+			}
+		}
+	}
 	if restore {
 		_ = conn.SetDeadline(time.Now().Add(max(rc.connectTimeout, restoreTimeout)))
 	}

@@ -75,8 +75,9 @@ type metrics struct {
 	// Backend connection pools (pool.go), by cluster and node.
 	poolConns *prometheus.GaugeVec // and state (idle|in_use)
 	poolWaits *prometheus.CounterVec
-	// poolServerEvictions: idle connections closed because the server
-	// refused a new one with error 1040 (its max_connections).
+	// poolServerEvictions: idle connections closed to make room for a
+	// connection of another key, at the node's ceiling or because the
+	// server refused a new one (1040, 1203).
 	poolServerEvictions *prometheus.CounterVec
 	poolWaitSecs        *prometheus.HistogramVec
 	poolConnects        *prometheus.CounterVec
@@ -225,7 +226,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"cluster", "node"}),
 		poolServerEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_backend_pool_server_evictions_total",
-			Help: "Idle pooled connections closed because their server refused a new connection with error 1040 (its max_connections reached), by cluster and node.",
+			Help: "Idle pooled connections closed to make room for a new connection: at the node's ceiling (proxy.max_connections_per_backend, or the server's max_connections less proxy.pool.server_reserve_percent and the connections of other clients), or because the server refused a new connection with error 1040 (max_connections) or 1203 (max_user_connections), by cluster and node.",
 		}, []string{"cluster", "node"}),
 		poolWaitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchyard_backend_pool_wait_seconds",

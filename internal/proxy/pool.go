@@ -54,9 +54,14 @@ import (
 // (errRouteChanged: the session routes again, holding for a failover), and
 // a wait that times out while the primary is reported unreachable holds
 // for the failover instead of 1040. The cap is per node, shared by every
-// listener whatever its pooling, nothing reserved for either. A dial the
-// server refuses with 1040 (its max_connections) closes the oldest idle
-// connection of the node and dials again. Idle connections are closed after
+// listener whatever its pooling, nothing reserved for either. It is
+// lowered to the server's max_connections less a reserve for other
+// clients and what they hold (servermax.go), and while the server is
+// within that reserve idle connections above a small floor are closed
+// within seconds (trimIdle). A dial the server refuses with 1040 (its
+// max_connections) closes the oldest idle connection of the node, one
+// refused with 1203 (max_user_connections) the oldest of the same user,
+// and dials again. Idle connections are closed after
 // proxy.pool.idle_timeout, when their node leaves the cluster's route or
 // changes role, and are never used for the primary when they were opened
 // or last used before the node became primary (primarySince) or under an
@@ -79,6 +84,13 @@ type nodePool struct {
 	total   int
 	idle    []*backend    // oldest first
 	waiters []*poolWaiter // first come, first served
+	// srv is what the proxy last read of the server's connection limits
+	// (servermax.go).
+	srv serverLimits
+	// learnMu makes the checkouts that find the server's limits never read
+	// wait for the first new connection, which reads them, before they
+	// dial: a burst of logins on a fresh pool does not open past them.
+	learnMu sync.Mutex
 	// primarySince is the epoch of the first snapshot of the node's
 	// current spell as primary (0 when it is not primary).
 	primarySince  atomic.Int64
@@ -136,10 +148,11 @@ func (p *backendCounter) usable(be *backend, snap *routeSnapshot) bool {
 // that has not waited yet (w nil) queues behind the waiters of its key
 // instead of taking what came back for them; a woken one (w) keeps its
 // place at the head of the queue.
-func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int, w *poolWaiter) (be *backend, dial bool, wait *poolWaiter, drop []*backend) {
+func (p *backendCounter) reserve(s *session, snap *routeSnapshot, rc *runtimeConfig, w *poolWaiter) (be *backend, dial bool, wait *poolWaiter, drop []*backend, evicted bool) {
 	key := s.poolKey()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	limit := p.connLimit(rc.maxPerBackend, rc.serverReserve)
 	if w != nil {
 		if i := slices.Index(p.waiters, w); i >= 0 {
 			p.waiters = slices.Delete(p.waiters, i, i+1)
@@ -148,7 +161,7 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int, w *
 	} else if slices.ContainsFunc(p.waiters, func(o *poolWaiter) bool { return o.key == key }) {
 		wait = &poolWaiter{ch: make(chan struct{}, 1), key: key, noSchema: s.schema == ""}
 		p.waiters = append(p.waiters, wait)
-		return nil, false, wait, nil
+		return nil, false, wait, nil, false
 	}
 	for i := len(p.idle) - 1; i >= 0; i-- {
 		c := p.idle[i]
@@ -175,21 +188,27 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int, w *
 	}
 	if be != nil {
 		p.take(be)
-		return be, false, nil, drop
+		return be, false, nil, drop, false
 	}
 	if limit <= 0 || p.total < limit {
 		p.total++
-		return nil, true, nil, drop
+		return nil, true, nil, drop, false
 	}
 	if len(drop) == 0 && len(p.idle) > 0 {
-		// At the cap with idle connections nobody of this key can use:
-		// make room.
-		victim := p.idle[0]
+		// At the ceiling with idle connections nobody of this key can
+		// use: close the least recently used one of another key (else
+		// one of this key whose schema the session cannot use) to make
+		// room, never opening past the ceiling.
+		i := slices.IndexFunc(p.idle, func(c *backend) bool { return c.key != key })
+		if i < 0 {
+			i = 0
+		}
+		victim := p.idle[i]
 		p.take(victim)
-		return nil, false, nil, []*backend{victim}
+		return nil, false, nil, []*backend{victim}, true
 	}
 	if len(drop) > 0 {
-		return nil, false, nil, drop // closing them frees slots: try again
+		return nil, false, nil, drop, false // closing them frees slots: try again
 	}
 	if w == nil {
 		// A new waiter queues at the tail.
@@ -199,7 +218,7 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, limit int, w *
 		// A woken one that found nothing goes back to the head.
 		p.waiters = slices.Insert(p.waiters, 0, w)
 	}
-	return nil, false, w, nil
+	return nil, false, w, nil, false
 }
 
 // countCheckout counts a checkout of kind.
@@ -267,15 +286,17 @@ func (p *backendCounter) cancelWait(w *poolWaiter) {
 // reached) before the refusal is passed on to the client.
 const maxServerRefusals = 8
 
-// oldestIdle takes the least recently returned idle connection out of the
-// pool for the caller to close, or returns nil when there is none.
-func (p *backendCounter) oldestIdle() *backend {
+// oldestIdle takes the least recently returned idle connection (of user
+// when it is not empty) out of the pool for the caller to close, or
+// returns nil when there is none.
+func (p *backendCounter) oldestIdle(user string) *backend {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.idle) == 0 {
+	i := slices.IndexFunc(p.idle, func(c *backend) bool { return user == "" || c.key.user == user })
+	if i < 0 {
 		return nil
 	}
-	victim := p.idle[0]
+	victim := p.idle[i]
 	p.take(victim)
 	return victim
 }
@@ -356,10 +377,35 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			m.poolWaitSecs.WithLabelValues(t.cluster, t.node).Observe(time.Since(waitStart).Seconds())
 		}
 	}()
+	learning := false
+	if !p.limitsKnown() {
+		// Nothing known of the server's limits yet: the first dial reads
+		// them while the others wait (servermax.go).
+		p.learnMu.Lock()
+		if !p.limitsKnown() {
+			learning = true
+		} else {
+			p.learnMu.Unlock()
+		}
+	}
+	defer func() {
+		if learning {
+			p.learnMu.Unlock()
+		}
+	}()
 	var w *poolWaiter
 	refusals := 0
 	for {
-		be, dial, wait, drop := p.reserve(s, snap, rc.maxPerBackend, w)
+		be, dial, wait, drop, evicted := p.reserve(s, snap, rc, w)
+		if learning && !dial {
+			// Only a dial reads the limits: the others need not wait
+			// for this checkout.
+			learning = false
+			p.learnMu.Unlock()
+		}
+		if evicted {
+			m.poolServerEvictions.WithLabelValues(t.cluster, t.node).Inc()
+		}
 		for _, c := range drop {
 			c.close(true)
 		}
@@ -376,18 +422,27 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			continue // a connection the server closed meanwhile: the next one
 		case dial:
 			okp, be, merr := s.dialAndLogin(t, snap, rc, restore)
-			if merr != nil && merr.Code == mysql.ER_CON_COUNT_ERROR && refusals < maxServerRefusals {
-				// The server is at its max_connections, and idle pooled
+			if learning {
+				learning = false
+				p.learnMu.Unlock()
+			}
+			if merr != nil && (merr.Code == mysql.ER_CON_COUNT_ERROR || merr.Code == mysql.ER_TOO_MANY_USER_CONNECTIONS) && refusals < maxServerRefusals {
+				// The server is at its max_connections (or the user at
+				// its max_user_connections), and idle pooled
 				// connections (of other users, capabilities or
-				// charsets) may be what holds its slots: give one back
-				// to the server and dial again.
-				if victim := p.oldestIdle(); victim != nil {
+				// charsets; of the same user) may be what holds its
+				// slots: give one back to the server and dial again.
+				user := ""
+				if merr.Code == mysql.ER_TOO_MANY_USER_CONNECTIONS {
+					user = s.user
+				}
+				if victim := p.oldestIdle(user); victim != nil {
 					refusals++
 					p.dialFailed()
 					victim.close(true)
 					m.poolServerEvictions.WithLabelValues(t.cluster, t.node).Inc()
-					s.log.Info("server refused a connection at max_connections; closed an idle pooled connection to make room",
-						"node", t.node, "addr", t.addr, "attempt", refusals)
+					s.log.Info("server refused a connection at its connection limit; closed an idle pooled connection to make room",
+						"node", t.node, "addr", t.addr, "code", merr.Code, "attempt", refusals)
 					time.Sleep(time.Duration(refusals) * 5 * time.Millisecond) // the server frees the slot when its thread ends
 					continue
 				}
@@ -455,8 +510,10 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 						t.node, t.addr, rc.poolWait))
 				}
 				m.backendErrors.WithLabelValues(t.cluster, t.node, connPoolLimit).Inc()
+				limit := p.limitNow(rc)
 				if ok, suppressed := s.srv.limit.poolLimitLog.allow(time.Now()); ok {
-					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
+					s.log.Warn("backend connection limit reached", "node", t.node, "addr", t.addr, "limit", limit,
+						"max_connections_per_backend", rc.maxPerBackend, "waited", rc.poolWait, "suppressed", suppressed)
 				}
 				if !restore {
 					// A login (or a change of user): answered as a server at
@@ -466,8 +523,8 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 					return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, "Too many connections")
 				}
 				return nil, nil, mysqlproto.NewError(mysql.ER_CON_COUNT_ERROR, fmt.Sprintf(
-					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend); none came free within %s (proxy.pool.wait_timeout)",
-					t.node, t.addr, rc.maxPerBackend, rc.poolWait))
+					"switchyard: too many connections to backend %s (%s): %d open or opening, the limit (proxy.max_connections_per_backend, or the server's max_connections less proxy.pool.server_reserve_percent and the connections of other clients); none came free within %s (proxy.pool.wait_timeout)",
+					t.node, t.addr, limit, rc.poolWait))
 			}
 		}
 	}
@@ -611,8 +668,43 @@ func (s *Server) reapIdle() {
 			s.closeIdle(func(*backend) bool { return true })
 			return
 		case <-tick.C:
-			cutoff := time.Now().Add(-s.rc.Load().poolIdle)
+			rc := s.rc.Load()
+			now := time.Now()
+			cutoff := now.Add(-rc.poolIdle)
 			s.closeIdle(func(be *backend) bool { return be.idleAt.Before(cutoff) })
+			s.trimIdle(rc, now.Add(-trimIdleAge))
+		}
+	}
+}
+
+// trimIdle closes, per node whose server is within its reserve
+// (servermax.go), the oldest idle connections above trimFloor that came
+// back before cutoff: after a burst the server's connections are free
+// again within seconds for other clients, not after idle_timeout.
+func (s *Server) trimIdle(rc *runtimeConfig, cutoff time.Time) {
+	s.mu.Lock()
+	pools := make([]*backendCounter, 0, len(s.backends))
+	for _, p := range s.backends {
+		pools = append(pools, p)
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		var out []*backend
+		p.mu.Lock()
+		if p.withinReserve(rc.serverReserve) {
+			for i := 0; i < len(p.idle)-trimFloor && p.idle[i].idleAt.Before(cutoff); i++ {
+				out = append(out, p.idle[i])
+			}
+		}
+		for _, be := range out {
+			p.take(be)
+		}
+		p.mu.Unlock()
+		if len(out) > 0 {
+			s.log.Debug("server within its connection reserve: closing idle pooled connections", "node", p.node, "addr", p.addr, "closed", len(out))
+		}
+		for _, be := range out {
+			be.close(true)
 		}
 	}
 }

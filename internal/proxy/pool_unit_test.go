@@ -27,12 +27,12 @@ func TestPoolReserveOrder(t *testing.T) {
 	a := &session{id: 1, user: "app", schema: "db"}
 	b := &session{id: 2, user: "app", schema: "db"}
 	c := &session{id: 3, user: "app", schema: "db"}
-	be, dial, w, _ := p.reserve(a, nil, 1, nil)
+	be, dial, w, _, _ := p.reserve(a, nil, &runtimeConfig{maxPerBackend: 1, serverReserve: 10}, nil)
 	if be != nil || !dial || w != nil || p.total != 1 {
 		t.Fatalf("first checkout: be %v dial %v wait %v total %d; want a dial", be, dial, w, p.total)
 	}
 	// The dial is in progress: the cap is reached.
-	_, dial, wb, _ := p.reserve(b, nil, 1, nil)
+	_, dial, wb, _, _ := p.reserve(b, nil, &runtimeConfig{maxPerBackend: 1, serverReserve: 10}, nil)
 	if dial || wb == nil {
 		t.Fatalf("second checkout at the cap: dial %v wait %v; want to wait", dial, wb)
 	}
@@ -45,11 +45,11 @@ func TestPoolReserveOrder(t *testing.T) {
 		t.Fatal("the waiter was not woken when a connection came back")
 	}
 	// A newcomer must not take it in front of the woken waiter.
-	_, dial, wc, _ := p.reserve(c, nil, 1, nil)
+	_, dial, wc, _, _ := p.reserve(c, nil, &runtimeConfig{maxPerBackend: 1, serverReserve: 10}, nil)
 	if dial || wc == nil {
 		t.Fatalf("newcomer: dial %v wait %v; want to queue behind the woken waiter", dial, wc)
 	}
-	got, _, _, _ := p.reserve(b, nil, 1, wb)
+	got, _, _, _, _ := p.reserve(b, nil, &runtimeConfig{maxPerBackend: 1, serverReserve: 10}, wb)
 	if got != conn {
 		t.Fatalf("woken waiter got %v, want the connection given back", got)
 	}
@@ -61,7 +61,7 @@ func TestPoolReserveOrder(t *testing.T) {
 	default:
 		t.Fatal("the newcomer was not woken when the slot came free")
 	}
-	if _, dial, _, _ := p.reserve(c, nil, 1, wc); !dial || p.total != 1 {
+	if _, dial, _, _, _ := p.reserve(c, nil, &runtimeConfig{maxPerBackend: 1, serverReserve: 10}, wc); !dial || p.total != 1 {
 		t.Fatalf("after the close: dial %v total %d; want a dial", dial, p.total)
 	}
 }
@@ -79,7 +79,7 @@ func TestPoolReservePrefers(t *testing.T) {
 		return be
 	}
 	withDB := mk("db", 1)
-	if be, dial, _, _ := p.reserve(s, nil, 10, nil); be != nil || !dial {
+	if be, dial, _, _, _ := p.reserve(s, nil, &runtimeConfig{maxPerBackend: 10, serverReserve: 10}, nil); be != nil || !dial {
 		t.Fatalf("no-schema session got %v (dial %v); want a new connection", be, dial)
 	}
 	p.total--
@@ -87,11 +87,11 @@ func TestPoolReservePrefers(t *testing.T) {
 	own := mk("", 7)
 	plain2 := mk("", 3)
 	s.lastBe = own
-	if be, _, _, _ := p.reserve(s, nil, 10, nil); be != own {
+	if be, _, _, _, _ := p.reserve(s, nil, &runtimeConfig{maxPerBackend: 10, serverReserve: 10}, nil); be != own {
 		t.Fatalf("got %p, want the session's own previous connection %p", be, own)
 	}
 	s.lastBe = nil
-	if be, _, _, _ := p.reserve(s, nil, 10, nil); be != plain1 {
+	if be, _, _, _, _ := p.reserve(s, nil, &runtimeConfig{maxPerBackend: 10, serverReserve: 10}, nil); be != plain1 {
 		t.Fatalf("transaction pooling got %p, want the least recently used %p", be, plain1)
 	}
 	_ = plain2
@@ -122,5 +122,69 @@ func TestOKFields(t *testing.T) {
 	}
 	if !readsDiagnostics([]byte("SELECT Row_Count()")) || !readsDiagnostics([]byte("SELECT FOUND_ROWS()")) || readsDiagnostics([]byte("SELECT 1")) {
 		t.Fatal("readsDiagnostics")
+	}
+}
+
+// The server's limits lower the node's ceiling below
+// proxy.max_connections_per_backend: max_connections less the reserve and
+// the others' connections. At the ceiling the least recently used idle
+// connection of another key is closed, not one of the session's own key,
+// and the estimate says when the server is within its reserve.
+func TestPoolServerCeiling(t *testing.T) {
+	p, _ := unitPool(t)
+	rc := &runtimeConfig{maxPerBackend: 2000, serverReserve: 10}
+	p.noteLimits(100, 0, 12, 2) // 10 others: 100 − 10 − 10
+	if got := p.limitNow(rc); got != 80 {
+		t.Fatalf("ceiling %d, want 80 (max_connections 100, reserve 10, others 10)", got)
+	}
+	if got := serverReserve(1000, 10); got != 100 {
+		t.Fatalf("reserve of 1000 at 10%%: %d", got)
+	}
+	if got := serverReserve(9, 10); got != 1 {
+		t.Fatalf("reserve of 9 at 10%%: %d, want 1", got)
+	}
+	rc.maxPerBackend = 50
+	if got := p.limitNow(rc); got != 50 {
+		t.Fatalf("ceiling %d, want the configured 50", got)
+	}
+	rc.maxPerBackend = 2000
+	p.noteLimits(10, 0, 9, 0) // others hold more than max_connections less the reserve
+	if got := p.limitNow(rc); got != 1 {
+		t.Fatalf("ceiling %d, want at least 1", got)
+	}
+
+	p.noteLimits(13, 0, 9, 0) // 13 − 2 − 9: a ceiling of 2
+	own := &session{id: 1, user: "app", schema: "db"}
+	other := &session{id: 2, user: "other", schema: "db"}
+	mk := func(s *session) *backend {
+		be := &backend{key: s.poolKey(), schema: "db", counter: p, t: &target{node: "n1", addr: p.addr}}
+		p.total++
+		p.inUseG.Inc()
+		return be
+	}
+	now := time.Now()
+	mine := mk(own)
+	p.putIdle(mine, now.Add(-2*time.Second)) // the least recently used
+	theirs := mk(other)
+	p.putIdle(theirs, now.Add(-time.Second))
+	p.mu.Lock()
+	within := p.withinReserve(rc.serverReserve)
+	p.mu.Unlock()
+	if !within {
+		t.Fatal("9 others + 2 pooled of max_connections 13 (reserve 2): not within the reserve")
+	}
+	third := &session{id: 3, user: "third", schema: "db"}
+	be, dial, w, drop, evicted := p.reserve(third, nil, rc, nil)
+	if be != nil || dial || w != nil || !evicted || len(drop) != 1 || drop[0] != mine {
+		t.Fatalf("at the ceiling: be %v dial %v wait %v evicted %v drop %v; want the oldest idle connection closed", be, dial, w, evicted, drop)
+	}
+	mine.closed.Store(true)
+	p.closed(mine)
+	// The other user's connection is its own key's; app finds none and
+	// the ceiling is reached again: theirs is the one closed.
+	p.total++ // a dial of third
+	be, dial, _, drop, evicted = p.reserve(own, nil, rc, nil)
+	if be != nil || dial || !evicted || len(drop) != 1 || drop[0] != theirs {
+		t.Fatalf("at the ceiling: be %v dial %v drop %v evicted %v; want the other key's idle connection closed", be, dial, drop, evicted)
 	}
 }

@@ -69,8 +69,11 @@ type routeSnapshot struct {
 // clusterRoute holds the current snapshot and what the proxy learnt about a
 // cluster's servers.
 type clusterRoute struct {
-	name     string
-	snap     atomic.Pointer[routeSnapshot]
+	name string
+	snap atomic.Pointer[routeSnapshot]
+	// first is closed when the cluster's first snapshot is installed:
+	// logins that come before it wait for it (awaitRoute).
+	first    chan struct{}
 	greeting atomic.Pointer[greetingInfo]
 
 	// The inputs a snapshot is built from, under mu (never taken per
@@ -265,7 +268,7 @@ func (s *Server) route(name string) *clusterRoute {
 	defer s.mu.Unlock()
 	cr, ok := s.clusters[name]
 	if !ok {
-		cr = &clusterRoute{name: name}
+		cr = &clusterRoute{name: name, first: make(chan struct{})}
 		s.clusters[name] = cr
 	}
 	return cr
@@ -351,6 +354,8 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	old := cr.snap.Swap(snap)
 	if old != nil {
 		close(old.replaced) // wakes sessions waiting for a primary (failoverhold.go)
+	} else {
+		close(cr.first) // wakes logins waiting for the routing state (awaitRoute)
 	}
 	// Commands in flight on nodes that stopped being a route are cut
 	// before the snapshot is acknowledged (Epochs).

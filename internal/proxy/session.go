@@ -396,6 +396,29 @@ func appendERRAsSent(b []byte, e *mysql.MyError) []byte {
 	return append(b, e.Message...)
 }
 
+// awaitRoute returns the listener's cluster's routing snapshot. Right
+// after the proxy (re)starts it has none until it read the cluster's
+// state from the topology store: a client that connects then waits for it
+// before its greeting (taken from the node the state routes to), up to the
+// cluster's failover.max_hold, as a statement holds for a failover; nil
+// past it or when the proxy shuts down.
+func (s *session) awaitRoute(rc *runtimeConfig) *routeSnapshot {
+	if snap := s.l.route.snap.Load(); snap != nil {
+		return snap
+	}
+	wait := min(rc.maxHold(s.l.cluster), handshakeWindow)
+	start := time.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-s.l.route.first:
+		s.log.Debug("login waited for the routing state", "waited", time.Since(start))
+	case <-timer.C:
+	case <-s.srv.closing:
+	}
+	return s.l.route.snap.Load()
+}
+
 // login runs the connection phase: greeting, authentication (switching the
 // client to mysql_native_password if needed), backend login as the client's
 // user, final OK. It returns "" on success or the close reason.
@@ -403,10 +426,14 @@ func (s *session) login() string {
 	_ = s.client.SetDeadline(time.Now().Add(handshakeWindow))
 	s.takeReader()
 	rc := s.srv.rc.Load()
-	snap := s.l.route.snap.Load()
+	snap := s.awaitRoute(rc)
 	t, merr := snap.pickAvoiding(s.l.role, rc.fallback(s.l.cluster), func(t *target) bool { return !s.srv.reachable(t) })
 	if merr != nil {
 		t, merr = snap.pick(s.l.role, rc.fallback(s.l.cluster))
+	}
+	if snap == nil {
+		merr = errNoRoute(fmt.Sprintf("switchyard: no routing state for cluster %s within %s (failover.max_hold) of the connect: the controller has not published one, or this proxy cannot read the topology store; retry shortly",
+			s.l.cluster, rc.maxHold(s.l.cluster)))
 	}
 	// Errors found before the client logged in (no route, backend
 	// unreachable) are sent after its handshake response, as the server

@@ -51,6 +51,7 @@ type runtimeConfig struct {
 	maxPerBackend int
 	poolWait      time.Duration // proxy.pool.wait_timeout
 	poolIdle      time.Duration // proxy.pool.idle_timeout
+	serverReserve int           // proxy.pool.server_reserve_percent
 	clusters      map[string]*config.Cluster
 	probeInterval time.Duration // probe.interval
 	// backendTLS is the client TLS configuration of backend connections
@@ -96,6 +97,7 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 		maxPerBackend:  c.Proxy.MaxConnectionsPerBackend,
 		poolWait:       c.Proxy.Pool.WaitTimeout.D(),
 		poolIdle:       c.Proxy.Pool.IdleTimeout.D(),
+		serverReserve:  c.Proxy.Pool.ServerReservePercent,
 		clusters:       make(map[string]*config.Cluster, len(c.Clusters)),
 		probeInterval:  c.Probe.Interval.D(),
 	}
@@ -107,6 +109,9 @@ func newRuntimeConfig(c *config.Config, prev *runtimeConfig) (*runtimeConfig, er
 	}
 	if rc.poolIdle <= 0 {
 		rc.poolIdle = time.Minute // proxy.pool.idle_timeout's default
+	}
+	if rc.serverReserve <= 0 {
+		rc.serverReserve = 10 // proxy.pool.server_reserve_percent's default
 	}
 	if rc.checkConnect <= 0 {
 		rc.checkConnect = 100 * time.Millisecond // probe.connect_timeout's default
