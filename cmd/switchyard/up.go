@@ -297,6 +297,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	}
 	var srv *proxy.Server
 	if runProxy {
+		setProcs(log, cfg.Proxy.GOMAXPROCS)
 		srv, err = proxy.New(proxy.Options{Config: cfg, ID: id, Log: log.With("role", "proxy"), Registry: reg,
 			Descriptors: budget, ReservedDescriptors: reserve})
 		if err != nil {
@@ -310,7 +311,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		if _, err := configstore.Follow(ctx, st, keys, configstore.FollowOptions{
 			Name: "proxy", ID: id, Log: log.With("role", "proxy"), Registry: reg,
 			Initial: cfg, InitialRev: rev, Report: true,
-			OnApply: func(c *config.Config, _ int64) error { return srv.SetConfig(c) },
+			OnApply: func(c *config.Config, _ int64) error {
+				if err := srv.SetConfig(c); err != nil {
+					return err
+				}
+				setProcs(log, c.Proxy.GOMAXPROCS)
+				return nil
+			},
 			PendingRestart: func(started, applied *config.Config) []string {
 				return config.ComputeDiff(started, applied).RestartOnly()
 			},

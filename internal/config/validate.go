@@ -462,6 +462,9 @@ func (c *Config) validateTimings(v *validator) {
 	if c.Proxy.MaxClientConnections < 0 {
 		v.add("proxy.max_client_connections", "%d must be 0 (derived from the descriptor budget) or positive", c.Proxy.MaxClientConnections)
 	}
+	if c.Proxy.GOMAXPROCS < 0 {
+		v.add("proxy.gomaxprocs", "%d must be 0 (chosen from the CPUs) or positive", c.Proxy.GOMAXPROCS)
+	}
 	positive("switchover.catchup_timeout", c.Switchover.CatchupTimeout)
 	c.validateSwitchover(v, positive)
 }

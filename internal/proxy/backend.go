@@ -54,6 +54,9 @@ type backend struct {
 	resend map[uint32]*metaResend
 	// rd is what the session's response reader reads from (reader).
 	rd stickyReader
+	// sio reads and writes conn for the relay when conn is the socket
+	// (not TLS); nil otherwise.
+	sio *sockIO
 
 	// Pool state (pool.go). key, schema, clean, owner, epoch and
 	// sameState are the holding session's while in use; inPool and idleAt
@@ -85,8 +88,20 @@ func (b *backend) sock() net.Conn {
 func (b *backend) reader() io.Reader {
 	if b.rd.c != b.conn {
 		b.rd = stickyReader{c: b.conn}
+		if b.sio != nil && b.sio.c == b.conn {
+			b.rd.r = b.sio
+		}
 	}
 	return &b.rd
+}
+
+// writer returns what commands are written to: the socket's sockIO, or
+// the connection.
+func (b *backend) writer() io.Writer {
+	if b.sio != nil && b.sio.c == b.conn {
+		return b.sio
+	}
+	return b.conn
 }
 
 // stickyReader reads from a backend connection and returns its first
@@ -97,6 +112,7 @@ func (b *backend) reader() io.Reader {
 // would be seen as a plain EOF.
 type stickyReader struct {
 	c   net.Conn
+	r   io.Reader // c, or its sockIO
 	err error
 }
 
@@ -105,7 +121,13 @@ func (r *stickyReader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	n, err := r.c.Read(p)
+	var n int
+	var err error
+	if r.r != nil {
+		n, err = r.r.Read(p)
+	} else {
+		n, err = r.c.Read(p)
+	}
 	if err != nil {
 		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 			r.err = err
@@ -290,6 +312,8 @@ func (s *session) dialAndLogin(t *target, snap *routeSnapshot, rc *runtimeConfig
 	be := &backend{conn: conn, fd: connFD(sock), t: t, threadID: threadID, tracked: tracked, globals: globals}
 	if conn != sock {
 		be.raw = sock
+	} else {
+		be.sio = newSockIO(conn)
 	}
 	if p := s.srv.backendCounter(t); p.wantLimits(time.Now()) {
 		// Before the setup, whose statements leave the state the session

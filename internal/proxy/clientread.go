@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // clientIn is a client read buffer: a bufio.Reader of clientReadBuf bytes
@@ -129,7 +130,13 @@ func (s *session) awaitCommand() bool {
 func (s *session) readIdle(fd uintptr) bool {
 	in := s.srv.clientIns.Get().(*clientIn)
 	for {
-		n, err := syscall.Read(int(fd), in.src.pre)
+		// A raw call, as sockIO's: the socket is non-blocking.
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&in.src.pre[0])), uintptr(len(in.src.pre)))
+		n := int(r)
+		var err error
+		if e != 0 {
+			n, err = -1, e
+		}
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -613,7 +613,7 @@ func (s *session) peekPayload(h mysqlproto.Header) []byte {
 // backend unchanged.
 func (s *session) forward() error {
 	for {
-		p, err := mysqlproto.CopyPacket(s.be.conn, s.cr)
+		p, err := mysqlproto.CopyPacket(s.be.writer(), s.cr)
 		if err != nil {
 			var we *mysqlproto.WriteError
 			if errors.As(err, &we) {

@@ -90,6 +90,9 @@ func (s *session) startCompression() {
 // client: as it is, or as compressed frames (one write either way).
 func (s *session) clientWrite(p []byte) (int, error) {
 	if s.z == nil {
+		if s.cio != nil && s.cio.c == s.client {
+			return s.cio.Write(p)
+		}
 		return s.client.Write(p)
 	}
 	return s.z.write(s.client, p, &s.srv.zpools)

@@ -72,6 +72,9 @@ type session struct {
 	idle   atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
 	log    sessionLog
 	z      *zlink // compressed protocol (compress.go); nil for uncompressed clients
+	// cio writes the client socket (sockio.go) while client is it (not
+	// TLS); nil if not a TCP socket.
+	cio *sockIO
 
 	// Negotiated at login.
 	caps      uint32
@@ -264,6 +267,7 @@ func newSession(s *Server, l *listener, c net.Conn) *session {
 			sess.raw, sess.readFn = raw, sess.readIdle
 		}
 	}
+	sess.cio = newSockIO(c)
 	return sess
 }
 
