@@ -297,7 +297,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 	}
 	var srv *proxy.Server
 	if runProxy {
-		setProcs(log, cfg.Proxy.GOMAXPROCS)
+		setProcs(log, cfg.Proxy.GOMAXPROCS, !runController && !embed)
 		srv, err = proxy.New(proxy.Options{Config: cfg, ID: id, Log: log.With("role", "proxy"), Registry: reg,
 			Descriptors: budget, ReservedDescriptors: reserve})
 		if err != nil {
@@ -315,7 +315,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				if err := srv.SetConfig(c); err != nil {
 					return err
 				}
-				setProcs(log, c.Proxy.GOMAXPROCS)
+				setProcs(log, c.Proxy.GOMAXPROCS, !runController && !embed)
 				return nil
 			},
 			PendingRestart: func(started, applied *config.Config) []string {

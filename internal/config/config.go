@@ -993,10 +993,13 @@ type ProxyConfig struct {
 	BackendAccounts BackendAccounts `yaml:"backend_accounts"`
 	// GOMAXPROCS is how many threads of the process running the proxy
 	// (`switchyard proxy`, or `switchyard up` with its controller and
-	// embedded etcd) execute Go code at once. 0 chooses: half the CPUs Go
-	// would use (the machine's, or the cgroup's CPU limit), at least 1,
-	// unless the GOMAXPROCS environment variable is set, which is then
-	// kept. Fewer than the CPUs costs less CPU per query: each session
+	// embedded etcd) execute Go code at once. 0 chooses: for `switchyard
+	// proxy` (the proxy alone in its process), half the CPUs Go would use
+	// (the machine's, or the cgroup's CPU limit), at least 1; for
+	// `switchyard up` and any process that also runs the controller or the
+	// embedded etcd, Go's default (every CPU), so probes, elections and the
+	// store never queue behind sessions for a processor. A GOMAXPROCS
+	// environment variable is kept. Fewer than the CPUs costs less CPU per query: each session
 	// waits twice per query (for the command, for the response) and every
 	// wake of a session with a processor idle starts a second thread
 	// looking for work; with one processor on 2 cores shared with the
