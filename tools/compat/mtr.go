@@ -182,17 +182,13 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 			if err := mtrReset(ctx, e, root); err != nil {
 				return r, err
 			}
-			if err := runMTROnce(ctx, e, t, mode.prefix, mode.flag, []string{name}, min(left, mtrTestTimeout), r); err != nil {
+			if err := runMTROnce(ctx, e, t, mode.prefix, mode.flag, []string{name}, min(left, e.mtrCaseTimeout+time.Minute), r); err != nil {
 				return r, err
 			}
 		}
 	}
 	return r, nil
 }
-
-// mtrTestTimeout bounds one test's mariadb-test-run (its own
-// --testcase-timeout is 2 minutes).
-const mtrTestTimeout = 3 * time.Minute
 
 // mtrReset gives the next mtr run a fresh server state (freshServer).
 func mtrReset(ctx context.Context, e *env, root *sql.DB) error {
@@ -228,7 +224,7 @@ func runMTROnce(ctx context.Context, e *env, t target, prefix, flag string, test
 	args := []string{"--extern", "host=" + t.host(), "--extern", "port=" + t.port(),
 		"--extern", "user=" + superUser, "--extern", "password=" + e.superPass,
 		"--vardir=" + vardir, "--force", "--max-test-fail=0", "--parallel=1",
-		"--testcase-timeout=2", "--suite-timeout=" + fmt.Sprint(max(1, int(limit.Minutes()))), "--nowarnings",
+		"--testcase-timeout=" + fmt.Sprint(max(1, int(e.mtrCaseTimeout.Minutes()))), "--suite-timeout=" + fmt.Sprint(max(1, int(limit.Minutes()))), "--nowarnings",
 		"--skip-test-list=/dev/null"}
 	if flag != "" {
 		args = append(args, flag)
