@@ -104,3 +104,63 @@ func TestChangeUserReleasesUserLock(t *testing.T) {
 		c2.Close()
 	}
 }
+
+// TestPooledSessionValuesAfterDirectSetGlobal: a SET GLOBAL sent to the
+// server without the proxy leaves the pooled connections with the old
+// value as their session value (here max_allowed_packet, whose session
+// value is read-only and taken at login or reset); the same SET GLOBAL sent
+// again through a listener, with the value the server already has, makes
+// the next session start from the server's globals, as a new direct
+// connection does. The compat runner's reset between MariaDB tests relies
+// on it (main.variables leaves max_allowed_packet at 1024).
+func TestPooledSessionValuesAfterDirectSetGlobal(t *testing.T) {
+	const admPW = "adm-pw-2"
+	h := newHarness(t, func(c *config.Config) {
+		c.Proxy.MaxConnectionsPerBackend = 2
+		c.Listeners = append(c.Listeners, config.Listener{Name: "rwtx", Address: "127.0.0.1:0",
+			Cluster: c.Listeners[0].Cluster, Role: config.RolePrimary, Pooling: config.PoolingTransaction})
+		c.Users = append(c.Users, config.User{Name: "adm", Password: admPW})
+	})
+	root := h.direct(0)
+	var orig string
+	if err := root.QueryRow("SELECT @@global.max_allowed_packet").Scan(&orig); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, root, "CREATE USER adm@'%' IDENTIFIED BY '"+admPW+"'")
+	mustExec(t, root, "GRANT ALL ON *.* TO adm@'%'")
+	t.Cleanup(func() { _, _ = root.Exec("SET GLOBAL max_allowed_packet=" + orig) })
+	node := h.c.Nodes[0].Name
+	for _, l := range []string{"rw", "rwtx"} {
+		addr := h.srv.ListenerAddr(l)
+		session := func() string {
+			t.Helper()
+			c, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "", 0, "")
+			if err != nil {
+				t.Fatalf("%s: login: %v", l, err)
+			}
+			defer c.Close()
+			return c.query("SELECT @@session.max_allowed_packet")[0][0]
+		}
+		adm, err := dialRaw(t, addr, "adm", admPW, "", 0, "")
+		if err != nil {
+			t.Fatalf("%s: adm login: %v", l, err)
+		}
+		// Through the proxy: pooled connections are reset for the new value.
+		adm.cmd(gmysql.COM_QUERY, []byte("SET GLOBAL max_allowed_packet=1024")...)
+		adm.expectOK()
+		if got := session(); got != "1024" {
+			t.Fatalf("%s: after SET GLOBAL max_allowed_packet=1024 through the proxy: session value %s", l, got)
+		}
+		h.waitIdle(node, 1)
+		// Direct: the pooled connection keeps 1024 (the proxy cannot see it).
+		mustExec(t, root, "SET GLOBAL max_allowed_packet="+orig)
+		// The same value again through the proxy: the next session has it.
+		adm.cmd(gmysql.COM_QUERY, []byte("SET GLOBAL max_allowed_packet="+orig)...)
+		adm.expectOK()
+		if got := session(); got != orig {
+			t.Errorf("%s: after a direct SET GLOBAL max_allowed_packet=%s repeated through the proxy: session value %s", l, orig, got)
+		}
+		adm.Close()
+		h.waitIdle(node, 1)
+	}
+}

@@ -90,7 +90,9 @@ type env struct {
 	gosql      gosqlOptions
 	mtrTests   string
 	mtrTimeout time.Duration
-	mtrTargets []string
+	// mtrCaseTimeout is mariadb-test-run's --testcase-timeout.
+	mtrCaseTimeout time.Duration
+	mtrTargets     []string
 	// cliDirect holds direct's normalised mariadb outputs, by test, for the listeners' to be compared with.
 	cliDirect map[string]string
 	// baselines holds, by suite, the server state its tests start from (freshServer).
@@ -139,12 +141,13 @@ func main() {
 	gtimeout := flag.Duration("gosqldriver-timeout", 10*time.Minute, "go test -timeout per target")
 	mtrTests := flag.String("mtr-tests", "", "mtr test names, space-separated (\"\" = the list in tools/compat/mtr-tests.txt)")
 	mtrTimeout := flag.Duration("mtr-timeout", 40*time.Minute, "time limit of mtr on one target (tests not started by then fail)")
+	mtrCaseTimeout := flag.Duration("mtr-testcase-timeout", 5*time.Minute, "time limit of one mtr test (mariadb-test-run --testcase-timeout, whole minutes); main.create_delayed took 58-103 s direct on a loaded 2-core machine and more than 2 min through a listener")
 	mtrTargets := flag.String("mtr-targets", "direct,session", "targets mtr runs on (each takes about 10 minutes on a loaded 2-core machine)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e := &env{log: log, keep: *keep, gosql: gosqlOptions{version: *version, skip: *gskip, timeout: *gtimeout},
-		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, mtrTargets: strings.Split(*mtrTargets, ","), cliDirect: map[string]string{}, baselines: map[string]*serverState{}}
+		mtrTests: *mtrTests, mtrTimeout: *mtrTimeout, mtrCaseTimeout: *mtrCaseTimeout, mtrTargets: strings.Split(*mtrTargets, ","), cliDirect: map[string]string{}, baselines: map[string]*serverState{}}
 	if *run != "" {
 		re, err := regexp.Compile(*run)
 		if err != nil {
@@ -267,6 +270,13 @@ func runCompat(e *env, dir, bin, suitesFlag, targetsFlag, cache, knownPath strin
 	// at run time and log in or change user to them (test_change_user,
 	// test_bug31669, main.change_user); the static users still come first.
 	cfg.Proxy.BackendAccounts.Enabled = true
+	// The backend login (TCP, greeting, TLS, authentication) within
+	// proxy.connect_timeout (1s by default): on the loaded shared machine
+	// a TLS handshake took longer (go-sql-driver TestCollation/cp1257_bin
+	// got 1105 "TLS handshake failed: i/o timeout" through pooling:
+	// session, load average 40-50), while a direct client's login has no
+	// such bound.
+	cfg.Proxy.ConnectTimeout = config.Duration(10 * time.Second)
 	cfg.Clusters[0].TLS = config.ClusterTLS{Enabled: true, CAFile: c.TLS().CA, Verify: config.VerifyFull}
 	data, err := cfg.Marshal()
 	if err != nil {

@@ -161,7 +161,7 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 		if tests == nil {
 			// -mtr-tests all: the whole main suite in one run (state
 			// left by one test reaches the next).
-			if err := mtrReset(ctx, e, root); err != nil {
+			if err := mtrReset(ctx, e, root, t); err != nil {
 				return r, err
 			}
 			if err := runMTROnce(ctx, e, t, mode.prefix, mode.flag, nil, time.Until(deadline), r); err != nil {
@@ -179,10 +179,10 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 				r.set(mode.prefix+name, statusFail, fmt.Sprintf("not run: the mtr time limit (-mtr-timeout %s) was used up", e.mtrTimeout))
 				continue
 			}
-			if err := mtrReset(ctx, e, root); err != nil {
+			if err := mtrReset(ctx, e, root, t); err != nil {
 				return r, err
 			}
-			if err := runMTROnce(ctx, e, t, mode.prefix, mode.flag, []string{name}, min(left, mtrTestTimeout), r); err != nil {
+			if err := runMTROnce(ctx, e, t, mode.prefix, mode.flag, []string{name}, min(left, e.mtrCaseTimeout+time.Minute), r); err != nil {
 				return r, err
 			}
 		}
@@ -190,18 +190,14 @@ func runMTR(ctx context.Context, e *env, t target) (result, error) {
 	return r, nil
 }
 
-// mtrTestTimeout bounds one test's mariadb-test-run (its own
-// --testcase-timeout is 2 minutes).
-const mtrTestTimeout = 3 * time.Minute
-
 // mtrReset gives the next mtr run a fresh server state (freshServer).
-func mtrReset(ctx context.Context, e *env, root *sql.DB) error {
+func mtrReset(ctx context.Context, e *env, root *sql.DB, t target) error {
 	conn, err := root.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("reset before mtr: %w", err)
 	}
 	defer conn.Close()
-	if err := e.freshServer(ctx, "mtr", conn); err != nil {
+	if err := e.freshServer(ctx, "mtr", conn, t); err != nil {
 		return fmt.Errorf("reset before mtr: %w", err)
 	}
 	return nil
@@ -228,7 +224,7 @@ func runMTROnce(ctx context.Context, e *env, t target, prefix, flag string, test
 	args := []string{"--extern", "host=" + t.host(), "--extern", "port=" + t.port(),
 		"--extern", "user=" + superUser, "--extern", "password=" + e.superPass,
 		"--vardir=" + vardir, "--force", "--max-test-fail=0", "--parallel=1",
-		"--testcase-timeout=2", "--suite-timeout=" + fmt.Sprint(max(1, int(limit.Minutes()))), "--nowarnings",
+		"--testcase-timeout=" + fmt.Sprint(max(1, int(e.mtrCaseTimeout.Minutes()))), "--suite-timeout=" + fmt.Sprint(max(1, int(limit.Minutes()))), "--nowarnings",
 		"--skip-test-list=/dev/null"}
 	if flag != "" {
 		args = append(args, flag)
@@ -324,13 +320,13 @@ func runMTROnce(ctx context.Context, e *env, t target, prefix, flag string, test
 // clientTestReset gives the next mariadb-client-test a fresh server state
 // (freshServer): test_bug31669 deletes its account from mysql.user without
 // FLUSH PRIVILEGES, which made its next run (on the next target) fail.
-func clientTestReset(ctx context.Context, e *env, root *sql.DB) error {
+func clientTestReset(ctx context.Context, e *env, root *sql.DB, t target) error {
 	conn, err := root.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("reset before mariadb-client-test: %w", err)
 	}
 	defer conn.Close()
-	if err := e.freshServer(ctx, "clienttest", conn); err != nil {
+	if err := e.freshServer(ctx, "clienttest", conn, t); err != nil {
 		return fmt.Errorf("reset before mariadb-client-test: %w", err)
 	}
 	return nil
@@ -368,7 +364,7 @@ func runClientTest(ctx context.Context, e *env, t target) (result, error) {
 		if _, err := root.ExecContext(ctx, "DROP DATABASE IF EXISTS client_test_db"); err != nil {
 			return result{}, fmt.Errorf("drop client_test_db: %w", err)
 		}
-		if err := clientTestReset(ctx, e, root); err != nil {
+		if err := clientTestReset(ctx, e, root, t); err != nil {
 			return result{}, err
 		}
 		tctx, cancel := context.WithTimeout(ctx, clientTestTimeout)

@@ -56,17 +56,19 @@ func takeServerState(ctx context.Context, conn *sql.Conn) (*serverState, error) 
 // leaves the server's in-memory accounts out of step with its tables),
 // databases created since are dropped and test is emptied, and global
 // variables that differ are set back. It returns what it changed, for the
-// log; statements the server refuses are skipped.
-func resetServer(ctx context.Context, conn *sql.Conn, base *serverState) ([]string, error) {
+// log, and the SET GLOBAL statements among them; statements the server
+// refuses are skipped.
+func resetServer(ctx context.Context, conn *sql.Conn, base *serverState) (done, globals []string, err error) {
 	now, err := takeServerState(ctx, conn)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var done []string
-	exec := func(q string) {
-		if _, err := conn.ExecContext(ctx, q); err == nil {
-			done = append(done, oneLine(q, 80))
+	exec := func(q string) bool {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return false
 		}
+		done = append(done, oneLine(q, 80))
+		return true
 	}
 	exec("SET SESSION sql_log_bin=0")
 	for acc := range now.accounts {
@@ -79,10 +81,10 @@ func resetServer(ctx context.Context, conn *sql.Conn, base *serverState) ([]stri
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "DELETE FROM mysql.global_priv WHERE User = ''"); err != nil {
-		return done, fmt.Errorf("drop anonymous accounts: %w", err)
+		return done, nil, fmt.Errorf("drop anonymous accounts: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, "FLUSH PRIVILEGES"); err != nil {
-		return done, fmt.Errorf("flush privileges: %w", err)
+		return done, nil, fmt.Errorf("flush privileges: %w", err)
 	}
 	for db := range now.databases {
 		if !base.databases[db] {
@@ -93,19 +95,21 @@ func resetServer(ctx context.Context, conn *sql.Conn, base *serverState) ([]stri
 	}
 	if base.databases["test"] {
 		if err := dropDatabase(ctx, conn, "test"); err != nil {
-			return done, fmt.Errorf("empty the test database: %w", err)
+			return done, nil, fmt.Errorf("empty the test database: %w", err)
 		}
 		if _, err := conn.ExecContext(ctx, "CREATE DATABASE test"); err != nil {
-			return done, fmt.Errorf("empty the test database: %w", err)
+			return done, nil, fmt.Errorf("empty the test database: %w", err)
 		}
 	}
 	for name, v := range base.globals {
 		if now.globals[name] == v || skipGlobal(name) {
 			continue
 		}
-		exec("SET GLOBAL " + name + " = " + sqlValue(v))
+		if q := "SET GLOBAL " + name + " = " + sqlValue(v); exec(q) {
+			globals = append(globals, q)
+		}
 	}
-	return done, nil
+	return done, globals, nil
 }
 
 // dropDatabase drops db; when the server cannot remove its directory
@@ -178,8 +182,16 @@ func sqlValue(v string) string {
 }
 
 // freshServer resets the node before one test of suite (resetServer) to
-// the state taken before that suite's first test.
-func (e *env) freshServer(ctx context.Context, suite string, conn *sql.Conn) error {
+// the state taken before that suite's first test, for a test on target t.
+// The reset runs on a direct root connection, which the proxy does not
+// see: connections it pooled while a test's SET GLOBAL was in force keep
+// those values as their session values (max_allowed_packet 1024 after
+// main.variables) until a SET GLOBAL relayed through the proxy makes it
+// reset them at checkout (README "Connection pooling"). So on a listener
+// the reset's SET GLOBAL statements are sent again through it (same
+// values): the pool then starts the test from the server's globals, as
+// every new direct connection does.
+func (e *env) freshServer(ctx context.Context, suite string, conn *sql.Conn, t target) error {
 	base := e.baselines[suite]
 	if base == nil {
 		st, err := takeServerState(ctx, conn)
@@ -189,9 +201,25 @@ func (e *env) freshServer(ctx context.Context, suite string, conn *sql.Conn) err
 		e.baselines[suite] = st
 		return nil
 	}
-	done, err := resetServer(ctx, conn, base)
+	done, globals, err := resetServer(ctx, conn, base)
 	if len(done) > 1 {
 		e.log.Debug("server state reset", "suite", suite, "statements", strings.Join(done[1:], "; "))
 	}
-	return err
+	if err != nil || len(globals) == 0 || t.name == "direct" {
+		return err
+	}
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = superUser, e.superPass, "tcp", t.addr
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, q := range globals {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			e.log.Warn("reset: SET GLOBAL through the listener failed; its pool may keep old values", "target", t.name, "statement", oneLine(q, 80), "err", err)
+			return nil
+		}
+	}
+	return nil
 }
