@@ -76,6 +76,10 @@ type Controller struct {
 	// stepHook, when set (tests only), runs before each failover step.
 	stepHook func(ctx context.Context, step string)
 
+	// handled is the memory of the operator requests handled within
+	// RequestMaxAge, across terms (replay.go).
+	handled handledSet
+
 	// agg aggregates the warnings every round repeats while a condition
 	// lasts (warnRepeated).
 	agg *logx.Aggregator
