@@ -188,3 +188,5 @@ func VerifyDocument(domain string, value []byte) error {
 	_, err := kr.Verify(domain, value)
 	return err
 }
+
+func errorsIsIntegrity(err error) bool { return errors.Is(err, ErrIntegrity) }
