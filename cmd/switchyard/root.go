@@ -25,6 +25,9 @@ type globalFlags struct {
 	etcdPrefix    string
 	logLevel      string
 	logFormat     string
+	// store security without a config file (or overriding its etcd
+	// section): storeflags.go.
+	store storeFlags
 }
 
 func newRootCmd() *cobra.Command {
@@ -48,6 +51,7 @@ Operator commands find the topology store from --config (the same file
 	pf.StringVarP(&g.configPath, "config", "c", "", "path of switchyard.yaml (default $SWITCHYARD_CONFIG, else ./switchyard.yaml, else ./.sandbox/switchyard.yaml)")
 	pf.StringSliceVar(&g.etcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (host:port, comma separated); overrides the config's etcd section")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", "", "key prefix in etcd (default from config, else /switchyard)")
+	g.store.register(pf)
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 
@@ -172,7 +176,8 @@ func (g *globalFlags) openStore(ctx context.Context, log *slog.Logger) (topo.Sto
 		return nil, topo.Keys{}, err
 	}
 	opts := topo.EtcdOptions{Endpoints: t.endpoints, DialTimeout: t.dial, Log: log}
-	if err := secureStoreOptions(t.cfg, &opts); err != nil {
+	noteUnverifiedSigned()
+	if err := secureStoreOptions(g.store.apply(t.cfg), &opts); err != nil {
 		return nil, topo.Keys{}, err
 	}
 	st, err := topo.NewEtcd(opts)

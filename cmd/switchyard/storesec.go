@@ -15,6 +15,7 @@ import (
 // keyring. Errors name the config field.
 func secureStoreOptions(cfg *config.Config, o *topo.EtcdOptions) error {
 	if cfg == nil {
+		topo.SetIntegrity(nil)
 		return nil
 	}
 	tc, err := cfg.EtcdTLSConfig()

@@ -194,7 +194,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		prefix = "/switchyard"
 	}
 	etcdOpts := topo.EtcdOptions{Endpoints: endpoints, DialTimeout: dial, Log: log}
-	if err := secureStoreOptions(cfg, &etcdOpts); err != nil {
+	if err := secureStoreOptions(g.store.apply(cfg), &etcdOpts); err != nil {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
 	if cfg != nil {

@@ -380,8 +380,7 @@ func (a *api) events(_ http.ResponseWriter, r *http.Request, _ principal) (any, 
 	}
 	evs := make([]topo.Event, 0, len(kvs))
 	for _, kv := range kvs {
-		var ev topo.Event
-		if json.Unmarshal(kv.Value, &ev) == nil {
+		if ev, err := topo.DecodeEvent(kv.Value); err == nil {
 			evs = append(evs, ev)
 		}
 	}
@@ -461,8 +460,8 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request, _ principal) (
 			if ev.Type != topo.EventPut {
 				continue
 			}
-			var te topo.Event
-			if json.Unmarshal(ev.KV.Value, &te) != nil {
+			te, err := topo.DecodeEvent(ev.KV.Value)
+			if err != nil {
 				continue
 			}
 			if _, err := fmt.Fprintf(w, "event: event\ndata: %s\n\n", mustJSON(te)); err != nil {

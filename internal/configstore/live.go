@@ -59,9 +59,9 @@ func ReadLive(ctx context.Context, st topo.Store, keys topo.Keys) (config.Live, 
 		return live, fmt.Errorf("configstore: read proxy registrations: %w", err)
 	}
 	for _, kv := range pkvs {
-		var p topo.ProxyRegistration
-		if json.Unmarshal(kv.Value, &p) != nil {
-			continue
+		p, err := topo.DecodeProxyRegistration(kv.Value)
+		if err != nil || p.Unverified != "" {
+			continue // unreadable, or not written by a proxy holding the integrity key
 		}
 		if p.Sessions == nil {
 			id := p.ID

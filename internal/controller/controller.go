@@ -76,6 +76,16 @@ type Controller struct {
 	// stepHook, when set (tests only), runs before each failover step.
 	stepHook func(ctx context.Context, step string)
 
+	// handled is the memory of the operator requests handled within
+	// RequestMaxAge, across terms (replay.go).
+	handled handledSet
+
+	// drainedGood is the last drained nodes document that verified, by
+	// cluster; drainedBad the version of the refused one already logged.
+	drainedMu   sync.Mutex
+	drainedGood map[string]topo.DrainedNodes
+	drainedBad  map[string]topo.Version
+
 	// agg aggregates the warnings every round repeats while a condition
 	// lasts (warnRepeated).
 	agg *logx.Aggregator

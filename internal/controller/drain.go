@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -211,7 +210,7 @@ func setDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster, nod
 		} else {
 			delete(d.Nodes, node)
 		}
-		_, err = topo.PutJSON(ctx, st, keys.Drained(cluster), d, v)
+		err = writeDrained(ctx, st, keys, cluster, d, v)
 		if err == nil {
 			return nil
 		}
@@ -233,7 +232,7 @@ func NodeSessions(ctx context.Context, st topo.Store, keys topo.Keys, cluster, n
 	var by []string
 	for _, kv := range kvs {
 		var reg topo.ProxyRegistration
-		if json.Unmarshal(kv.Value, &reg) != nil {
+		if decodeRegistration(kv.Value, &reg) != nil {
 			continue
 		}
 		for _, b := range reg.BackendSessions {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,7 +67,7 @@ func (e *eventLog) emit(ctx context.Context, ev topo.Event) error {
 	}
 	e.t.log.Log(ctx, level, ev.Message, "cluster", ev.Cluster, "event", ev.Kind, "code", ev.Code, "node", ev.Node, "epoch", ev.Epoch)
 	c.metrics.events.WithLabelValues(ev.Cluster, ev.Kind).Inc()
-	data, err := json.Marshal(ev)
+	data, err := topo.EncodeEvent(&ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
@@ -164,8 +163,7 @@ func ListEvents(ctx context.Context, st topo.Store, keys topo.Keys, cluster stri
 	}
 	out := make([]topo.Event, 0, len(kvs))
 	for _, kv := range kvs {
-		var ev topo.Event
-		if json.Unmarshal(kv.Value, &ev) == nil {
+		if ev, err := topo.DecodeEvent(kv.Value); err == nil {
 			out = append(out, ev)
 		}
 	}

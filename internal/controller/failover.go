@@ -411,7 +411,7 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 	if op := f.probes[f.old]; !f.o.auto && complete(op) && !op.ReadOnly && !op.Replicating {
 		healthy = fmt.Sprintf("primary %s is healthy and reachable: use `switchyard switchover` (or --force --reason to fail over anyway)", f.old)
 	}
-	drained, _, err := drainedNodes(ctx, t.c.store, t.c.keys, f.cl.Name)
+	drained, _, err := t.c.drained(ctx, f.cl.Name)
 	if err != nil {
 		return "", fmt.Errorf("read drained nodes: %w", err)
 	}
@@ -603,7 +603,11 @@ func (f *failoverRun) waitProxies(ctx context.Context) (string, error) {
 			id := strings.TrimPrefix(kv.Key, t.c.keys.Proxies())
 			live[id] = true
 			var reg topo.ProxyRegistration
-			if decodeJSON(kv.Value, &reg) != nil {
+			if err := decodeRegistration(kv.Value, &reg); err != nil {
+				if errors.Is(err, topo.ErrIntegrity) {
+					delete(live, id) // not written by a proxy holding the key: not waited for
+					continue
+				}
 				waiting = append(waiting, id+" (unreadable registration)")
 				continue
 			}

@@ -378,7 +378,7 @@ func (f *failoverRun) proxiesOnEpoch(ctx context.Context) (string, error) {
 		on := 0
 		for _, kv := range kvs {
 			var reg topo.ProxyRegistration
-			if decodeJSON(kv.Value, &reg) == nil && reg.Epochs[f.cl.Name] >= f.toEpoch {
+			if decodeRegistration(kv.Value, &reg) == nil && reg.Epochs[f.cl.Name] >= f.toEpoch {
 				on++
 			}
 		}

@@ -219,7 +219,7 @@ func (t *term) reportFailsafe(ctx context.Context) {
 
 func (t *term) failsafeEvents(ctx context.Context, prefix string, kv topo.KV) {
 	var reg topo.ProxyRegistration
-	if decodeJSON(kv.Value, &reg) != nil || len(reg.Failsafe) == 0 {
+	if decodeRegistration(kv.Value, &reg) != nil || len(reg.Failsafe) == 0 {
 		return
 	}
 	id := strings.TrimPrefix(kv.Key, prefix)

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -125,7 +124,7 @@ func (s *switchover) waitProxies(ctx context.Context, bound time.Duration) (prox
 	regs := map[string]topo.ProxyRegistration{}
 	put := func(kv topo.KV) {
 		var reg topo.ProxyRegistration
-		if json.Unmarshal(kv.Value, &reg) == nil {
+		if decodeRegistration(kv.Value, &reg) == nil {
 			regs[strings.TrimPrefix(kv.Key, prefix)] = reg
 		}
 	}
@@ -212,18 +211,85 @@ func (s *switchover) drain(ctx context.Context) (string, error) {
 }
 
 // drainedNodes reads the cluster's drained nodes (none when the document
-// is absent).
+// is absent). With an integrity keyring, a document whose MAC does not
+// verify counts as none (its version is returned, so the next drain or
+// undrain replaces it with a signed one); the controller leader uses
+// Controller.drained instead, which keeps the last verified document.
 func drainedNodes(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) (topo.DrainedNodes, topo.Version, error) {
-	var d topo.DrainedNodes
-	v, err := topo.GetJSON(ctx, st, keys.Drained(cluster), &d)
+	d, v, verr, err := readDrained(ctx, st, keys, cluster)
+	if verr != nil {
+		return topo.DrainedNodes{Cluster: cluster}, v, nil
+	}
+	return d, v, err
+}
+
+// readDrained reads the cluster's drained nodes document: verr (wrapping
+// topo.ErrIntegrity) when its MAC does not verify, d then being empty.
+func readDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster string) (d topo.DrainedNodes, v topo.Version, verr, err error) {
+	kv, err := st.Get(ctx, keys.Drained(cluster))
 	if errors.Is(err, topo.ErrNotFound) {
-		return topo.DrainedNodes{Cluster: cluster}, 0, nil
+		return topo.DrainedNodes{Cluster: cluster}, 0, nil, nil
 	}
 	if err != nil {
-		return d, 0, err
+		return d, 0, nil, err
+	}
+	d, err = topo.DecodeDrained(kv.Value)
+	if errors.Is(err, topo.ErrIntegrity) {
+		return topo.DrainedNodes{Cluster: cluster}, kv.Version, err, nil
+	}
+	if err != nil {
+		return d, 0, nil, fmt.Errorf("topo: %s: %w", kv.Key, err)
 	}
 	d.Cluster = cluster
-	return d, v, nil
+	return d, kv.Version, nil, nil
+}
+
+// writeDrained writes d (signed with the integrity keyring, when set) with
+// compare-and-swap on version v (0: create).
+func writeDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster string, d topo.DrainedNodes, v topo.Version) error {
+	b, err := topo.EncodeDrained(&d)
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		_, err = st.Create(ctx, keys.Drained(cluster), b)
+	} else {
+		_, err = st.Update(ctx, keys.Drained(cluster), b, v)
+	}
+	return err
+}
+
+// drained is drainedNodes for the controller: a document whose MAC does
+// not verify is ignored (the last verified one of this process stands, so
+// a forged drain or undrain changes no candidate choice), counted in
+// switchyard_controller_drained_rejected_total and logged at ERROR once
+// per document.
+func (c *Controller) drained(ctx context.Context, cluster string) (topo.DrainedNodes, topo.Version, error) {
+	d, v, verr, err := readDrained(ctx, c.store, c.keys, cluster)
+	if err != nil {
+		return d, v, err
+	}
+	c.drainedMu.Lock()
+	defer c.drainedMu.Unlock()
+	if c.drainedGood == nil {
+		c.drainedGood, c.drainedBad = map[string]topo.DrainedNodes{}, map[string]topo.Version{}
+	}
+	if verr == nil {
+		c.drainedGood[cluster] = d
+		delete(c.drainedBad, cluster)
+		return d, v, nil
+	}
+	if c.drainedBad[cluster] != v {
+		c.drainedBad[cluster] = v
+		c.metrics.drainedRejected.WithLabelValues(cluster).Inc()
+		c.log.Error("the drained nodes document in the store fails its integrity check; it is ignored and the last verified one stands",
+			"cluster", cluster, "err", verr)
+	}
+	good, ok := c.drainedGood[cluster]
+	if !ok {
+		good = topo.DrainedNodes{Cluster: cluster}
+	}
+	return good, v, nil
 }
 
 // withoutDrained returns a copy of cl where drained nodes may not be

@@ -34,7 +34,7 @@ type term struct {
 	clusters map[string]*clusterRun
 
 	queue  chan string // request keys to look at
-	queued sync.Map    // request key → struct{}
+	queued sync.Map    // request key → time.Time it was first seen
 
 	fo *termFailover // failure detection, policy and events (observe.go, policy.go)
 
@@ -191,7 +191,7 @@ func (t *term) proxiesEpoch(ctx context.Context, cluster string) int64 {
 	var most int64
 	for _, kv := range kvs {
 		var reg topo.ProxyRegistration
-		if decodeJSON(kv.Value, &reg) == nil {
+		if decodeRegistration(kv.Value, &reg) == nil {
 			most = max(most, reg.Epochs[cluster])
 		}
 	}

@@ -199,7 +199,7 @@ func (t *term) serveNodeMaintenance(ctx context.Context, req *topo.Request, on b
 		primary, epoch = cr.state.Primary, cr.state.Epoch
 	}
 	cr.mu.Unlock()
-	d, _, err := drainedNodes(ctx, t.c.store, t.c.keys, cl.Name)
+	d, _, err := t.c.drained(ctx, cl.Name)
 	if err != nil {
 		req.Message = "read drained nodes: " + err.Error()
 		return false
@@ -264,7 +264,7 @@ func putDrained(ctx context.Context, st topo.Store, keys topo.Keys, cluster, nod
 			d.Nodes = map[string]topo.DrainRecord{}
 		}
 		d.Nodes[node] = rec
-		_, err = topo.PutJSON(ctx, st, keys.Drained(cluster), d, v)
+		err = writeDrained(ctx, st, keys, cluster, d, v)
 		if err == nil {
 			return nil
 		}
@@ -299,7 +299,7 @@ func (t *term) expireMaintenance(ctx context.Context, cluster string, cr *cluste
 			t.log.Warn("cannot turn off expired maintenance", "cluster", cluster, "err", err)
 		}
 	}
-	d, v, err := drainedNodes(ctx, t.c.store, t.c.keys, cluster)
+	d, v, err := t.c.drained(ctx, cluster)
 	if err != nil || len(d.Nodes) == 0 {
 		return
 	}
@@ -317,7 +317,7 @@ func (t *term) expireMaintenance(ctx context.Context, cluster string, cr *cluste
 		old[name] = d.Nodes[name]
 		delete(d.Nodes, name)
 	}
-	if _, err := topo.PutJSON(ctx, t.c.store, t.c.keys.Drained(cluster), d, v); err != nil {
+	if err := writeDrained(ctx, t.c.store, t.c.keys, cluster, d, v); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, topo.ErrBadVersion) {
 			t.log.Warn("cannot remove expired node maintenance", "cluster", cluster, "err", err)
 		}

@@ -33,6 +33,9 @@ type metrics struct {
 	// stateRejected counts cluster states read from the store that failed
 	// topo.CheckState and were not adopted.
 	stateRejected *prometheus.CounterVec
+	// drainedRejected counts drained nodes documents whose MAC did not
+	// verify (ignored).
+	drainedRejected *prometheus.CounterVec
 
 	// Write-path health and durability (health.go, durability.go).
 	heartbeats       *prometheus.CounterVec
@@ -98,6 +101,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_controller_cluster_state_rejected_total",
 			Help: "Cluster states read from the store that no controller could have written (unparsable, epoch going back, primary dropped outside a failover, unknown nodes), by cluster; never adopted.",
 		}, []string{"cluster"}),
+		drainedRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_controller_drained_rejected_total",
+			Help: "Drained nodes documents read from the store whose integrity MAC did not verify (written without the integrity key), by cluster; ignored, the last verified one stands.",
+		}, []string{"cluster"}),
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_controller_heartbeats_total",
 			Help: "Heartbeat writes on the primary by cluster and result (ok, timeout, lock_wait, pending, disk_full, read_only, denied, error).",
@@ -162,7 +169,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.primaryDeclaredLost, m.events, m.stateRejected,
+	for _, c := range []prometheus.Collector{m.probes, m.probeLatency, m.leader, m.switchovers, m.publishes, m.failovers, m.primaryDeclaredLost, m.events, m.stateRejected, m.drainedRejected,
 		m.heartbeats, m.heartbeatLatency, m.loginRefusals, m.findings, m.durabilityOK, m.durabilityDrift,
 		m.nodeUp, m.nodeRole, m.nodeReadOnly, m.nodeLag, m.epoch, m.maintenance, m.autoFailover, m.blocked, m.primaryKnown} {
 		if err := reg.Register(c); err != nil {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,7 +248,7 @@ func (t *term) watchProxies(ctx context.Context) {
 // unreachable for that proxy (a sign of trouble).
 func (f *termFailover) putProxy(prefix string, kv topo.KV) bool {
 	var reg topo.ProxyRegistration
-	if json.Unmarshal(kv.Value, &reg) != nil {
+	if decodeRegistration(kv.Value, &reg) != nil {
 		return false
 	}
 	id := strings.TrimPrefix(kv.Key, prefix)

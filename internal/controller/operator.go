@@ -20,6 +20,23 @@ func knownRequestKind(k string) bool { return slices.Contains(requestKinds, k) }
 
 func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
 
+// decodeRegistration decodes a proxy registration the controller acts on
+// (failure detection, switchover acknowledgements, epochs, sessions):
+// with an integrity keyring, one whose MAC does not verify is an error
+// like one that does not decode, so a registration written by someone
+// without the key never counts.
+func decodeRegistration(b []byte, reg *topo.ProxyRegistration) error {
+	r, err := topo.DecodeProxyRegistration(b)
+	if err != nil {
+		return err
+	}
+	if r.Unverified != "" {
+		return fmt.Errorf("proxy registration %s: %w", r.ID, topo.ErrIntegrity)
+	}
+	*reg = r
+	return nil
+}
+
 // FailoverOptions are the operator's choices for RequestFailover.
 type FailoverOptions struct {
 	// Target is the node to promote ("" lets the controller choose the most

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -92,7 +91,7 @@ func RecordEvent(ctx context.Context, st topo.Store, keys topo.Keys, by string, 
 	ev.At = time.Now().UTC()
 	ev.ID = topo.EventID(ev.At, recordSeq.Add(1))
 	ev.Leader = by
-	data, err := json.Marshal(ev)
+	data, err := topo.EncodeEvent(&ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}

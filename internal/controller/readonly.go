@@ -34,7 +34,7 @@ func (t *term) noWritablePrimary(ctx context.Context, cfg *config.Config, cl *co
 	}
 	why := ""
 	n := cl.Node(f.Node)
-	drained, _, derr := drainedNodes(ctx, t.c.store, t.c.keys, cl.Name)
+	drained, _, derr := t.c.drained(ctx, cl.Name)
 	_, isDrained := drained.Nodes[f.Node]
 	switch {
 	case n == nil:

@@ -242,7 +242,7 @@ func (t *term) notice(ctx context.Context, kv topo.KV, termStart bool) {
 	}
 	switch req.State {
 	case topo.RequestPending:
-		if _, dup := t.queued.LoadOrStore(kv.Key, struct{}{}); dup {
+		if _, dup := t.queued.LoadOrStore(kv.Key, t.c.now()); dup {
 			return
 		}
 		select {
@@ -269,13 +269,20 @@ func (t *term) serveRequests(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case key := <-t.queue:
-			t.serveRequest(ctx, key)
+			noticed := t.c.now()
+			if v, ok := t.queued.Load(key); ok {
+				noticed = v.(time.Time)
+			}
+			t.serveRequest(ctx, key, noticed)
 			t.queued.Delete(key)
 		}
 	}
 }
 
-func (t *term) serveRequest(ctx context.Context, key string) {
+// serveRequest looks at the request under key, first seen (queued) at
+// noticed, and acts on it if it is pending, verifies and is not a replay
+// (admitRequest).
+func (t *term) serveRequest(ctx context.Context, key string, noticed time.Time) {
 	kv, err := t.c.store.Get(ctx, key)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -294,6 +301,18 @@ func (t *term) serveRequest(ctx context.Context, key string) {
 	}
 	if err != nil {
 		t.refuseUnverified(ctx, key, cluster, req, kv.Version, err)
+		return
+	}
+	if err := t.admitRequest(ctx, req, noticed); err != nil {
+		if errors.Is(err, errReplay) {
+			t.refuseReplay(ctx, key, cluster, req, kv.Version, err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		req.Message = fmt.Sprintf("not acted on: %v (with an integrity key the leader records every request it handles before acting on it, so that a copy written back is refused); submit it again", err)
+		t.finishRequest(ctx, key, &req, kv.Version, topo.RequestFailed)
 		return
 	}
 	switch {
@@ -318,6 +337,20 @@ func (t *term) serveRequest(ctx context.Context, key string) {
 func (t *term) refuseUnverified(ctx context.Context, key, cluster string, req topo.Request, version topo.Version, cause error) {
 	msg := fmt.Sprintf("the MAC of operator request %s (%s) did not verify, so it was not acted on: %v; "+
 		"requests must be written by switchyard with the store integrity key", orDash(req.ID), orDash(req.Kind), cause)
+	t.refuseRequest(ctx, key, cluster, req, version, msg)
+}
+
+// refuseReplay answers a verified pending request that admitRequest
+// refused (too old, or already handled) like refuseUnverified.
+func (t *term) refuseReplay(ctx context.Context, key, cluster string, req topo.Request, version topo.Version, cause error) {
+	msg := fmt.Sprintf("operator request %s (%s) is a replay, so it was not acted on: %v; "+
+		"submit a new request", orDash(req.ID), orDash(req.Kind), cause)
+	t.refuseRequest(ctx, key, cluster, req, version, msg)
+}
+
+// refuseRequest records the event request_integrity with msg (logged at
+// ERROR) and finishes the request Failed with result refused.
+func (t *term) refuseRequest(ctx context.Context, key, cluster string, req topo.Request, version topo.Version, msg string) {
 	if err := t.fo.events.emit(ctx, topo.Event{Cluster: cluster, Kind: topo.EventAlarm, Code: "request_integrity",
 		Node: req.Target, Message: msg}); err != nil && ctx.Err() == nil {
 		t.log.Warn("cannot write event", "err", err)

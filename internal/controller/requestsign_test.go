@@ -145,3 +145,164 @@ func TestSignedRequests(t *testing.T) {
 	}
 	waitMem(t, st, "maintenance off", func(s topo.ClusterState) bool { return s.Maintenance == nil })
 }
+
+// TestReplayedRequestRefused: with an integrity keyring, a signed request
+// that was carried out and is written back as pending (over its finished
+// document, or after it was deleted) is refused as a replay, also by a new
+// leader after the first one stopped; a signed request older than
+// RequestMaxAge is refused; a fresh signed request is still carried out.
+func TestReplayedRequestRefused(t *testing.T) {
+	kr, err := topo.NewKeyring([]byte("replay-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.SetIntegrity(kr)
+	t.Cleanup(func() { topo.SetIntegrity(nil) })
+	eps := topotest.StartEtcd(t)
+	st := topotest.Connect(t, eps)
+	cfg := unreachableConfig(t)
+	s0 := withNodes(cfg, topo.ClusterState{Cluster: "main", Primary: "node1", Epoch: 3, Phase: topo.PhaseStable})
+	b, err := topo.EncodeState(&s0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := st.Create(ctx, testKeys.ClusterState("main"), b); err != nil {
+		t.Fatal(err)
+	}
+	_, stopA := start(t, cfg, st, "ctl-a")
+	waitMem(t, st, "the leader's state", func(s topo.ClusterState) bool { return s.Leader == "ctl-a" })
+
+	on := func() {
+		t.Helper()
+		if _, err := RequestMaintenance(ctx, st, testKeys, "main", MaintenanceOptions{On: true, Reason: "kernel upgrade", By: "op@test"}); err != nil {
+			t.Fatalf("signed maintenance on: %v", err)
+		}
+		waitMem(t, st, "maintenance on", func(s topo.ClusterState) bool { return s.Maintenance != nil })
+	}
+	finishedAs := func(what, id string, want func(topo.Request) bool) topo.Request {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			r, err := LookupRequest(ctx, st, testKeys, "main", id)
+			if err == nil && (r.State == topo.RequestDone || r.State == topo.RequestFailed) && r.UpdatedAt.After(r.CreatedAt) {
+				if !want(r) {
+					t.Fatalf("%s: finished %+v", what, r)
+				}
+				return r
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not finished within 20s: %+v %v", what, r, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	refusedAsReplay := func(r topo.Request) bool {
+		return r.State == topo.RequestFailed && r.Result == topo.RequestResultRefused &&
+			strings.Contains(r.Message, "is a replay, so it was not acted on")
+	}
+	on()
+
+	// The CLI's signed "maintenance off", carried out.
+	now := time.Now().UTC()
+	off := topo.Request{ID: newRequestID(now), Kind: topo.RequestMaintenance, Cluster: "main", Action: "off", By: "op@test",
+		State: topo.RequestPending, CreatedAt: now, UpdatedAt: now}
+	offDoc, err := topo.EncodeRequest(&off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := testKeys.Request("main", off.ID)
+	if _, err := st.Create(ctx, key, offDoc); err != nil {
+		t.Fatal(err)
+	}
+	finishedAs("signed maintenance off", off.ID, func(r topo.Request) bool { return r.State == topo.RequestDone })
+	waitMem(t, st, "maintenance off", func(s topo.ClusterState) bool { return s.Maintenance == nil })
+	on()
+
+	// Written back over its finished document.
+	kv, err := st.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Update(ctx, key, offDoc, kv.Version); err != nil {
+		t.Fatal(err)
+	}
+	finishedAs("replay over the finished request", off.ID, refusedAsReplay)
+	// Written back after it was deleted.
+	if err := st.Delete(ctx, key, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, key, offDoc); err != nil {
+		t.Fatal(err)
+	}
+	finishedAs("replay after the delete", off.ID, refusedAsReplay)
+
+	// A new leader (a fresh process memory) knows it from the store's record.
+	stopA()
+	start(t, cfg, st, "ctl-b")
+	waitMem(t, st, "the new leader's state", func(s topo.ClusterState) bool { return s.Leader == "ctl-b" })
+	if err := st.Delete(ctx, key, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, key, offDoc); err != nil {
+		t.Fatal(err)
+	}
+	r := finishedAs("replay to a new leader", off.ID, refusedAsReplay)
+	if !strings.Contains(r.Message, "already handled by controller ctl-a") {
+		t.Fatalf("replay to a new leader: %q; want it named as handled by ctl-a", r.Message)
+	}
+
+	// Signed but older than the bound.
+	old := now.Add(-2 * RequestMaxAge)
+	stale := topo.Request{ID: newRequestID(old), Kind: topo.RequestMaintenance, Cluster: "main", Action: "off", By: "op@test",
+		State: topo.RequestPending, CreatedAt: old, UpdatedAt: old}
+	staleDoc, err := topo.EncodeRequest(&stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, testKeys.Request("main", stale.ID), staleDoc); err != nil {
+		t.Fatal(err)
+	}
+	r = finishedAs("an old signed request", stale.ID, refusedAsReplay)
+	if !strings.Contains(r.Message, "older than 5m0s are refused") {
+		t.Fatalf("an old signed request: %q; want the age bound named", r.Message)
+	}
+
+	// Nothing was acted on; each refusal has its event and the record verifies.
+	s := waitMem(t, st, "the state", func(topo.ClusterState) bool { return true })
+	if s.Maintenance == nil {
+		t.Fatal("a replayed maintenance off was carried out")
+	}
+	evs, err := st.List(ctx, testKeys.Events("main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, kv := range evs {
+		var e topo.Event
+		if json.Unmarshal(kv.Value, &e) == nil && e.Code == "request_integrity" && strings.Contains(e.Message, "replay") {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%d request_integrity events for replays; want 4", n)
+	}
+	hkv, err := st.Get(ctx, testKeys.HandledRequests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := topo.DecodeHandledRequests(hkv.Value)
+	if err != nil {
+		t.Fatalf("the record of handled requests: %v", err)
+	}
+	if _, ok := h.IDs[off.ID]; !ok || h.Counter < 3 {
+		t.Fatalf("the record of handled requests: %+v", h)
+	}
+
+	// A fresh signed request is carried out.
+	if _, err := RequestMaintenance(ctx, st, testKeys, "main", MaintenanceOptions{By: "op@test"}); err != nil {
+		t.Fatalf("fresh signed maintenance off: %v", err)
+	}
+	waitMem(t, st, "maintenance off", func(s topo.ClusterState) bool { return s.Maintenance == nil })
+}

@@ -343,7 +343,7 @@ func (s *switchover) check(ctx context.Context) (string, error) {
 	if err := checkStable(&st); err != nil {
 		return "", err
 	}
-	drained, _, err := drainedNodes(ctx, s.t.c.store, s.t.c.keys, s.cl.Name)
+	drained, _, err := s.t.c.drained(ctx, s.cl.Name)
 	if err != nil {
 		return "", fmt.Errorf("read drained nodes: %w", err)
 	}

@@ -115,6 +115,10 @@ func (s *Server) watchClusters(ctx context.Context, st topo.Store, keys topo.Key
 					s.log.Warn("cluster state deleted from the store; keeping the last known routing", "cluster", name)
 				case doc == "switchover":
 					s.SetSwitchover(topo.SwitchoverProgress{Cluster: name})
+				case doc == "drained" && topo.Integrity() != nil:
+					// Nothing deletes the document (an undrain rewrites it):
+					// a deletion is not the controller's nor an operator's.
+					s.rejectDrained(name, ev.KV.Version, fmt.Errorf("%w: the drained nodes document was deleted", topo.ErrIntegrity))
 				case doc == "drained":
 					s.SetDrained(topo.DrainedNodes{Cluster: name})
 				}
@@ -166,8 +170,12 @@ func (s *Server) applyStateKV(prefix string, kv topo.KV) {
 		s.SetSwitchover(p)
 		return
 	case "drained":
-		var d topo.DrainedNodes
-		if err := json.Unmarshal(kv.Value, &d); err != nil {
+		d, err := topo.DecodeDrained(kv.Value)
+		if errors.Is(err, topo.ErrIntegrity) {
+			s.rejectDrained(name, kv.Version, err)
+			return
+		}
+		if err != nil {
 			s.log.Warn("drained nodes document does not decode; keeping the last one", "cluster", name, "err", err)
 			return
 		}
@@ -176,6 +184,26 @@ func (s *Server) applyStateKV(prefix string, kv topo.KV) {
 		return
 	}
 	s.applyState(name, kv.Value)
+}
+
+// rejectDrained ignores a drained nodes document of cluster whose MAC did
+// not verify (or its deletion, with a keyring): the drained nodes applied
+// last stand, so a forged drain or undrain never changes routing. It is
+// counted in switchyard_drained_rejected_total and logged at ERROR once per
+// document version.
+func (s *Server) rejectDrained(cluster string, v topo.Version, err error) {
+	s.metrics.drainedRejected.WithLabelValues(cluster).Inc()
+	s.drainedBadMu.Lock()
+	if s.drainedBad == nil {
+		s.drainedBad = map[string]int64{}
+	}
+	first := s.drainedBad[cluster] != int64(v)
+	s.drainedBad[cluster] = int64(v)
+	s.drainedBadMu.Unlock()
+	if first {
+		s.log.Error("the drained nodes document in the store fails its integrity check; it is ignored and the drained nodes applied last stand",
+			"cluster", cluster, "err", err)
+	}
 }
 
 // register keeps the proxy's registration alive until ctx ends.
@@ -306,7 +334,7 @@ func (s *Server) registration(started time.Time, epochs map[string]int64) ([]byt
 		}
 	}
 	s.mu.Unlock()
-	b, err := json.Marshal(reg)
+	b, err := topo.EncodeSigned(topo.IntegrityProxyRegistration, reg)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: encode registration: %w", err)
 	}

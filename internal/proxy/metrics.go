@@ -58,6 +58,7 @@ type metrics struct {
 	hotSamples       prometheus.Counter
 	commandsCut      *prometheus.CounterVec
 	stateRejected    *prometheus.CounterVec
+	drainedRejected  *prometheus.CounterVec
 	stateAlarm       *prometheus.GaugeVec
 	// Failover hold (failoverhold.go), by cluster.
 	primaryLostHeld     *prometheus.CounterVec
@@ -192,6 +193,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_cluster_state_rejected_total",
 			Help: "Cluster state documents read from the store that failed validation and were not applied (the last known good state kept routing), by cluster.",
 		}, []string{"cluster"}),
+		drainedRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_drained_rejected_total",
+			Help: "Drained nodes documents read from the store whose integrity MAC did not verify (or their deletion, with an integrity key), by cluster; ignored, the drained nodes applied last stand.",
+		}, []string{"cluster"}),
 		stateAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_cluster_state_alarm",
 			Help: "1 while the latest cluster state in the store is rejected and the proxy routes by the last known good one, else 0, by cluster.",
@@ -273,6 +278,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.txAborted)
 	reg1(&m.commandsCut)
 	reg1(&m.stateRejected)
+	reg1(&m.drainedRejected)
 	reg2(&m.stateAlarm)
 	reg1(&m.primaryLostHeld)
 	reg1(&m.primaryLostReleased)

@@ -70,6 +70,11 @@ type Server struct {
 	metrics     *metrics
 	tlsM        *tlsMetrics
 
+	// drainedBad is, by cluster, the version of the drained nodes document
+	// last refused for its MAC (logged once per version).
+	drainedBadMu sync.Mutex
+	drainedBad   map[string]int64
+
 	// logAgg aggregates the log lines every session of an outage repeats
 	// (sessionLog.Repeated).
 	logAgg *logx.Aggregator

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -17,9 +18,20 @@ func collectDrained(ctx context.Context, st topo.Store, keys topo.Keys, r *Repor
 	// A missing or unreadable document shows nothing drained; the error
 	// return is kept for callers that may want to report it later.
 	for _, cs := range r.Clusters {
-		var d topo.DrainedNodes
-		if _, err := topo.GetJSON(ctx, st, keys.Drained(cs.Cluster), &d); err != nil {
+		kv, err := st.Get(ctx, keys.Drained(cs.Cluster))
+		if err != nil {
 			continue // absent or unreadable: nothing drained to show
+		}
+		d, err := topo.DecodeDrained(kv.Value)
+		if errors.Is(err, topo.ErrIntegrity) {
+			if r.DrainedUnverified == nil {
+				r.DrainedUnverified = map[string]string{}
+			}
+			r.DrainedUnverified[cs.Cluster] = err.Error()
+			continue
+		}
+		if err != nil {
+			continue
 		}
 		if len(d.Nodes) == 0 {
 			continue
@@ -35,6 +47,9 @@ func collectDrained(ctx context.Context, st topo.Store, keys topo.Keys, r *Repor
 // writeDrained prints a cluster's drained nodes and how many client
 // sessions each proxy still has on them.
 func writeDrained(w io.Writer, r *Report, cluster string) {
+	if msg := r.DrainedUnverified[cluster]; msg != "" {
+		fmt.Fprintf(w, "DRAINED NODES UNVERIFIED: %s; the controller and the proxies ignore it and keep the last verified one; the next drain or undrain replaces it\n", msg)
+	}
 	nodes := r.Drained[cluster]
 	if len(nodes) == 0 {
 		return

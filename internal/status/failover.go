@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -27,8 +26,7 @@ func recentEvents(ctx context.Context, st topo.Store, keys topo.Keys, cluster st
 	}
 	var out []topo.Event
 	for _, kv := range kvs {
-		var ev topo.Event
-		if json.Unmarshal(kv.Value, &ev) == nil {
+		if ev, err := topo.DecodeEvent(kv.Value); err == nil {
 			out = append(out, ev)
 		}
 	}
@@ -127,6 +125,9 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 			}
 			if e.n > 1 {
 				msg += fmt.Sprintf(" (%d times, first at %s)", e.n, e.first.UTC().Format("15:04:05.000"))
+			}
+			if e.ev.Unverified != "" {
+				msg = "UNVERIFIED (" + e.ev.Unverified + "): " + msg
 			}
 			fmt.Fprintf(w, "  %s  %-9s %s\n", e.ev.At.UTC().Format("15:04:05.000"), e.ev.Kind, msg)
 		}

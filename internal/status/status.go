@@ -34,6 +34,9 @@ type Report struct {
 	CollectedAt time.Time `json:"collected_at"`
 	// Drained are the drained nodes of each cluster (switchyard drain).
 	Drained map[string]map[string]topo.DrainRecord `json:"drained,omitempty"`
+	// DrainedUnverified says, by cluster, why the drained nodes document
+	// failed its integrity check (it is not shown as drained).
+	DrainedUnverified map[string]string `json:"drained_unverified,omitempty"`
 	// StateProblems says, per cluster, why the state document in the store
 	// is invalid (topo.DecodeState without the config: unparsable, empty,
 	// another cluster, inconsistent, or an epoch below what a proxy
@@ -102,8 +105,8 @@ func Collect(ctx context.Context, st topo.Store, keys topo.Keys, now time.Time) 
 		return nil, fmt.Errorf("status: list proxies: %w", err)
 	}
 	for _, kv := range pkvs {
-		var p topo.ProxyRegistration
-		if err := json.Unmarshal(kv.Value, &p); err != nil {
+		p, err := topo.DecodeProxyRegistration(kv.Value)
+		if err != nil {
 			return nil, fmt.Errorf("status: %s: %w", kv.Key, err)
 		}
 		r.Proxies = append(r.Proxies, p)
@@ -196,7 +199,13 @@ func WriteTable(w io.Writer, r *Report) error {
 			for _, c := range slices.Sorted(maps.Keys(p.Failsafe)) {
 				cfg += " " + failsafeText(c, p.Failsafe[c], r.CollectedAt)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", p.ID, strings.Join(p.Listeners, ","), strings.Join(eps, ","), cfg, age(r.CollectedAt, p.UpdatedAt))
+			id := p.ID
+			if p.Unverified != "" {
+				// Not written by a proxy holding the integrity key: not a fact.
+				id += " UNVERIFIED"
+				cfg += " UNVERIFIED: " + p.Unverified
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", id, strings.Join(p.Listeners, ","), strings.Join(eps, ","), cfg, age(r.CollectedAt, p.UpdatedAt))
 		}
 		return tw.Flush()
 	}

@@ -149,6 +149,10 @@ type Event struct {
 	// API token's name, or user@host for the command line; empty for what
 	// the controller did on its own.
 	Actor string `json:"actor,omitempty"`
+	// Unverified is set by readers (DecodeEvent), never written: why the
+	// event's MAC did not verify with the reader's integrity keyring. Such
+	// an event is shown marked UNVERIFIED, never as fact.
+	Unverified string `json:"unverified,omitempty"`
 }
 
 // FailoverPlan is what a failover would do (or did), computed from a fresh

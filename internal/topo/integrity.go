@@ -183,8 +183,28 @@ func SignDocument(domain string, doc []byte) ([]byte, error) {
 func VerifyDocument(domain string, value []byte) error {
 	kr := Integrity()
 	if kr == nil {
+		if f := unverifiedSigned.Load(); f != nil && bytes.Contains(value, []byte(macMember+macScheme)) {
+			(*f)()
+		}
 		return nil
 	}
 	_, err := kr.Verify(domain, value)
 	return err
+}
+
+func errorsIsIntegrity(err error) bool { return errors.Is(err, ErrIntegrity) }
+
+// unverifiedSigned is called when a signed document is read without a
+// keyring (OnUnverifiedSigned).
+var unverifiedSigned atomic.Pointer[func()]
+
+// OnUnverifiedSigned sets f to be called each time VerifyDocument reads a
+// signed document while no keyring is set (an operator command then says
+// once that it cannot verify); nil: nothing is called.
+func OnUnverifiedSigned(f func()) {
+	if f == nil {
+		unverifiedSigned.Store(nil)
+		return
+	}
+	unverifiedSigned.Store(&f)
 }

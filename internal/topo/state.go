@@ -414,6 +414,10 @@ type ProxyRegistration struct {
 	Failsafe  map[string]FailsafePeriod `json:"failsafe,omitempty"`
 	StartedAt time.Time                 `json:"started_at"`
 	UpdatedAt time.Time                 `json:"updated_at"`
+	// Unverified is set by readers (DecodeProxyRegistration), never
+	// written: why the registration's MAC did not verify with the reader's
+	// integrity keyring. Such a report is shown marked UNVERIFIED.
+	Unverified string `json:"unverified,omitempty"`
 }
 
 // Request kinds.

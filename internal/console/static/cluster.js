@@ -221,6 +221,7 @@ function collectFindings() {
   }
   for (const [c, why] of Object.entries(d.state_problems || {})) out.push({ cluster: c, kind: 'alarm', code: 'state_invalid', text: why, sev: 'bad' });
   for (const p of d.proxies || []) {
+    if (p.unverified) out.push({ cluster: '', kind: 'proxy ' + p.id, code: 'unverified', text: 'this proxy report fails its integrity check, it is not shown as fact: ' + p.unverified, sev: 'bad' });
     if (p.config_alarm) out.push({ cluster: '', kind: 'proxy ' + p.id, code: 'config_alarm', text: p.config_alarm, sev: 'bad' });
     for (const [c, why] of Object.entries(p.state_alarms || {})) out.push({ cluster: c, kind: 'proxy ' + p.id, code: 'state_alarm', text: why, sev: 'bad' });
   }
@@ -262,7 +263,7 @@ function renderProxies() {
   const cur = d.config && d.config.current ? d.config.current.rev : 0;
   const root = h('div', { class: 'data' }, h('h2', {}, 'Proxies'));
   const prows = (d.proxies || []).map((p) => h('tr', { 'data-proxy': p.id },
-    h('td', {}, h('b', {}, p.id)),
+    h('td', {}, h('b', {}, p.id), p.unverified ? [' ', badge('UNVERIFIED', 'bad')] : ''),
     h('td', {}, (p.listeners || []).join(', ')),
     h('td', {}, Object.entries(p.epochs || {}).map(([c, e]) =>
       badge(c + ' ' + e + (epochs[c] !== undefined && epochs[c] !== e ? ' (cluster ' + epochs[c] + ')' : ''), epochs[c] === e ? 'ok' : 'warn'))),

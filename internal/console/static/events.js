@@ -137,5 +137,5 @@ function renderEventsList() {
     h('tbody', {}, evs.map((e) => h('tr', { 'data-event': e.id },
       h('td', { title: e.at }, fmtTime(e.at), h('div', { class: 'muted' }, ago(e.at))),
       h('td', {}, e.kind), h('td', { class: 'mono' }, e.code || ''), h('td', {}, e.node || ''),
-      h('td', {}, e.message), h('td', {}, String(e.epoch)), h('td', {}, e.actor || e.leader || ''))))));
+      h('td', {}, e.unverified ? [badge('UNVERIFIED', 'bad'), ' ' + e.message + ' (integrity: ' + e.unverified + ')'] : e.message), h('td', {}, String(e.epoch)), h('td', {}, e.actor || e.leader || ''))))));
 }
