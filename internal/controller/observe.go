@@ -57,6 +57,8 @@ type clusterMemory struct {
 	alignAt           map[string]time.Time  // node → last replica-settings alignment (replicasettings.go)
 	primaryWritableAt time.Time             // last complete probe of the published primary with read_only=OFF
 	primaryWritable   string                // the primary primaryWritableAt is about
+	primaryUptime     int64                 // its Uptime (seconds) at primaryWritableAt
+	primaryDown       bool                  // a probe found it unreachable since primaryWritableAt
 	analysis          []topo.AnalysisEntry  // last published codes
 	analysisAt        time.Time             // when they were published
 	floor             floorMemory           // the promotion floor (floor.go)

@@ -94,25 +94,41 @@ func (t *term) repair(ctx context.Context, cfg *config.Config, cl *config.Cluste
 	}
 }
 
+// restartSlack is how many seconds below its expected Uptime the primary's
+// must be to count as a restart.
+const restartSlack = 2
+
 // restorePrimary makes the published primary writable again after it
 // restarted with read_only=ON, when it is not replicating and no other node
 // is writable; see repair.
 func (t *term) restorePrimary(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState, probes map[string]topo.Probe, m *clusterMemory) {
 	pp, ok := probes[st.Primary]
+	if ok && !pp.Reachable {
+		m.primaryDown = true
+	}
 	if !ok || !complete(pp) {
 		return
 	}
 	now := t.c.now()
 	if !pp.ReadOnly {
-		m.primaryWritable, m.primaryWritableAt = st.Primary, now
+		m.primaryWritable, m.primaryWritableAt, m.primaryUptime, m.primaryDown = st.Primary, now, pp.UptimeSeconds, false
 		return
 	}
-	started := now.Add(-time.Duration(pp.UptimeSeconds) * time.Second)
 	code := string(analysis.PrimaryReadOnly)
 	if pp.UptimeSeconds == 0 {
 		return // just started, or no uptime: the next round tells a restart apart
 	}
-	if m.primaryWritable != st.Primary || !started.After(m.primaryWritableAt) {
+	// A restart since the round that saw the primary writable: a start
+	// (now − Uptime) after that round, and the server seen down in
+	// between or its Uptime lower than then or clearly below what it
+	// would be had it stayed up. Uptime is in whole seconds and probes are
+	// read a little before now, so the start alone can look later than it
+	// was when the server had just started.
+	started := now.Add(-time.Duration(pp.UptimeSeconds) * time.Second)
+	expected := m.primaryUptime + int64(now.Sub(m.primaryWritableAt)/time.Second)
+	restarted := started.After(m.primaryWritableAt) &&
+		(m.primaryDown || pp.UptimeSeconds < m.primaryUptime || pp.UptimeSeconds+restartSlack < expected)
+	if m.primaryWritable != st.Primary || !restarted {
 		// Never seen writable by this controller, or set read-only while
 		// it stayed up: made writable again only in auto mode.
 		t.unsetReadOnly(ctx, cfg, cl, cr, st, probes, pp)

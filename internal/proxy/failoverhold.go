@@ -253,7 +253,23 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 				s.log.Info("primary lost: holding the statement for the failover", "cluster", cluster, "node", lost, "max_hold", maxHold)
 			}
 		}
-		wait := time.Until(deadline)
+		until := deadline
+		if verdictWait {
+			// The verdict on a silent primary comes within about
+			// failover.silence_bound of the silence; without one by then
+			// (no controller running, say) waiting longer only delays
+			// the error.
+			if vd := s.holdStart.Add(verdictWaitBound(cl)); vd.Before(until) {
+				until = vd
+			}
+			if !time.Now().Before(until) {
+				class, why := failoverOutlook(&snap.state, cl, s.srv.now())
+				if class != "" {
+					return nil, s.refusePrimary(class, lost, why)
+				}
+			}
+		}
+		wait := time.Until(until)
 		if wait <= 0 {
 			return nil, s.refusePrimary(refusedMaxHold, lost, fmt.Sprintf("no new primary was published within %s (failover.max_hold); retry it", maxHold))
 		}
@@ -651,4 +667,16 @@ const lostCause = "the controller declared it dead (DeadPrimary)"
 func silentCause(cause string) bool {
 	return cause != "" && cause != lostCause && !strings.Contains(cause, "connection refused") &&
 		!strings.Contains(cause, "connection reset")
+}
+
+// verdictWaitBound is how long a session facing a silent primary waits for
+// the controller's verdict (or the primary's answer) when no automatic
+// failover can come: failover.silence_bound (1.2s when unset) + 500ms,
+// past the longest freeze that is never declared dead.
+func verdictWaitBound(cl *config.Cluster) time.Duration {
+	b := config.DefaultSilenceBound
+	if cl != nil && cl.Failover.SilenceBound.D() > 0 {
+		b = cl.Failover.SilenceBound.D()
+	}
+	return b + 500*time.Millisecond
 }

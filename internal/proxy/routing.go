@@ -354,8 +354,14 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	old := cr.snap.Swap(snap)
 	if old != nil {
 		close(old.replaced) // wakes sessions waiting for a primary (failoverhold.go)
-	} else {
-		close(cr.first) // wakes logins waiting for the routing state (awaitRoute)
+	}
+	select {
+	case <-cr.first:
+	default:
+		// The first snapshot: wakes logins waiting for the routing state
+		// (awaitRoute). Closed once even if the snapshot is ever cleared
+		// and installed again.
+		close(cr.first)
 	}
 	// Commands in flight on nodes that stopped being a route are cut
 	// before the snapshot is acknowledged (Epochs).
