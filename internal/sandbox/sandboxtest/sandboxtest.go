@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,14 +123,31 @@ func DB(t testing.TB, c *sandbox.Cluster, i int, user, password, db string) *sql
 // take it before the caller binds it (rare; ports are not reused quickly).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("sandboxtest: find a free port: %v", err)
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("sandboxtest: find a free port: %v", err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		// The kernel may hand out a port again once it is closed: never
+		// give one twice in a process, so two addresses of one config
+		// never collide.
+		if !freeGiven[addr] {
+			freeGiven[addr] = true
+			return addr
+		}
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	t.Fatal("sandboxtest: no free port not given before")
+	return ""
 }
+
+var (
+	freeMu    sync.Mutex
+	freeGiven = map[string]bool{}
+)
 
 // testWriter sends log output to the test log.
 type testWriter struct{ t testing.TB }
