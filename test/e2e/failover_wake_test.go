@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -122,5 +123,13 @@ func wokenFrozenPrimaryFenced(t *testing.T, writers bool) {
 		first.Round(100*time.Microsecond), fencedAt.Round(100*time.Microsecond), off, ev.Message)
 	if fencedAt > 500*time.Millisecond {
 		t.Errorf("woken old primary writable for %s after SIGCONT", fencedAt)
+	}
+	// Probes taken before the promotion show the new primary as the
+	// read-only replica it was: they must not be reported as a read-only
+	// primary (with the advice to make it writable).
+	for _, ev := range s.events() {
+		if ev.Node == st.Primary && strings.Contains(ev.Message, "has read_only=ON") {
+			t.Errorf("new primary %s reported read-only after the failover: %s\n%s", st.Primary, ev.Message, s.eventText())
+		}
 	}
 }
