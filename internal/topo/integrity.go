@@ -123,6 +123,12 @@ func (kr *Keyring) Verify(domain string, value []byte) ([]byte, error) {
 	v := bytes.TrimSpace(value)
 	i := bytes.LastIndex(v, []byte(macMember))
 	if i < 0 || !bytes.HasSuffix(v, []byte(`"}`)) {
+		if bytes.Contains(v, []byte(`"mac"`)) {
+			// A "mac" member, but not as the last member in the exact
+			// bytes Sign writes: the document was re-serialized (spaces,
+			// member order) or edited; the MAC covers the exact bytes.
+			return nil, fmt.Errorf("%w: the document has a \"mac\" member but not as switchyard writes it (last member, no spaces): it was re-serialized or edited after it was signed", ErrIntegrity)
+		}
 		return nil, fmt.Errorf("%w: the document carries no MAC (written without the integrity key, or not by switchyard)", ErrIntegrity)
 	}
 	tag := string(v[i+len(macMember) : len(v)-2])

@@ -145,3 +145,36 @@ func TestRequestIntegrity(t *testing.T) {
 		t.Fatalf("bad JSON: %v", err)
 	}
 }
+
+// A signed document re-serialized by another JSON encoder (indented, the
+// "mac" member moved) is refused, and the error says it was re-serialized
+// rather than that it carries no MAC.
+func TestVerifyReserializedDocument(t *testing.T) {
+	kr, err := topo.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := kr.Sign(topo.IntegrityClusterState, []byte(`{"cluster":"main","epoch":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kr.Verify(topo.IntegrityClusterState, signed); err != nil {
+		t.Fatalf("genuine document: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(signed, &m); err != nil {
+		t.Fatal(err)
+	}
+	re, err := json.MarshalIndent(m, "", "  ") // sorted keys: "mac" no longer last
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kr.Verify(topo.IntegrityClusterState, re)
+	if !errors.Is(err, topo.ErrIntegrity) || !strings.Contains(err.Error(), "re-serialized") {
+		t.Fatalf("re-serialized document: %v, want an integrity error saying it was re-serialized", err)
+	}
+	_, err = kr.Verify(topo.IntegrityClusterState, []byte(`{"cluster":"main","epoch":3}`))
+	if err == nil || !strings.Contains(err.Error(), "carries no MAC") {
+		t.Fatalf("unsigned document: %v", err)
+	}
+}
