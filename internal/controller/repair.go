@@ -271,7 +271,7 @@ func (t *term) rejoin(ctx context.Context, cfg *config.Config, cl *config.Cluste
 		return
 	}
 	if !ok {
-		why := fmt.Sprintf("holds transactions primary %s lacks (%s)", st.Primary, missing)
+		why := fmt.Sprintf("holds transactions primary %s lacks (its GTID position %s is past the primary's in that domain: every transaction after the primary's position is extra, not only the last)", st.Primary, missing)
 		if err := t.setQuarantine(ctx, cr, n.Name, "errant GTIDs: "+why); err != nil && ctx.Err() == nil {
 			t.log.Error("cannot record quarantine", "node", n.Name, "err", err)
 		}
