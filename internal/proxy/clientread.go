@@ -62,6 +62,7 @@ func (s *session) takeReader() {
 func (s *session) bindReader(in *clientIn) {
 	in.src.c = s.client
 	s.cin, s.cr = in, in.r
+	s.readerHeld.Store(true)
 	if s.z != nil {
 		s.z.d.Reset(&in.src)
 		in.r.Reset(&s.z.d)
@@ -76,6 +77,7 @@ func (s *session) dropReader() {
 		return
 	}
 	s.cin, s.cr = nil, nil
+	s.readerHeld.Store(false)
 	in.r.Reset(&in.src)
 	in.src = clientSrc{pre: in.src.pre}
 	s.srv.clientIns.Put(in)

@@ -52,7 +52,7 @@ func TestIdleSessionParksAndResumes(t *testing.T) {
 	waitParked(t, h.srv, 1)
 	h.srv.mu.Lock()
 	for sess := range h.srv.sessions {
-		if sess.cr != nil || sess.cin != nil {
+		if sess.readerHeld.Load() {
 			t.Errorf("a parked session holds a client reader")
 		}
 	}

@@ -64,14 +64,17 @@ type session struct {
 	client  net.Conn
 	// cr reads the client: in.r while the session holds a pooled reader
 	// (clientread.go), nil while it waits idle for a command.
-	cr     *bufio.Reader
-	cin    *clientIn
-	raw    syscall.RawConn    // the client socket, for the idle wait; nil if not a socket
-	readFn func(uintptr) bool // s.readIdle
-	fd     int                // raw's descriptor (-1 if none), for parking (idlepark.go)
-	idle   atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
-	log    sessionLog
-	z      *zlink // compressed protocol (compress.go); nil for uncompressed clients
+	cr  *bufio.Reader
+	cin *clientIn
+	// readerHeld mirrors cin != nil for other goroutines (a parked
+	// session holds no reader: idlepark.go).
+	readerHeld atomic.Bool
+	raw        syscall.RawConn    // the client socket, for the idle wait; nil if not a socket
+	readFn     func(uintptr) bool // s.readIdle
+	fd         int                // raw's descriptor (-1 if none), for parking (idlepark.go)
+	idle       atomic.Uint32      // idleBusy, idleWaiting, ... (idlepark.go)
+	log        sessionLog
+	z          *zlink // compressed protocol (compress.go); nil for uncompressed clients
 	// cio writes the client socket (sockio.go) while client is it (not
 	// TLS); nil if not a TCP socket.
 	cio *sockIO
