@@ -302,9 +302,14 @@ func TestManualModeIsolatedPrimary(t *testing.T) {
 	if took > bound+margin {
 		t.Errorf("the refusal came %v after the isolation, want within %v + %v", took, bound, margin)
 	}
-	st := s.state()
-	if st.PrimaryLost == nil || st.PrimaryLost.Node != "node1" {
-		t.Fatalf("refused before the verdict: %v (primary_lost %+v)", err, st.PrimaryLost)
+	if st := s.state(); st.PrimaryLost == nil || st.PrimaryLost.Node != "node1" {
+		// A session waits for the verdict at most failover.silence_bound
+		// + 500ms; on a loaded machine the verdict can come later, and
+		// the refusal (asserted above) then gives the proxy's own reason.
+		t.Logf("refused before the verdict, after %v: %v", took, err)
+		s.waitState("primary_lost for node1", bound+margin, func(st topo.ClusterState) bool {
+			return st.PrimaryLost != nil && st.PrimaryLost.Node == "node1"
+		})
 	}
 	start := time.Now()
 	_, err = db.Exec("SELECT 1")
