@@ -131,14 +131,18 @@ func sessionEnded(sess *concurrency.Session) bool {
 	}
 }
 
-// closeSession revokes the session's lease (bounded by the store's context
-// and the session TTL).
+// closeSession stops the session's keepalives and revokes its lease,
+// bounded by the store's context and revokeTimeout. (Session.Close bounds
+// the revoke by the session's TTL option, 60s unless set, which a session
+// made WithLease does not set: with etcd gone a stop waited that long.)
 func closeSession(s *etcdStore, sess *concurrency.Session) {
+	sess.Orphan()
 	if sessionEnded(sess) {
-		sess.Orphan() // the lease is already gone; nothing to revoke
-		return
+		return // the lease is already gone; nothing to revoke
 	}
-	if err := sess.Close(); err != nil && !errors.Is(err, context.Canceled) &&
+	ctx, cancel := context.WithTimeout(s.ctx, revokeTimeout)
+	defer cancel()
+	if _, err := s.cli.Revoke(ctx, sess.Lease()); err != nil && !errors.Is(err, context.Canceled) &&
 		!errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.log.Debug("revoke election session", "err", err)
 	}
