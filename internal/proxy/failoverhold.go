@@ -225,7 +225,8 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 			return nil, s.refusePrimary(refusedFenced, lost, "this proxy stopped routing writes ("+snap.fenced+")")
 		}
 		verdictWait := false
-		if class, why := failoverOutlook(&snap.state, cl, s.srv.now()); class != "" {
+		class, why := failoverOutlook(&snap.state, cl, s.srv.now())
+		if class != "" {
 			// A primary that went silent (a connect or greeting got no
 			// answer: frozen, blackholed) may only be busy: until the
 			// controller declares it dead (snap.lost) the session waits
@@ -263,10 +264,7 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 				until = vd
 			}
 			if !time.Now().Before(until) {
-				class, why := failoverOutlook(&snap.state, cl, s.srv.now())
-				if class != "" {
-					return nil, s.refusePrimary(class, lost, why)
-				}
+				return nil, s.refusePrimary(class, lost, why) // no automatic failover comes (verdictWait)
 			}
 		}
 		wait := time.Until(until)
