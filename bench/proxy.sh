@@ -148,6 +148,10 @@ if [ "$TLS" = 1 ]; then
 fi
 
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# The machine's busy and total clock ticks (all CPUs, from /proc/stat).
+machine() { awk '/^cpu / {t=0; for (i=2; i<=NF; i++) t+=$i; print t-$5-$6, t; exit}' /proc/stat; }
+# The primary's mariadbd: the process listening on its port.
+SERVERPID=$(ss -Hltnp "sport = :${SWITCHYARD_PRIMARY##*:}" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
 usys() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
 SYSCALLS=(raw_syscalls:sys_enter syscalls:sys_enter_read syscalls:sys_enter_write syscalls:sys_enter_recvfrom
@@ -197,12 +201,14 @@ run() {
   c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
   local us0="0 0" us1="0 0" t0 t1; t0=$(date +%s.%N)
   [ -n "$pid" ] && us0=$(usys "$pid")
+  local m0 m1 sv0=0 sv1=0; m0=$(machine); [ -n "$SERVERPID" ] && sv0=$(cpu "$SERVERPID")
   [ "$PROFILE" = 1 ] && [ -n "$pid" ] && profile_start "$name" "$wl" "$pid"
   out=$(sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
         --mysql-ignore-errors=none --report-interval=0 run)
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
   t1=$(date +%s.%N)
   [ -n "$pid" ] && us1=$(usys "$pid")
+  m1=$(machine); [ -n "$SERVERPID" ] && sv1=$(cpu "$SERVERPID")
   q=$(awk '/queries:/ {print $2; exit}' <<<"$out")
   QPS[$name/$wl]=$(awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}' <<<"$out")
   P95[$name/$wl]=$(awk '/95th percentile:/ {print $3; exit}' <<<"$out")
@@ -222,6 +228,14 @@ run() {
       printf "    %-13s user %.1f us + system %.1f us per query", name, u, s
       if (name == "switchyard") printf "; net of %.1f ms/s idle background: %.1f us", idle, u + s - idle / 1e3 * (t1 - t0) * 1e6 / q
       printf "\n" }'
+  fi
+  if [ "$q" -gt 0 ]; then
+    # Where the whole machine's CPU went: how busy it was, its CPU per
+    # query (client, servers and proxy together) and the primary's share.
+    awk -v a="$m0" -v b="$m1" -v s0="$sv0" -v s1="$sv1" -v hz="$HZ" -v q="$q" -v name="$name" 'BEGIN {
+      split(a, x, " "); split(b, y, " ")
+      printf "    %-13s machine busy %.0f %%, machine CPU %.1f us per query, primary mariadbd %.1f us per query\n",
+        name, 100 * (y[1] - x[1]) / (y[2] - x[2]), (y[1] - x[1]) / hz * 1e6 / q, (s1 - s0) / hz * 1e6 / q }'
   fi
   if [ "$PROFILE" = 1 ] && [ -n "$pid" ]; then profile_end "$name" "$wl" "$q"; fi
 }
