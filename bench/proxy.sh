@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Three-way proxy benchmark, all in one run on this machine:
+# Proxy benchmark, all in one run on this machine:
 #   (a) sysbench straight to the primary,
 #   (b) through HAProxy in TCP mode (an L4 proxy),
 #   (c) through Switchyard's rw listener (an L7 proxy): a `switchyard proxy`
 #       process of its own (the controller in another process, an external
 #       etcd), and then the same through `switchyard up` (proxy, controller
-#       and embedded etcd in one process: the "switchyard-up" lines).
+#       and embedded etcd in one process: the "switchyard-up" lines),
+#   and, for reference, through bench/l4relay ("go-l4"): the smallest Go
+#       TCP relay (a goroutine per direction, net.Conn Read/Write), what
+#       Go's netpoller costs before any protocol work (BENCH_GO_L4=0: not run).
 # Workloads: oltp_point_select and oltp_read_write, 8 threads, pre-built
 # tables, sysbench's default prepared-statement mode. Prints QPS, p95 latency,
 # CPU time per query of each proxy process, and the ratios.
@@ -40,12 +43,13 @@ PROFILE_DIR=${PROFILE_DIR:-/tmp/sy-profile.$$}
 SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
-SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""
+SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""
 cleanup() {
   [ -n "$SYPID" ] && kill "$SYPID" 2>/dev/null || true
   [ -n "$CTLPID" ] && kill "$CTLPID" 2>/dev/null || true
   [ -n "$ETCDPID" ] && kill "$ETCDPID" 2>/dev/null || true
   [ -n "$HAPID" ] && kill "$HAPID" 2>/dev/null || true
+  [ -n "$L4PID" ] && kill "$L4PID" 2>/dev/null || true
   sleep 0.5
   $SY sandbox down --dir "$WORK/sb" --purge >/dev/null 2>&1 || true
   rm -rf "$WORK"
@@ -127,6 +131,15 @@ listen mysql
 CFG
 haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
 HAPID=$!
+# The reference Go relay (bench/l4relay): goroutines and the netpoller,
+# nothing of the protocol. BENCH_GO_L4=0 leaves it out.
+GO_L4=${BENCH_GO_L4:-1}
+if [ "$GO_L4" = 1 ]; then
+  L4PORT=$(freeport)
+  go build -o "$WORK/l4relay" ./bench/l4relay
+  "$WORK/l4relay" "127.0.0.1:$L4PORT" "$SWITCHYARD_PRIMARY" >"$WORK/l4relay.log" 2>&1 &
+  L4PID=$!
+fi
 sleep 0.5
 
 PRIMARY_PORT=${SWITCHYARD_PRIMARY##*:}
@@ -257,6 +270,7 @@ echo "== $SECS s per run, $THREADS threads, --db-ps-mode=$PS_MODE, clients: $mod
 for wl in oltp_point_select oltp_read_write; do
   run direct "$PRIMARY_PORT" "$wl" ""
   run haproxy "$HAPORT" "$wl" "$HAPID"
+  [ "$GO_L4" = 1 ] && run go-l4 "$L4PORT" "$wl" "$L4PID"
   run switchyard "$RW_PORT" "$wl" "$SYPID"
 done
 
@@ -277,7 +291,8 @@ echo "== ratios (qps)"
 for wl in oltp_point_select oltp_read_write; do
   awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" \
     -v u="${QPS[switchyard-up/$wl]:-0}" \
-    'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f  switchyard-up/haproxy %.3f\n", w, h/d, s/d, s/h, u/h}'
+    -v g="${QPS[go-l4/$wl]:-0}" \
+    'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f  switchyard-up/haproxy %.3f  go-l4/haproxy %.3f\n", w, h/d, s/d, s/h, u/h, g/h}'
 done
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$PROFILE" = 1 ]; then
