@@ -250,6 +250,7 @@ func (s *stack) rwDSN(db string) string {
 // pause is part "pause".
 func pause(s *stack, o options) error {
 	ctx := context.Background()
+	startLoad := loadAverage()
 	fmt.Printf("\n== write pause: %d switchovers under load (%d ledger writers", o.switchovers, o.writers)
 	sysbench := o.sysbench
 	if _, err := exec.LookPath("sysbench"); err != nil {
@@ -361,6 +362,7 @@ func pause(s *stack, o options) error {
 	if err != nil {
 		return err
 	}
+	fmt.Printf("load average at the start %s, at the end %s\n", startLoad, loadAverage())
 	fmt.Printf("write pause over %d switchovers: %s\n", len(pauses), dist(pauses))
 	fmt.Printf("statements held:                %s\n", dist(helds))
 	// Per phase, in the order of the first switchover (repoints summed).
@@ -717,4 +719,19 @@ func withDB(dsn, db string) string {
 		}
 	}
 	return dsn
+}
+
+// loadAverage returns the machine's 1, 5 and 15 minute load averages as
+// /proc/loadavg gives them ("?" where it cannot be read): the state of the
+// machine the figures were measured on.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
