@@ -155,11 +155,10 @@ func run(o options) error {
 		res = append(res, tr)
 		fmt.Printf("trial %2d: kill → first write %6.0f ms  (failover %4d ms)  new primary %s  acknowledged %5d  lost %d  client errors %d (in flight %d, open transaction %d, its COMMIT in flight %d, other %d)\n",
 			i, ms(tr.recovery), tr.failoverMS, tr.newPrimary, tr.acked, tr.lost, tr.errors, tr.classed[classInFlight], tr.classed[classInTx], tr.classed[classCommit], tr.classed[classOther])
-		if o.verbose {
-			for c, m := range tr.samples {
-				if m != "" {
-					fmt.Printf("          %s: %s\n", classNames[c], m)
-				}
+		// One message of each class: what the clients got.
+		for c, m := range tr.samples {
+			if m != "" {
+				fmt.Printf("          %s: %s\n", classNames[c], m)
 			}
 		}
 	}
