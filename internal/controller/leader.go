@@ -61,6 +61,31 @@ type clusterRun struct {
 	// (round.go) and its version in the store (0: read it again).
 	roundAt      time.Time
 	roundVersion topo.Version
+	// primaryAt is when this term last saw the primary, epoch or phase
+	// change (a write of its own or a state read from the store). A probe
+	// round that began before it saw the previous topology: its findings
+	// and analysis are not judged (notePrimary, staleRound).
+	primaryAt time.Time
+}
+
+// notePrimary records the time when the primary, the epoch or the phase
+// of the cluster's state changed from prev to next (cr.mu held).
+func (cr *clusterRun) notePrimary(prev, next *topo.ClusterState, now time.Time) {
+	if prev == nil || next == nil {
+		return
+	}
+	if prev.Primary != next.Primary || prev.Epoch != next.Epoch || prev.Phase != next.Phase {
+		cr.primaryAt = now
+	}
+}
+
+// staleRound reports whether a probe round that began at start began
+// before the last change of primary, epoch or phase (cr.mu held): its
+// probes show the new primary as the replica it was (a failover or a
+// switchover ran while they were taken), and judging the new topology by
+// them would report a read-only primary replicating from the old one.
+func (cr *clusterRun) staleRound(start time.Time) bool {
+	return !cr.primaryAt.IsZero() && start.Before(cr.primaryAt)
 }
 
 // quarantinedWhy is why node is quarantined in the cluster's state ("" when
@@ -177,6 +202,7 @@ func (t *term) reload(ctx context.Context, cr *clusterRun) error {
 		}
 		return nil
 	}
+	cr.notePrimary(cr.state, &st, t.c.now())
 	cr.state, cr.version = &st, kv.Version
 	return nil
 }
@@ -337,7 +363,9 @@ func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.
 	defer cr.mu.Unlock()
 	now := t.c.now()
 	next, findings := BuildState(BuildInput{Cluster: *cl, Probes: probes, Prev: cr.state, Leader: t.c.id, Now: now})
-	t.logFindings(cr, findings, now)
+	if !cr.staleRound(roundStart(probes, now)) {
+		t.logFindings(cr, findings, now)
+	}
 	if next.Primary != "" && (cr.state == nil || cr.state.Primary != next.Primary) {
 		t.log.Info("primary discovered", "cluster", cl.Name, "primary", next.Primary, "epoch", next.Epoch)
 	}
@@ -400,6 +428,7 @@ func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState)
 	switch {
 	case err == nil:
 		prev := cr.state
+		cr.notePrimary(prev, st, t.c.now())
 		cr.state, cr.version, cr.lastWrite = st, v, t.c.now()
 		t.stateHooks(prev, st)
 		t.c.metrics.publishes.WithLabelValues(cr.name, "ok").Inc()

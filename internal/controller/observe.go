@@ -63,8 +63,6 @@ type clusterMemory struct {
 	analysisAt        time.Time             // when they were published
 	floor             floorMemory           // the promotion floor (floor.go)
 	quietKicked       bool                  // a round was started for the replicas' current silence (progress.go)
-	epoch             int64                 // the cluster state's epoch the last round saw
-	epochAt           time.Time             // when a round first saw it (zero for the first epoch this leader saw)
 }
 
 func newTermFailover(t *term) *termFailover {

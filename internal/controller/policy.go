@@ -66,6 +66,7 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	m.observe(probes, now)
 	cr.mu.Lock()
 	busy := cr.switching
+	stale := cr.staleRound(roundStart(probes, now))
 	var st topo.ClusterState
 	ok := cr.state != nil
 	if ok {
@@ -76,18 +77,12 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 		return
 	}
 	t.expireMaintenance(ctx, cl.Name, cr, &st)
-	if m.epoch != st.Epoch {
-		if m.epoch != 0 {
-			m.epochAt = now
-		}
-		m.epoch = st.Epoch
-	}
-	if !m.epochAt.IsZero() && roundStart(probes, now).Before(m.epochAt) {
-		// These probes began before the epoch was published (a failover
-		// or switchover ran meanwhile): they show the new primary as the
-		// replica it was. Judging the new topology by them would report
-		// a read-only primary replicating from the old one, or worse;
-		// the next round, probed after the change, decides.
+	if stale {
+		// These probes began before the primary, epoch or phase last
+		// changed (a failover or switchover ran meanwhile): they show the
+		// new primary as the replica it was. Judging the new topology by
+		// them would report a read-only primary replicating from the old
+		// one, or worse; the next round, probed after the change, decides.
 		t.c.metrics.observeRound(&st, probes, now)
 		return
 	}
