@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -300,17 +303,39 @@ func errText(p []byte) []byte {
 // returns committed (the client got its OK), or absent (the session is on
 // the primary with no transaction open: replay and commit it), or neither
 // (unresolved; why says why, for the log).
+//
+// A connection that breaks while the marker is read (the lost node's
+// server dying as it was reached, the new primary lost in turn) decides
+// nothing: the session connects again to the primary the controller
+// names, waiting for the failover, up to migrateAttempts times.
 func (s *session) resolveCommit(lost string) (committed, absent bool, reason, why string) {
-	r := s.rlog
-	mk := &r.mk
+	mk := &s.rlog.mk
 	if !(mk.answer == markWritten || mk.answer == markUnread && mk.works) {
 		return false, false, "", "the commit marker was not written"
 	}
-	s.dropLost()
-	be, merr, _ := s.connectPrimary(lost)
-	if merr != nil {
-		return false, false, "", merr.Message
+	for attempt := 1; ; attempt++ {
+		s.dropLost()
+		be, merr, _ := s.connectPrimary(lost)
+		if merr != nil {
+			return false, false, "", merr.Message
+		}
+		var broken bool
+		committed, absent, reason, why, broken = s.readMarker(be, lost)
+		if !broken || attempt >= migrateAttempts {
+			return committed, absent, reason, why
+		}
+		s.log.Info("COMMIT in flight when the primary was lost: reading its marker failed; connecting to the primary again",
+			"lost", lost, "node", be.t.node, "why", why, "attempt", attempt)
+		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 	}
+}
+
+// readMarker is resolveCommit on be, the session's backend: broken
+// reports that why is be's connection failing (io errors), which another
+// connection may not repeat.
+func (s *session) readMarker(be *backend, lost string) (committed, absent bool, reason, why string, broken bool) {
+	r := s.rlog
+	mk := &r.mk
 	br := s.srv.readers.Get().(*bufio.Reader)
 	br.Reset(be.reader())
 	defer func() {
@@ -321,7 +346,7 @@ func (s *session) resolveCommit(lost string) (committed, absent bool, reason, wh
 	defer func() { _ = be.conn.SetDeadline(time.Time{}) }()
 	if be.t.node == mk.node {
 		if gone, err := s.threadGone(br, be, mk); err != nil || !gone {
-			return false, false, "", fmt.Sprintf("the backend thread %d of the COMMIT on %s could not be ended (%v)", mk.thread, be.t.node, err)
+			return false, false, "", fmt.Sprintf("the backend thread %d of the COMMIT on %s could not be ended (%v)", mk.thread, be.t.node, err), connBroken(err)
 		}
 	}
 	q := make([]byte, 0, 160)
@@ -335,10 +360,10 @@ func (s *session) resolveCommit(lost string) (committed, absent bool, reason, wh
 		_, _, errCode, status, err = s.queryOne(br, be, []byte("ROLLBACK"))
 	}
 	if err != nil {
-		return false, false, "", fmt.Sprintf("reading the commit marker on %s: %v", be.t.node, err)
+		return false, false, "", fmt.Sprintf("reading the commit marker on %s: %v", be.t.node, err), connBroken(err)
 	}
 	if errCode != 0 {
-		return false, false, "", fmt.Sprintf("reading the commit marker on %s: error %d", be.t.node, errCode)
+		return false, false, "", fmt.Sprintf("reading the commit marker on %s: error %d", be.t.node, errCode), false
 	}
 	s.status = status
 	seq, _ := strconv.ParseUint(v, 10, 64)
@@ -354,13 +379,21 @@ func (s *session) resolveCommit(lost string) (committed, absent bool, reason, wh
 		}
 		s.srv.metrics.outcomeResolved.WithLabelValues(s.l.name, outcomeCommitted).Inc()
 		if err := s.writeDirect(1, payload); err != nil {
-			return true, false, closeClientGone, ""
+			return true, false, closeClientGone, "", false
 		}
-		return true, false, "", ""
+		return true, false, "", "", false
 	}
 	s.log.Info("COMMIT in flight when the primary was lost: not committed; replaying the transaction", "lost", lost, "node", be.t.node,
 		"seq", mk.seq, "found", v)
-	return false, true, "", ""
+	return false, true, "", "", false
+}
+
+// connBroken reports whether err is a connection's failure (an I/O error,
+// a reset, the end of the stream) rather than a server's answer.
+func connBroken(err error) bool {
+	var ne net.Error
+	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
 // threadGone makes sure the backend thread that sent the COMMIT (mk: its
@@ -377,8 +410,11 @@ func (s *session) resolveCommit(lost string) (committed, absent bool, reason, wh
 func (s *session) threadGone(br *bufio.Reader, be *backend, mk *commitMark) (bool, error) {
 	id := uint64(mk.thread)
 	host, found, code, _, err := s.queryOne(br, be, strconv.AppendUint([]byte("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = "), id, 10))
-	if err != nil || code != 0 {
-		return false, fmt.Errorf("reading the processlist: %v (error %d)", err, code)
+	if err != nil {
+		return false, fmt.Errorf("reading the processlist: %w", err)
+	}
+	if code != 0 {
+		return false, fmt.Errorf("reading the processlist: error %d", code)
 	}
 	if !found {
 		return true, nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -27,8 +28,11 @@ type holdRelay struct {
 	ln             net.Listener
 	target         string
 	holdUp, holdDn atomic.Bool
-	mu             sync.Mutex
-	conns          []net.Conn
+	// cutOn: the next client bytes that contain it close their connection
+	// (both sides) instead of reaching the server; then it is cleared.
+	cutOn atomic.Pointer[string]
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func newHoldRelay(t *testing.T, target string) *holdRelay {
@@ -53,7 +57,7 @@ func newHoldRelay(t *testing.T, target string) *holdRelay {
 			r.mu.Lock()
 			r.conns = append(r.conns, c, s)
 			r.mu.Unlock()
-			go r.pipe(s, c, &r.holdUp)
+			go r.pipeUp(s, c)
 			go r.pipe(c, s, &r.holdDn)
 		}
 	}()
@@ -66,6 +70,28 @@ func (r *holdRelay) pipe(dst, src net.Conn, hold *atomic.Bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !hold.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+// pipeUp is pipe from the client to the server, with cutOn.
+func (r *holdRelay) pipeUp(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if on := r.cutOn.Load(); n > 0 && on != nil && bytes.Contains(buf[:n], []byte(*on)) && r.cutOn.CompareAndSwap(on, nil) {
+			_ = src.Close()
+			_ = dst.Close()
+			return
+		}
+		if n > 0 && !r.holdUp.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -181,7 +207,7 @@ func commitOutcomeResolved(t *testing.T, pooling string) {
 	dconn.Close()
 
 	for _, prepared := range []bool{false, true} {
-		for _, lose := range []string{"answer lost", "never reached"} {
+		for _, lose := range []string{"answer lost", "never reached", "answer lost, marker read broken"} {
 			name := fmt.Sprintf("%s, prepared COMMIT %v", lose, prepared)
 			t.Run(name, func(t *testing.T) {
 				conn, err := db.Conn(ctx)
@@ -219,14 +245,23 @@ func commitOutcomeResolved(t *testing.T, pooling string) {
 				next++
 				mustExec(t, conn, "BEGIN")
 				mustExec(t, conn, "INSERT INTO ledger (id) VALUES (?)", id)
-				if lose == "answer lost" {
+				answerLost := strings.HasPrefix(lose, "answer lost")
+				if answerLost {
 					relay.holdDn.Store(true)
 				} else {
 					relay.holdUp.Store(true)
 				}
+				if strings.HasSuffix(lose, "marker read broken") {
+					// The first connection that reads the marker (its
+					// check of the old thread comes first) breaks, as a
+					// server dying while it is reached: the session
+					// connects again and reads it there.
+					on := "PROCESSLIST"
+					relay.cutOn.Store(&on)
+				}
 				done := make(chan error, 1)
 				go func() { done <- commit() }()
-				if lose == "answer lost" {
+				if answerLost {
 					waitForWithin(t, 10*time.Second, "the COMMIT to be committed on the server", func() bool {
 						var n int
 						_ = root.QueryRow("SELECT COUNT(*) FROM sbtest.ledger WHERE id = ?", id).Scan(&n)
@@ -248,7 +283,10 @@ func commitOutcomeResolved(t *testing.T, pooling string) {
 				acked[id] = true
 				dc := ctrValue(h.srv.metrics.outcomeResolved.WithLabelValues("rw", outcomeCommitted)) - committed
 				dr := ctrValue(h.srv.metrics.outcomeResolved.WithLabelValues("rw", outcomeReplayed)) - replayed
-				if want := lose == "answer lost"; (dc == 1) != want || (dr == 1) == want || dc+dr != 1 {
+				if relay.cutOn.Load() != nil {
+					t.Fatal("no marker read broken by the relay")
+				}
+				if want := answerLost; (dc == 1) != want || (dr == 1) == want || dc+dr != 1 {
 					t.Fatalf("resolved committed %v, replayed %v; want the %s one", dc, dr, map[bool]string{true: "committed", false: "replayed"}[want])
 				}
 				// The session goes on.
