@@ -145,6 +145,12 @@ func TestFailsafeWhileLeaseLost(t *testing.T) {
 		var x int
 		if err := rw.QueryRow("SELECT 1").Scan(&x); err != nil {
 			code, msg := mysqlErr(err)
+			if code == mysql.ER_UNKNOWN_ERROR && strings.Contains(msg, "changed while this statement ran") && strings.Contains(msg, "IO thread") {
+				// In flight the instant failsafe ended: cut (the next
+				// statement is refused).
+				t.Logf("statement in flight when failsafe ended: %v", err)
+				continue
+			}
 			if code != mysql.ER_OPTION_PREVENTS_STATEMENT || !strings.Contains(msg, "IO thread") {
 				t.Fatalf("rw after the IO thread stopped: %v, want 1290 naming the IO thread", err)
 			}
