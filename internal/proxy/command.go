@@ -612,6 +612,14 @@ func (s *session) peekPayload(h mysqlproto.Header) []byte {
 // forward relays the pending command packet(s) from the client to the
 // backend unchanged.
 func (s *session) forward() error {
+	if sio := s.be.sio; sio != nil && sio.c == s.be.conn {
+		// A statement's response is read right after it is sent: the
+		// write waits for that read (sockIO.deferNextWrite).
+		if b, err := s.cr.Peek(mysqlproto.HeaderSize + 1); err == nil &&
+			(b[mysqlproto.HeaderSize] == mysql.COM_QUERY || b[mysqlproto.HeaderSize] == mysql.COM_STMT_EXECUTE) {
+			sio.deferNextWrite()
+		}
+	}
 	for {
 		p, err := mysqlproto.CopyPacket(s.be.writer(), s.cr)
 		if err != nil {

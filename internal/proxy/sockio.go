@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
 
 // sockIO reads and writes a TCP socket for the relay: as net.Conn does
@@ -32,6 +34,16 @@ type sockIO struct {
 	wn      int
 	werr    error
 	writeFn func(uintptr) bool
+
+	// A write deferred to the next Read (deferNext): pend is written by
+	// the read's first callback, under wmu, so that the poller's readiness
+	// is reset before the write and the wait for the answer needs no read
+	// that finds nothing yet (readAfterWrite).
+	deferNext bool
+	pend      []byte
+	pendFn    func(uintptr) bool
+	pendDone  bool  // pend was written in full (the callback now reads)
+	pendErr   error // the write of pend failed
 }
 
 // newSockIO returns a sockIO for c, or nil when c is not a socket.
@@ -45,8 +57,40 @@ func newSockIO(c net.Conn) *sockIO {
 		return nil
 	}
 	x := &sockIO{c: c, rc: rc}
-	x.readFn, x.writeFn = x.read, x.write
+	x.readFn, x.writeFn, x.pendFn = x.read, x.write, x.readAfterWrite
 	return x
+}
+
+// deferNextWrite makes the next Write's bytes wait for the next Read,
+// which writes them and then waits for the answer (only the goroutine that
+// reads calls it). A command written just before its response is read
+// costs one system call less: net.Conn's Read, and Read without a
+// deferred write, read once before waiting, and that read finds nothing
+// yet. A Write before that Read writes them first; Close drops them. A
+// failed write of them is returned by that Read (or Write) as a
+// *mysqlproto.WriteError: the server did not receive all of them. Only
+// for a command that has a response.
+func (x *sockIO) deferNextWrite() {
+	x.wmu.Lock()
+	x.deferNext = true
+	x.wmu.Unlock()
+}
+
+// flushPend writes the deferred bytes, if any (wmu held).
+func (x *sockIO) flushPend() error {
+	if len(x.pend) == 0 {
+		return nil
+	}
+	x.wbuf, x.wn, x.werr = x.pend, 0, nil
+	err := x.rc.Write(x.writeFn)
+	x.wbuf, x.pend = nil, x.pend[:0]
+	if err != nil {
+		return &mysqlproto.WriteError{Err: x.opError("write", err)}
+	}
+	if x.werr != nil {
+		return &mysqlproto.WriteError{Err: x.werr}
+	}
+	return nil
 }
 
 // Read implements io.Reader as net.Conn's Read.
@@ -55,6 +99,12 @@ func (x *sockIO) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	x.rbuf, x.rn, x.rerr = p, 0, nil
+	x.wmu.Lock()
+	if len(x.pend) > 0 {
+		defer x.wmu.Unlock()
+		return x.readPend()
+	}
+	x.wmu.Unlock()
 	err := x.rc.Read(x.readFn)
 	x.rbuf = nil
 	if err != nil {
@@ -84,13 +134,79 @@ func (x *sockIO) read(fd uintptr) bool {
 	}
 }
 
+// readPend writes the deferred bytes and reads the answer in one poller
+// call (wmu held, x.rbuf set): the poller's readiness is reset before the
+// write, so waiting right after it misses no answer. A write that would
+// block is finished by Write's path, then the read is a plain one.
+func (x *sockIO) readPend() (int, error) {
+	x.wbuf, x.wn, x.werr = x.pend, 0, nil
+	x.pendDone, x.pendErr = false, nil
+	err := x.rc.Read(x.pendFn)
+	done, werr := x.pendDone, x.pendErr
+	x.pendDone, x.pendErr = false, nil
+	if werr != nil {
+		x.wbuf, x.pend, x.rbuf = nil, x.pend[:0], nil
+		return 0, &mysqlproto.WriteError{Err: werr}
+	}
+	if !done {
+		// The write would block (or the poller failed before it ended):
+		// finish it as Write does, then read.
+		if err == nil {
+			err = x.rc.Write(x.writeFn)
+		}
+		x.wbuf, x.pend = nil, x.pend[:0]
+		if err != nil {
+			x.rbuf = nil
+			return 0, &mysqlproto.WriteError{Err: x.opError("write", err)}
+		}
+		if x.werr != nil {
+			x.rbuf = nil
+			return 0, &mysqlproto.WriteError{Err: x.werr}
+		}
+		err = x.rc.Read(x.readFn)
+	}
+	x.wbuf, x.pend = nil, x.pend[:0]
+	x.rbuf = nil
+	if err != nil {
+		return 0, x.opError("read", err)
+	}
+	return x.rn, x.rerr
+}
+
+// readAfterWrite is readPend's callback: the first call writes x.wbuf
+// and asks the poller to wait (when the write would block, it stops to let
+// readPend finish it); later calls read.
+func (x *sockIO) readAfterWrite(fd uintptr) bool {
+	if !x.pendDone {
+		if !x.write(fd) {
+			return true // the write would block: readPend finishes it
+		}
+		if x.werr != nil {
+			x.pendErr = x.werr
+			return true
+		}
+		x.pendDone = true
+		return false // wait for the answer
+	}
+	return x.read(fd)
+}
+
 // Write implements io.Writer as net.Conn's Write: all of p, or an error.
+// After deferNextWrite it only keeps p for the next Read.
 func (x *sockIO) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
+	if x.deferNext {
+		x.deferNext = false
+		x.pend = append(x.pend, p...)
+		return len(p), nil
+	}
+	if err := x.flushPend(); err != nil {
+		return 0, err
+	}
 	x.wbuf, x.wn, x.werr = p, 0, nil
 	err := x.rc.Write(x.writeFn)
 	n := x.wn
