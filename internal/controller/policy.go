@@ -66,7 +66,8 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	m.observe(probes, now)
 	cr.mu.Lock()
 	busy := cr.switching
-	stale := cr.staleRound(roundStart(probes, now))
+	start := roundStart(probes, now)
+	stale := cr.staleRound(start)
 	var st topo.ClusterState
 	ok := cr.state != nil
 	if ok {
@@ -100,7 +101,6 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
 	t.publishAutoFailover(ctx, cl, cr, &st)
 	t.c.metrics.observeRound(&st, probes, now)
-	start := roundStart(probes, now)
 	switch {
 	case res.Trouble && !m.trouble:
 		t.fo.extraRound()

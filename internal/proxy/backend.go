@@ -88,8 +88,8 @@ func (b *backend) sock() net.Conn {
 func (b *backend) reader() io.Reader {
 	if b.rd.c != b.conn {
 		b.rd = stickyReader{c: b.conn}
-		if b.sio != nil && b.sio.c == b.conn {
-			b.rd.r = b.sio
+		if x := b.plainSock(); x != nil {
+			b.rd.r = x
 		}
 	}
 	return &b.rd
@@ -98,10 +98,19 @@ func (b *backend) reader() io.Reader {
 // writer returns what commands are written to: the socket's sockIO, or
 // the connection.
 func (b *backend) writer() io.Writer {
+	if x := b.plainSock(); x != nil {
+		return x
+	}
+	return b.conn
+}
+
+// plainSock returns the sockIO the relay reads and writes conn with, or
+// nil when conn is not the plain socket (TLS).
+func (b *backend) plainSock() *sockIO {
 	if b.sio != nil && b.sio.c == b.conn {
 		return b.sio
 	}
-	return b.conn
+	return nil
 }
 
 // stickyReader reads from a backend connection and returns its first

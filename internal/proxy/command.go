@@ -612,7 +612,7 @@ func (s *session) peekPayload(h mysqlproto.Header) []byte {
 // forward relays the pending command packet(s) from the client to the
 // backend unchanged.
 func (s *session) forward() error {
-	if sio := s.be.sio; sio != nil && sio.c == s.be.conn {
+	if sio := s.be.plainSock(); sio != nil {
 		// A statement's response is read right after it is sent: the
 		// write waits for that read (sockIO.deferNextWrite).
 		if b, err := s.cr.Peek(mysqlproto.HeaderSize + 1); err == nil &&

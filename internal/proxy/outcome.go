@@ -10,7 +10,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -388,12 +387,11 @@ func (s *session) readMarker(be *backend, lost string) (committed, absent bool, 
 	return false, true, "", "", false
 }
 
-// connBroken reports whether err is a connection's failure (an I/O error,
-// a reset, the end of the stream) rather than a server's answer.
+// connBroken reports whether err is a connection's failure (an I/O error
+// such as a reset, the end of the stream) rather than a server's answer.
 func connBroken(err error) bool {
 	var ne net.Error
-	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // threadGone makes sure the backend thread that sent the COMMIT (mk: its

@@ -57,41 +57,28 @@ func newHoldRelay(t *testing.T, target string) *holdRelay {
 			r.mu.Lock()
 			r.conns = append(r.conns, c, s)
 			r.mu.Unlock()
-			go r.pipeUp(s, c)
-			go r.pipe(c, s, &r.holdDn)
+			go r.pipe(s, c, &r.holdUp, &r.cutOn)
+			go r.pipe(c, s, &r.holdDn, nil)
 		}
 	}()
 	return r
 }
 
-// pipe copies from src to dst, dropping what it reads while hold is set.
-func (r *holdRelay) pipe(dst, src net.Conn, hold *atomic.Bool) {
+// pipe copies from src to dst, dropping what it reads while hold is set;
+// with cut (the client-to-server side), bytes that contain *cut close both
+// sides instead, once.
+func (r *holdRelay) pipe(dst, src net.Conn, hold *atomic.Bool, cut *atomic.Pointer[string]) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !hold.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+		if cut != nil && n > 0 {
+			if on := cut.Load(); on != nil && bytes.Contains(buf[:n], []byte(*on)) && cut.CompareAndSwap(on, nil) {
+				_ = src.Close()
+				_ = dst.Close()
 				return
 			}
 		}
-		if err != nil {
-			_ = dst.Close()
-			return
-		}
-	}
-}
-
-// pipeUp is pipe from the client to the server, with cutOn.
-func (r *holdRelay) pipeUp(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if on := r.cutOn.Load(); n > 0 && on != nil && bytes.Contains(buf[:n], []byte(*on)) && r.cutOn.CompareAndSwap(on, nil) {
-			_ = src.Close()
-			_ = dst.Close()
-			return
-		}
-		if n > 0 && !r.holdUp.Load() {
+		if n > 0 && !hold.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}

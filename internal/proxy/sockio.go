@@ -42,8 +42,7 @@ type sockIO struct {
 	deferNext bool
 	pend      []byte
 	pendFn    func(uintptr) bool
-	pendDone  bool  // pend was written in full (the callback now reads)
-	pendErr   error // the write of pend failed
+	pendDone  bool // pend was written in full (the callback now reads)
 }
 
 // newSockIO returns a sockIO for c, or nil when c is not a socket.
@@ -82,12 +81,18 @@ func (x *sockIO) flushPend() error {
 		return nil
 	}
 	x.wbuf, x.wn, x.werr = x.pend, 0, nil
-	err := x.rc.Write(x.writeFn)
+	err := x.writeErr(x.rc.Write(x.writeFn))
 	x.wbuf, x.pend = nil, x.pend[:0]
-	if err != nil {
-		return &mysqlproto.WriteError{Err: x.opError("write", err)}
-	}
-	if x.werr != nil {
+	return err
+}
+
+// writeErr is the *mysqlproto.WriteError of the write of x.wbuf that ended
+// with the poller's error pollErr, or nil when it succeeded.
+func (x *sockIO) writeErr(pollErr error) error {
+	switch {
+	case pollErr != nil:
+		return &mysqlproto.WriteError{Err: x.opError("write", pollErr)}
+	case x.werr != nil:
 		return &mysqlproto.WriteError{Err: x.werr}
 	}
 	return nil
@@ -139,34 +144,19 @@ func (x *sockIO) read(fd uintptr) bool {
 // write, so waiting right after it misses no answer. A write that would
 // block is finished by Write's path, then the read is a plain one.
 func (x *sockIO) readPend() (int, error) {
-	x.wbuf, x.wn, x.werr = x.pend, 0, nil
-	x.pendDone, x.pendErr = false, nil
+	defer func() { x.wbuf, x.pend, x.rbuf = nil, x.pend[:0], nil }()
+	x.wbuf, x.wn, x.werr, x.pendDone = x.pend, 0, nil, false
 	err := x.rc.Read(x.pendFn)
-	done, werr := x.pendDone, x.pendErr
-	x.pendDone, x.pendErr = false, nil
-	if werr != nil {
-		x.wbuf, x.pend, x.rbuf = nil, x.pend[:0], nil
-		return 0, &mysqlproto.WriteError{Err: werr}
-	}
-	if !done {
-		// The write would block (or the poller failed before it ended):
-		// finish it as Write does, then read.
-		if err == nil {
-			err = x.rc.Write(x.writeFn)
+	if !x.pendDone {
+		// The write failed, would block, or the poller failed first.
+		if err == nil && x.werr == nil {
+			err = x.rc.Write(x.writeFn) // it would block: finish it as Write does
 		}
-		x.wbuf, x.pend = nil, x.pend[:0]
-		if err != nil {
-			x.rbuf = nil
-			return 0, &mysqlproto.WriteError{Err: x.opError("write", err)}
-		}
-		if x.werr != nil {
-			x.rbuf = nil
-			return 0, &mysqlproto.WriteError{Err: x.werr}
+		if werr := x.writeErr(err); werr != nil {
+			return 0, werr
 		}
 		err = x.rc.Read(x.readFn)
 	}
-	x.wbuf, x.pend = nil, x.pend[:0]
-	x.rbuf = nil
 	if err != nil {
 		return 0, x.opError("read", err)
 	}
@@ -174,15 +164,11 @@ func (x *sockIO) readPend() (int, error) {
 }
 
 // readAfterWrite is readPend's callback: the first call writes x.wbuf
-// and asks the poller to wait (when the write would block, it stops to let
-// readPend finish it); later calls read.
+// and asks the poller to wait (when the write fails or would block, it
+// stops and readPend handles it); later calls read.
 func (x *sockIO) readAfterWrite(fd uintptr) bool {
 	if !x.pendDone {
-		if !x.write(fd) {
-			return true // the write would block: readPend finishes it
-		}
-		if x.werr != nil {
-			x.pendErr = x.werr
+		if !x.write(fd) || x.werr != nil {
 			return true
 		}
 		x.pendDone = true
