@@ -57,8 +57,10 @@ func (s *session) watchBackend() bool {
 // its peer, or has unasked data (an error packet before a close), without
 // consuming anything; buf is one byte of scratch owned by the caller.
 func fdPeerClosed(fd int, buf *[1]byte) bool {
-	// recvfrom(2) without an address buffer (unix.Recvfrom allocates one).
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
+	// recvfrom(2) without an address buffer (unix.Recvfrom allocates one),
+	// as a raw system call: with MSG_DONTWAIT it never blocks, so the
+	// scheduler need not hear of it (sockio.go).
+	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
 		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 	return errno != unix.EAGAIN && errno != unix.EINTR
 }

@@ -147,7 +147,7 @@ func (s *session) clientPending() bool {
 		return false
 	}
 	var b [1]byte
-	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), 1,
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), 1,
 		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 	return errno == 0 && n == 1
 }

@@ -33,6 +33,25 @@ func recentEvents(ctx context.Context, st topo.Store, keys topo.Keys, cluster st
 	return out, nil
 }
 
+// writeAutoFailover prints the controller's automatic-failover readiness
+// (topo.AutoFailover): whether a dead primary would be failed over now, to
+// which candidate, or why not. Nothing while a switchover or failover runs,
+// or when no controller published it.
+func writeAutoFailover(w io.Writer, cs topo.ClusterState) {
+	a := cs.AutoFailover
+	if a == nil || cs.Phase != topo.PhaseStable {
+		return
+	}
+	switch {
+	case a.Ready && a.Candidate != "":
+		fmt.Fprintf(w, "automatic failover: ready (candidate %s)\n", a.Candidate)
+	case a.Ready:
+		fmt.Fprintln(w, "automatic failover: ready")
+	default:
+		fmt.Fprintf(w, "automatic failover: NOT READY (%s): %s\n", a.Class, a.Reason)
+	}
+}
+
 // writePolicy prints a cluster's failover policy state: maintenance,
 // block, disabled automation, quarantine, alarms, analysis codes, the last
 // failover and the recent events.
@@ -40,6 +59,14 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 	if cs.Phase == topo.PhaseFailover {
 		fmt.Fprintf(w, "FAILOVER IN PROGRESS: %s -> %s (epoch %d)\n", cs.OldPrimary, cs.Target, cs.Epoch)
 	}
+	if pl := cs.PrimaryLost; pl != nil && pl.Node == cs.Primary && pl.Epoch == cs.Epoch && cs.Phase == topo.PhaseStable {
+		fmt.Fprintf(w, "PRIMARY LOST: %s dead since %s (%s ago, %d probe rounds); no automatic failover comes (%s): %s\n",
+			pl.Node, pl.Since.UTC().Format(time.RFC3339), age(r.CollectedAt, pl.Since), pl.Rounds, pl.Class, pl.Reason)
+		if pl.Detail != "" {
+			fmt.Fprintf(w, "  finding: %s\n", shorten(pl.Detail))
+		}
+	}
+	writeAutoFailover(w, cs)
 	if m := cs.Maintenance; m != nil {
 		by := ""
 		if m.By != "" {

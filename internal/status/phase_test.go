@@ -19,17 +19,30 @@ func TestStatusJSONPhaseAgreesWithText(t *testing.T) {
 	keys := topo.Keys{Prefix: "/sy"}
 	for _, c := range []struct {
 		name, state, phase, text string
+		absent                   string // a line the table must not have
 	}{
-		{"no primary", `{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, PhaseNoPrimary, "NO PRIMARY (writes refused)"},
+		{"no primary", `{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, PhaseNoPrimary, "NO PRIMARY (writes refused)", ""},
 		{"primary dead", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"DeadPrimary","node":"n1"}]}`,
-			PhasePrimaryDead, "PRIMARY DEAD (writes refused until a failover"},
+			PhasePrimaryDead, "PRIMARY DEAD (writes refused until a failover", ""},
 		{"all read_only", `{"cluster":"main","primary":"","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"NoPrimary"},{"code":"NoWritablePrimary","node":"n1","detail":"every reachable node is read_only; n1 is the replication source"}]}`,
-			PhaseNoPrimary, "NO WRITABLE PRIMARY: every reachable node is read_only; n1 is the replication source"},
+			PhaseNoPrimary, "NO WRITABLE PRIMARY: every reachable node is read_only; n1 is the replication source", ""},
 		{"primary read-only", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],"analysis":[{"code":"PrimaryReadOnly","node":"n1"}]}`,
-			PhasePrimaryReadOnly, "PRIMARY READ-ONLY (writes fail with error 1290"},
-		{"stable", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, topo.PhaseStable, "phase: stable"},
+			PhasePrimaryReadOnly, "PRIMARY READ-ONLY (writes fail with error 1290", ""},
+		{"stable", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}]}`, topo.PhaseStable, "phase: stable", ""},
+		{"primary lost, manual mode", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"},{"name":"n2"}],"analysis":[{"code":"DeadPrimary","node":"n1"}],` +
+			`"auto_failover":{"ready":false,"candidate":"n2","class":"manual","reason":"failover.mode is manual: run switchyard failover --cluster main"},` +
+			`"primary_lost":{"node":"n1","epoch":4,"since":"2026-01-02T03:04:05Z","rounds":3,"class":"manual","reason":"failover.mode is manual: run switchyard failover --cluster main","detail":"connect refused"}}`,
+			PhasePrimaryDead, "PRIMARY LOST: n1 dead since 2026-01-02T03:04:05Z", ""},
+		{"auto failover not ready", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"}],` +
+			`"auto_failover":{"ready":false,"class":"no_candidate","reason":"no replica could be promoted: n2 lags"}}`,
+			topo.PhaseStable, "automatic failover: NOT READY (no_candidate): no replica could be promoted: n2 lags", ""},
+		{"auto failover ready", `{"cluster":"main","primary":"n1","epoch":4,"phase":"stable","nodes":[{"name":"n1"},{"name":"n2"}],"auto_failover":{"ready":true,"candidate":"n2"}}`,
+			topo.PhaseStable, "automatic failover: ready (candidate n2)", ""},
+		{"primary lost of an older epoch", `{"cluster":"main","primary":"n2","epoch":5,"phase":"stable","nodes":[{"name":"n1"},{"name":"n2"}],` +
+			`"primary_lost":{"node":"n1","epoch":4,"since":"2026-01-02T03:04:05Z","rounds":3,"class":"manual","reason":"x"}}`,
+			topo.PhaseStable, "phase: stable", "PRIMARY LOST"},
 		{"failover", `{"cluster":"main","primary":"","old_primary":"n1","target":"n2","epoch":5,"phase":"failover","nodes":[{"name":"n1"},{"name":"n2"}]}`,
-			topo.PhaseFailover, "phase: failover"},
+			topo.PhaseFailover, "phase: failover", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := topo.NewMemory()
@@ -71,6 +84,9 @@ func TestStatusJSONPhaseAgreesWithText(t *testing.T) {
 			}
 			if !strings.Contains(b.String(), c.text) {
 				t.Fatalf("table lacks %q:\n%s", c.text, b.String())
+			}
+			if c.absent != "" && strings.Contains(b.String(), c.absent) {
+				t.Fatalf("table has %q:\n%s", c.absent, b.String())
 			}
 		})
 	}
