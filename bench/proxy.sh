@@ -28,6 +28,9 @@
 # admin endpoint's /debug/pprof (the sandbox config gets admin.pprof: true).
 # The profiles are kept in PROFILE_DIR (default /tmp/sy-profile.PID) and
 # their top functions printed (go tool pprof -top).
+# BENCH_ROUNDS=N alternates the direct, HAProxy and Switchyard runs N times
+# per workload and prints each round's Switchyard/HAProxy ratios and their
+# median (default 1).
 # SWITCHYARD_BIN runs another build (default bin/switchyard), to compare two.
 # Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
@@ -38,6 +41,7 @@ SECS=${1:-${BENCH_SECONDS:-20}}
 THREADS=${BENCH_THREADS:-8}
 COMPRESSION=${BENCH_COMPRESSION:-off}
 PS_MODE=${BENCH_PS_MODE:-auto}
+ROUNDS=${BENCH_ROUNDS:-1}
 PROFILE=${PROFILE:-0}
 PROFILE_DIR=${PROFILE_DIR:-/tmp/sy-profile.$$}
 SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
@@ -267,11 +271,21 @@ IDLE=$(awk -v c=$((i1 - i0)) -v hz="$HZ" -v s="$IDLE_SECS" 'BEGIN {printf "%.1f"
 echo "== switchyard idle CPU (no clients, $IDLE_SECS s): $IDLE ms/s"
 mode="plaintext"; [ "$TLS" = 1 ] && mode="TLS (--mysql-ssl=on)"
 echo "== $SECS s per run, $THREADS threads, --db-ps-mode=$PS_MODE, clients: $mode, compression $COMPRESSION, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# BENCH_ROUNDS=N runs the direct, HAProxy (go-l4) and Switchyard sequence
+# N times in turn per workload: a disturbance of the shared machine then
+# lands in one round, and the ratios of each round are printed with their
+# median (the final ratios below are the last round's).
+declare -A RQPS RCPU
 for wl in oltp_point_select oltp_read_write; do
-  run direct "$PRIMARY_PORT" "$wl" ""
-  run haproxy "$HAPORT" "$wl" "$HAPID"
-  [ "$GO_L4" = 1 ] && run go-l4 "$L4PORT" "$wl" "$L4PID"
-  run switchyard "$RW_PORT" "$wl" "$SYPID"
+  for round in $(seq 1 "$ROUNDS"); do
+    [ "$ROUNDS" -gt 1 ] && echo "  -- $wl round $round of $ROUNDS"
+    run direct "$PRIMARY_PORT" "$wl" ""
+    run haproxy "$HAPORT" "$wl" "$HAPID"
+    [ "$GO_L4" = 1 ] && run go-l4 "$L4PORT" "$wl" "$L4PID"
+    run switchyard "$RW_PORT" "$wl" "$SYPID"
+    RQPS[$wl]+="$(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" 'BEGIN {printf "%.3f", s/h}') "
+    RCPU[$wl]+="$(awk -v h="${CPUUS[haproxy/$wl]}" -v s="${CPUUS[switchyard/$wl]}" 'BEGIN {printf "%.3f", s/h}') "
+  done
 done
 
 # The same through `switchyard up`: its CPU includes the controller and
@@ -294,6 +308,14 @@ for wl in oltp_point_select oltp_read_write; do
     -v g="${QPS[go-l4/$wl]:-0}" \
     'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f  switchyard-up/haproxy %.3f  go-l4/haproxy %.3f\n", w, h/d, s/d, s/h, u/h, g/h}'
 done
+if [ "$ROUNDS" -gt 1 ]; then
+  echo "== switchyard/haproxy per round (qps; cpu per query), median of $ROUNDS rounds"
+  med() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+  for wl in oltp_point_select oltp_read_write; do
+    printf '  %-17s qps %s (median %s)  cpu/query %s (median %s)\n' "$wl" "${RQPS[$wl]}" "$(med <<<"${RQPS[$wl]}")" \
+      "${RCPU[$wl]}" "$(med <<<"${RCPU[$wl]}")"
+  done
+fi
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$PROFILE" = 1 ]; then
   for f in "$PROFILE_DIR"/perf-*.data; do
