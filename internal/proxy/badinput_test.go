@@ -73,6 +73,26 @@ func expectClosed(t *testing.T, c net.Conn, what string) {
 	}
 }
 
+// expectERRThenClosed reads one ERR packet with error code and sequence
+// number seq from c, then expects c closed.
+func expectERRThenClosed(t *testing.T, c net.Conn, what string, code uint16, seq byte) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	p, got, err := mysqlproto.ReadPacket(r, nil, 0)
+	if err != nil {
+		t.Fatalf("%s: no error packet before the close: %v", what, err)
+	}
+	if len(p) < 3 || p[0] != mysql.ERR_HEADER || mysqlproto.ParseERR(p).Code != code || got != seq {
+		t.Fatalf("%s: got packet %d %q, want ERR %d as packet %d", what, got, p, code, seq)
+	}
+	if _, _, err := mysqlproto.ReadPacket(r, nil, 0); err == nil {
+		t.Fatalf("%s: more after the error packet", what)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: connection still open after 5s", what)
+	}
+}
+
 func TestGarbageAndTruncatedPacketsCloseOnlyThatConnection(t *testing.T) {
 	h := newHarness(t, nil)
 	addr := h.srv.ListenerAddr("rw")
@@ -90,8 +110,33 @@ func TestGarbageAndTruncatedPacketsCloseOnlyThatConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\x01\x02\xff\xfe"))
-	expectClosed(t, c, "garbage handshake")
+	// As mariadbd answers it: 1156 "Got packets out of order", packet 1.
+	expectERRThenClosed(t, c, "garbage handshake", mysql.ER_NET_PACKETS_OUT_OF_ORDER, 1)
 	c.Close()
+
+	// 1b. Handshake responses the server would refuse: a packet numbered
+	// 5, one too short to parse, one longer than any handshake response.
+	for _, bad := range []struct {
+		what string
+		b    []byte
+		code uint16
+		seq  byte
+	}{
+		{"handshake response numbered 5", []byte{1, 0, 0, 5, 0}, mysql.ER_NET_PACKETS_OUT_OF_ORDER, 1},
+		{"short handshake response", []byte{5, 0, 0, 1, 'h', 'e', 'l', 'l', 'o'}, mysql.ER_HANDSHAKE_ERROR, 2},
+		{"huge handshake response", append([]byte{0xff, 0xff, 0xff, 1}, make([]byte, 100)...), mysql.ER_HANDSHAKE_ERROR, 2},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := mysqlproto.ReadPacket(bufio.NewReader(c), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(bad.b)
+		expectERRThenClosed(t, c, bad.what, bad.code, bad.seq)
+		c.Close()
+	}
 
 	// 2. Garbage after a successful login (not a command packet).
 	rc, err := dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "", 0, "")

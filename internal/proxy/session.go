@@ -515,7 +515,23 @@ func (s *session) login() string {
 	if err := s.writeDirect(0, mysqlproto.AppendHandshake(nil, &hs)); err != nil {
 		return closeClientGone
 	}
+	// The handshake response (or SSLRequest) is packet 1: anything else
+	// gets the server's answer, ER_NET_PACKETS_OUT_OF_ORDER with sequence
+	// 1, as MariaDB's sql/net_serv.cc (checked against mariadbd 10.11:
+	// an HTTP request or a packet numbered 5 gets 1156, SQLSTATE 08S01).
+	if hb, err := s.cr.Peek(mysqlproto.HeaderSize); err == nil {
+		if h := mysqlproto.ParseHeader(hb); h.Seq != 1 {
+			s.writeError(1, mysqlproto.NewError(mysql.ER_NET_PACKETS_OUT_OF_ORDER, "Got packets out of order"))
+			s.log.Info("closing client: handshake response out of order (not a MySQL client?)", "seq", h.Seq, "len", h.Len)
+			return closeClientProtocol
+		}
+	}
 	payload, seq, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
+	if errors.Is(err, mysqlproto.ErrPacketTooLarge) {
+		s.writeError(seq+1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
+		s.log.Info("closing client: bad handshake response", "err", err)
+		return closeClientProtocol
+	}
 	if err != nil {
 		s.logClientError("reading handshake response", err)
 		return clientReason(err)
