@@ -45,6 +45,11 @@ import (
 type replayLog struct {
 	maxBytes, maxStmts int
 
+	// The recorded response's results so far and, when the first was an
+	// OK, its last insert id (sumFirst; kept in the entry by recordEnd).
+	results  int
+	okInsert uint64
+
 	buf     []byte // recorded payloads (command byte first), back to back
 	entries []replayEntry
 	// broken says why the transaction cannot be replayed ("" while it can);
@@ -91,6 +96,10 @@ type replayEntry struct {
 	st     *stmtInfo // the statement executed (kept when the client closes it)
 	sum    uint64    // checksum of the result
 	done   bool      // the response was complete
+	// insertID is the last insert id of the result when it was one OK
+	// and not 0 (an INSERT that generated an AUTO_INCREMENT value, or
+	// named one): the replay makes the server use it again (replayTx).
+	insertID uint64
 }
 
 // flight is what the proxy knows of the command in flight.
@@ -296,6 +305,7 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 		r.cur = len(r.entries) - 1
 		r.hashing = true
 		r.h.Reset()
+		r.results, r.okInsert = 0, 0
 	}
 	return long
 }
@@ -350,6 +360,7 @@ func (s *session) forwardRecorded() error {
 		r.cur = len(r.entries) - 1
 		r.hashing = true
 		r.h.Reset()
+		r.results, r.okInsert = 0, 0
 	}
 	return err
 }
@@ -362,7 +373,12 @@ func (s *session) recordEnd() {
 	if r.cur >= 0 && r.cur < len(r.entries) {
 		e := &r.entries[r.cur]
 		e.sum, e.done = r.h.Sum64(), true
+		e.insertID = 0
+		if r.results == 1 {
+			e.insertID = r.okInsert
+		}
 	}
+	r.results, r.okInsert = 0, 0
 	r.cur, r.hashing, r.fl.active = -1, false, false
 	if !s.inTx() {
 		r.reset()
@@ -376,9 +392,13 @@ func (s *session) recordEnd() {
 // ERR, or a column count. A LOCAL INFILE request makes the transaction not
 // replayable.
 func (r *replayLog) sumFirst(p mysqlproto.Packet, infile bool) {
+	r.results++
 	switch p.First {
 	case mysql.OK_HEADER:
 		sumOK(&r.h, p.Payload)
+		if r.results == 1 {
+			r.okInsert = okInsertID(p.Payload)
+		}
 	case mysql.ERR_HEADER:
 		sumErr(&r.h, p.Payload)
 	case mysql.LocalInFile_HEADER:

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -321,6 +322,11 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 			if id, temp, merr = s.replayStmtID(br, be, e); merr != nil {
 				return replayLostAgain, merr.Message
 			}
+			if e.insertID != 0 {
+				if why := s.forceInsertID(br, be, e.insertID); why != "" {
+					return replayLostAgain, why
+				}
+			}
 			err = s.sendRecorded(be, e, id)
 		}
 		if err != nil {
@@ -346,6 +352,13 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 				s.snapTaken()
 			}
 		}
+		if e.insertID != 0 && !(cs && i == opener) {
+			// The forced value is kept until a statement generates one:
+			// clear it, whether this one used it or not.
+			if why := s.forceInsertID(br, be, 0); why != "" {
+				return replayLostAgain, why
+			}
+		}
 		if temp {
 			// COM_STMT_CLOSE has no response.
 			var cl [5]byte
@@ -366,6 +379,28 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 		return replayLostAgain, fmt.Sprintf("backend %s sent data beyond the replayed responses", be.t.node)
 	}
 	return replayOK, ""
+}
+
+// forceInsertID sets the new primary connection's insert_id session
+// variable to id (0 clears it): the next statement that generates an
+// AUTO_INCREMENT value gets id, as the original run of the replayed
+// statement did, so its result (the OK's last insert id) can match and
+// the rows the client was told of keep their ids. This is how MariaDB's
+// own statement-based binary log replays an INSERT (an INSERT_ID event
+// before it, https://mariadb.com/kb/en/server-system-variables/#insert_id);
+// MaxScale's transaction_replay_checksum=no_insert_id ignores the id
+// instead. A value another transaction took meanwhile makes the
+// statement fail with a duplicate key: a mismatch, rolled back. It
+// returns why it failed, "" when it did not.
+func (s *session) forceInsertID(br *bufio.Reader, be *backend, id uint64) string {
+	_, _, code, _, err := s.queryOne(br, be, strconv.AppendUint([]byte("SET insert_id = "), id, 10))
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+	case code != 0:
+		return fmt.Sprintf("the new primary %s refused SET insert_id during the replay (error %d)", be.t.node, code)
+	}
+	return ""
 }
 
 // connectPrimary opens the session's new primary connection, state

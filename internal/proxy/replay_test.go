@@ -180,6 +180,71 @@ func TestTransactionReplay(t *testing.T) {
 		}
 	})
 
+	t.Run("auto-increment ids kept", func(t *testing.T) {
+		mustExec(t, rh.root, "CREATE TABLE IF NOT EXISTS sbtest.rp_ai (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT)")
+		mustExec(t, rh.root, "DELETE FROM sbtest.rp_ai")
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		id := threadID(t, conn)
+		mustExec(t, conn, "BEGIN")
+		lastID := func(r sql.Result, err error) int64 {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := r.LastInsertId()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		a := lastID(conn.ExecContext(ctx, "INSERT INTO rp_ai (v) VALUES (1)"))           // text, generated
+		b := lastID(conn.ExecContext(ctx, "INSERT INTO rp_ai (v) VALUES (?)", 2))        // prepared, generated
+		c := lastID(conn.ExecContext(ctx, "INSERT INTO rp_ai (v) VALUES (3), (4)"))      // several rows: the first id
+		lastID(conn.ExecContext(ctx, "INSERT INTO rp_ai (id, v) VALUES (?, 5)", a+1000)) // named, not generated
+		mustExec(t, conn, "UPDATE rp_ai SET v = v + 10 WHERE id = ?", b)                 // uses an id the client was told
+		// The killed transaction is rolled back; its ids are not given back.
+		rh.killBackend(id)
+		other := lastID(rh.root.Exec("INSERT INTO sbtest.rp_ai (v) VALUES (100)")) // another session, meanwhile
+		before := rh.replays(replayOK)
+		d := lastID(conn.ExecContext(ctx, "INSERT INTO rp_ai (v) VALUES (6)"))
+		if n := rh.replays(replayOK) - before; n != 1 {
+			t.Fatalf("%v replays counted, want 1 (the ids the client was told were not given again)", n)
+		}
+		if d == a+1000 || d == a || d == b || d == c || d == c+1 || d == other {
+			t.Fatalf("insert after the replay got id %d, one already used (a %d, b %d, c %d, other %d)", d, a, b, c, other)
+		}
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			t.Fatalf("COMMIT after the replay: %v", err)
+		}
+		rs, err := rh.root.Query("SELECT id, v FROM sbtest.rp_ai ORDER BY id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		got := map[int64]int{}
+		for rs.Next() {
+			var i int64
+			var v int
+			if err := rs.Scan(&i, &v); err != nil {
+				t.Fatal(err)
+			}
+			got[i] = v
+		}
+		want := map[int64]int{a: 1, b: 12, c: 3, c + 1: 4, a + 1000: 5, other: 100, d: 6}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("rows after the replayed transaction %v, want %v", got, want)
+		}
+		// Nothing forced is left on the session: a new autocommit insert
+		// gets a fresh id.
+		if e := lastID(conn.ExecContext(ctx, "INSERT INTO rp_ai (v) VALUES (7)")); want[e] != 0 {
+			t.Fatalf("autocommit insert after the replay got id %d, already used", e)
+		}
+	})
+
 	t.Run("different result", func(t *testing.T) {
 		rh.reset(3)
 		conn, err := db.Conn(ctx)
