@@ -136,6 +136,11 @@ func holdable(st *topo.ClusterState, cl *config.Cluster, now time.Time) bool {
 // primary is lost and no automatic failover can come: MySQL error 1105
 // (ER_UNKNOWN_ERROR, SQLSTATE HY000).
 // cause is what the proxy saw (a connect error), "" if nothing more.
+// notDeclared is added to the cause of a refusal for a primary that is
+// only silent when no verdict came: an operator should not fail over a
+// primary that is merely overloaded or paused.
+const notDeclared = "the controller has not declared it dead: it may only be overloaded or paused, check it before acting"
+
 func errPrimaryRefused(cluster, node, cause, why string) *mysql.MyError {
 	if cause != "" {
 		cause = " (" + strings.TrimPrefix(cause, "switchyard: ") + ")"
@@ -264,7 +269,12 @@ func (s *session) awaitPrimary(lost string) (*routeSnapshot, *mysql.MyError) {
 				until = vd
 			}
 			if !time.Now().Before(until) {
-				return nil, s.refusePrimary(class, lost, why) // no automatic failover comes (verdictWait)
+				// No automatic failover comes (verdictWait), and the
+				// primary is only silent: it may be overloaded, not dead.
+				if !strings.Contains(s.lostCause, notDeclared) {
+					s.lostCause += "; " + notDeclared
+				}
+				return nil, s.refusePrimary(class, lost, why)
 			}
 		}
 		wait := time.Until(until)

@@ -802,3 +802,42 @@ func TestLostPrimaryDeclaredRefusesAtOnce(t *testing.T) {
 		t.Fatalf("switchyard_primary_lost_refused_total = %v, want >= %d", n, 3*len(cases))
 	}
 }
+
+// TestSilentPrimaryNoVerdictSaysSo: a new login while the primary is
+// frozen (SIGSTOP: connects complete, no greeting comes) and no automatic
+// failover can come waits for the controller's verdict; when none comes
+// (the primary may only be overloaded) the error says the controller has
+// not declared it dead, so that no operator fails over a busy primary on
+// the proxy's word alone.
+func TestSilentPrimaryNoVerdictSaysSo(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverManual
+		c.Clusters[0].Failover.SilenceBound = config.Duration(500 * time.Millisecond)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	reason := "failover.mode is manual: an operator must run `switchyard failover --cluster main`"
+	st.AutoFailover = &topo.AutoFailover{Class: topo.AutoNotAuto, Reason: reason}
+	h.srv.SetClusterState(st)
+	pid := h.c.PID(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	d, err := sql.Open("mysql", h.dsn("rw", "sbtest", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	start := time.Now()
+	err = d.PingContext(context.Background())
+	took := time.Since(start)
+	code, msg := mysqlErr(err)
+	if code != 1105 || !strings.Contains(msg, "primary node1 of cluster main is unreachable") ||
+		!strings.Contains(msg, "the controller has not declared it dead") || !strings.Contains(msg, reason) {
+		t.Fatalf("login while the primary is frozen, no verdict: %v, want 1105 saying it was not declared dead and %q", err, reason)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("the error came after %v", took)
+	}
+	t.Logf("refused after %v: %s", took.Round(time.Millisecond), msg)
+}
