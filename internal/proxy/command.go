@@ -208,7 +208,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	idRewritten := false // CONNECTION_ID() replaced (transaction pooling, connid.go)
 	trackSet := false    // a SET that may change the client's tracking settings (trackvars.go)
 	s.cls = classOther
-	s.execStmt = nil
+	s.execStmt, s.lastExec = nil, nil
 	s.cursorReq = false
 	switch cmd {
 	case mysql.COM_INIT_DB:
@@ -296,7 +296,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		}
 		stmtID, stmt = s.stmtOf(p)
 		if cmd == mysql.COM_STMT_EXECUTE {
-			s.execStmt = stmt
+			s.execStmt, s.lastExec = stmt, stmt
 		}
 		if s.xlate {
 			s.translateID()

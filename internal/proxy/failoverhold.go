@@ -171,6 +171,8 @@ func (s *session) lostKeyword() string {
 		if st := s.stmts[binary.LittleEndian.Uint32(s.rerun[1:])]; st != nil {
 			text = st.text
 		}
+	} else if s.lastExec != nil {
+		text = s.lastExec.text // a prepared statement not kept to run again
 	}
 	if w, _ := firstWord(text); len(w) > 0 {
 		return strings.ToUpper(string(w))
@@ -374,7 +376,7 @@ func (s *session) primaryBackendLost(cmd byte, err error) string {
 	s.srv.metrics.primaryLostInFlight.WithLabelValues(s.l.cluster).Inc()
 	s.log.Warn("primary connection lost with a statement in flight; its outcome is unknown", "node", node)
 	if kindOf(cmd) != respNone {
-		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, node))
+		s.writeError(1, errOutcomeUnknown(s.lostKeyword(), s.l.cluster, node, "the connection to it broke: "+err.Error()))
 	}
 	return ""
 }

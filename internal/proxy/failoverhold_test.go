@@ -361,7 +361,8 @@ func TestLostPrimaryNeverRanStatementSentAgain(t *testing.T) {
 	}
 	if err := <-runningErr; err == nil {
 		t.Fatal("the INSERT running when the primary died succeeded")
-	} else if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "unknown") {
+	} else if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "the outcome of INSERT is unknown") ||
+		!strings.Contains(msg, "was lost while it ran (the connection to it broke: ") {
 		t.Fatalf("the INSERT running when the primary died: %v, want the outcome-unknown error", err)
 	}
 	makeWritable(t, node2)

@@ -230,6 +230,7 @@ type session struct {
 	nextStmtID uint32     // last client id handed out while xlate
 	prepPacket []byte     // COM_STMT_PREPARE being relayed (command byte + text)
 	execStmt   *stmtInfo  // the statement of the COM_STMT_EXECUTE being relayed
+	lastExec   *stmtInfo  // the statement of the last command when it was a COM_STMT_EXECUTE (for messages)
 	okBuf      []byte     // scratch for rewritten OK packets
 	samples    uint32     // read statements seen, for sampling (hotreads.go)
 	rlog       *replayLog // the open transaction's record (replay.go); nil unless failover.transaction_replay
