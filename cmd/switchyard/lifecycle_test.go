@@ -335,11 +335,16 @@ func TestSandboxRole(t *testing.T) {
 	}{
 		{sandbox.NodeStatus{Reachable: true}, "primary"},
 		{sandbox.NodeStatus{Reachable: true, ReadOnly: true, ReplicatingFrom: "127.0.0.1:3307", SourceNode: "node2"}, "replica of node2"},
-		{sandbox.NodeStatus{Reachable: true, ReadOnly: true}, "read-only and not replicating"},
+		{sandbox.NodeStatus{Name: "node1", Reachable: true, ReadOnly: true}, "read-only and not replicating (no primary"},
+		{sandbox.NodeStatus{Name: "node1", Reachable: true, ReadOnly: true}, "read-only and not replicating (primary is node2: a fenced old primary"},
 		{sandbox.NodeStatus{Reachable: true, ReplicatingFrom: "127.0.0.1:3307", SourceNode: "node2"}, "WRITABLE"},
 		{sandbox.NodeStatus{Error: "connection refused"}, "NOT ANSWERING: connection refused"},
 	} {
-		if got := sandboxRole(tc.n); !strings.Contains(got, tc.want) {
+		all := []sandbox.NodeStatus{tc.n}
+		if strings.Contains(tc.want, "primary is node2") {
+			all = append(all, sandbox.NodeStatus{Name: "node2", Reachable: true})
+		}
+		if got := sandboxRole(tc.n, all); !strings.Contains(got, tc.want) {
 			t.Errorf("%+v: %q, want %q", tc.n, got, tc.want)
 		}
 	}

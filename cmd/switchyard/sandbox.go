@@ -55,8 +55,9 @@ Needs the Debian package mariadb-server.`,
 			fmt.Fprintf(w, "sandbox ready in %s (%.1fs): %d nodes\n", c.Dir, time.Since(start).Seconds(), len(c.Nodes))
 			// The roles as the nodes report them now (switchovers move the
 			// primary; the sandbox's creation order says nothing).
-			for _, n := range c.Status(ctx) {
-				fmt.Fprintf(w, "  %s  %s  server_id=%d  %s\n", n.Name, n.Address, n.ServerID, sandboxRole(n))
+			nodes := c.Status(ctx)
+			for _, n := range nodes {
+				fmt.Fprintf(w, "  %s  %s  server_id=%d  %s\n", n.Name, n.Address, n.ServerID, sandboxRole(n, nodes))
 			}
 			fmt.Fprintf(w, "config: %s\n", c.ConfigPath)
 			fmt.Fprintf(w, "next:   switchyard up --config %s\n", c.ConfigPath)
@@ -186,8 +187,9 @@ Needs the Debian package mariadb-server.`,
 }
 
 // sandboxRole describes a node's role from its status: "primary" (writable,
-// no replication source), "replica of NODE", or what is wrong.
-func sandboxRole(n sandbox.NodeStatus) string {
+// no replication source), "replica of NODE", or what is wrong; all are
+// the statuses of every node (whether another one is the primary).
+func sandboxRole(n sandbox.NodeStatus, all []sandbox.NodeStatus) string {
 	switch {
 	case !n.Reachable || n.Error != "":
 		return "NOT ANSWERING: " + n.Error
@@ -200,6 +202,11 @@ func sandboxRole(n sandbox.NodeStatus) string {
 	case n.ReplicatingFrom != "":
 		return "replica of " + n.ReplicatingFrom
 	case n.ReadOnly:
+		for _, o := range all {
+			if o.Name != n.Name && o.Reachable && o.Error == "" && !o.ReadOnly && o.ReplicatingFrom == "" {
+				return "read-only and not replicating (primary is " + o.Name + ": a fenced old primary, which the controller repoints, or quarantines when it holds transactions the primary lacks)"
+			}
+		}
 		return "read-only and not replicating (no primary: writes are refused until one is made writable)"
 	default:
 		return "primary"
