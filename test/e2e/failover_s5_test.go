@@ -113,6 +113,9 @@ func TestS5Partitions(t *testing.T) {
 	if outcome == "" {
 		t.Fatalf("node1 neither rejoined nor quarantined after the heal\n%s", s.eventText())
 	}
+	if strings.Contains(outcome, "node1 quarantined") && !strings.Contains(outcome, "it was the primary until the failover of") {
+		t.Errorf("the quarantine of the old primary does not say its extra transactions are likely lost acknowledged commits: %s", outcome)
+	}
 	t.Logf("old primary: %s", outcome)
 	samples, most, over = after.stop()
 	t.Logf("writable-node watch from the heal until then: %d probes, %d with two nodes writable by the application user %v (the returning node is writable until fenced; no proxy routes to it)",
