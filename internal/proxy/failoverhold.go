@@ -171,8 +171,9 @@ func (s *session) lostKeyword() string {
 		if st := s.stmts[binary.LittleEndian.Uint32(s.rerun[1:])]; st != nil {
 			text = st.text
 		}
-	} else if s.lastExec != nil {
-		text = s.lastExec.text // a prepared statement not kept to run again
+	}
+	if text == nil && s.lastExec != nil {
+		text = s.lastExec.text // a prepared statement not kept, or kept under another id
 	}
 	if w, _ := firstWord(text); len(w) > 0 {
 		return strings.ToUpper(string(w))

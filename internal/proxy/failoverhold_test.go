@@ -607,6 +607,20 @@ func TestLostPrimaryNeverRanExecuteSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRows(t, node2, "SELECT COUNT(*) FROM sbtest.nr_ps", 1)
+	// A prepared write running when the primary dies: its outcome is
+	// unknown, and the error names it and the cause.
+	runConn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runConn.Close()
+	runningErr := make(chan error, 1)
+	go func() {
+		// Prepared, executed and closed (the driver's Exec with arguments).
+		_, err := runConn.ExecContext(ctx, "INSERT INTO nr_ps SELECT ?, 'slow' FROM (SELECT SLEEP(5)) AS s", 100)
+		runningErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
 	pid := h.c.PID(0)
 	if pid <= 0 {
 		t.Fatal("no pid for node1")
@@ -624,6 +638,12 @@ func TestLostPrimaryNeverRanExecuteSentAgain(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if err := h.c.KillNode(0); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-runningErr; err == nil {
+		t.Fatal("the prepared INSERT running when the primary died succeeded")
+	} else if code, msg := mysqlErr(err); code != 1105 || !strings.Contains(msg, "the outcome of INSERT is unknown") ||
+		!strings.Contains(msg, "was lost while it ran (the connection to it broke: ") {
+		t.Fatalf("the prepared INSERT running when the primary died: %v, want the outcome-unknown error naming INSERT and the cause", err)
 	}
 	makeWritable(t, node2)
 	// The session must have seen the reset and be holding before the
