@@ -132,15 +132,15 @@ func holdable(st *topo.ClusterState, cl *config.Cluster, now time.Time) bool {
 	return class == ""
 }
 
-// errPrimaryRefused is the error a statement gets at once when the
-// primary is lost and no automatic failover can come: MySQL error 1105
-// (ER_UNKNOWN_ERROR, SQLSTATE HY000).
-// cause is what the proxy saw (a connect error), "" if nothing more.
 // notDeclared is added to the cause of a refusal for a primary that is
 // only silent when no verdict came: an operator should not fail over a
 // primary that is merely overloaded or paused.
 const notDeclared = "the controller has not declared it dead: it may only be overloaded or paused, check it before acting"
 
+// errPrimaryRefused is the error a statement gets at once when the
+// primary is lost and no automatic failover can come: MySQL error 1105
+// (ER_UNKNOWN_ERROR, SQLSTATE HY000).
+// cause is what the proxy saw (a connect error), "" if nothing more.
 func errPrimaryRefused(cluster, node, cause, why string) *mysql.MyError {
 	if cause != "" {
 		cause = " (" + strings.TrimPrefix(cause, "switchyard: ") + ")"
