@@ -145,7 +145,8 @@ func (s *Server) monitorHold(hp *holdPeriod) {
 }
 
 // countBusy counts the sessions of cluster's primary listeners that run a
-// statement or hold a transaction open on node.
+// statement or hold a transaction open on node, or run a command without a
+// backend connection yet.
 func (s *Server) countBusy(cluster, node string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -160,7 +161,11 @@ func (s *Server) countBusy(cluster, node string) int {
 		sess.mu.Lock()
 		be := sess.be
 		sess.mu.Unlock()
-		if be != nil && be.t.node == node {
+		// A command with no backend yet (a transaction-pooled session
+		// between transactions, a session connecting) may have read the
+		// snapshot before the hold and be taking a connection to node:
+		// it counts until it holds or its backend shows where it runs.
+		if be == nil || be.t.node == node {
 			n++
 		}
 	}

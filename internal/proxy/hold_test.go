@@ -3,7 +3,10 @@ package proxy
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +232,83 @@ func TestHoldFenceFailsOpenTransactionAndRollback(t *testing.T) {
 	var n int
 	if err := root.QueryRow("SELECT COUNT(*) FROM sbtest.hf").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("rows %d (%v), want 2 (ids 3 and 4; 1 was rolled back)", n, err)
+	}
+}
+
+// The drain acknowledgement (Busy 0) is what lets the controller fence the
+// old primary, so no statement may reach the old primary after it: not one
+// of a session that read the route just before the hold, nor one of a
+// transaction-pooled session taking a pooled connection between
+// transactions. Many sessions run transactions and autocommit writes on
+// both pooling modes while switchovers start, drain and roll back; after
+// each drained acknowledgement node1 is made read-only for a while (what
+// the fence does), and no client may get ER_OPTION_PREVENTS_STATEMENT
+// (1290) or any other error.
+func TestHoldDrainedMeansNoStatementOnOldPrimary(t *testing.T) {
+	const txClients, sessClients, rounds = 200, 4, 10
+	h := txHarness(t, 12) // 4 for the session-pooled clients, 8 shared
+	mustExec(t, h.direct(0), "CREATE TABLE sbtest.hdrain (client INT, n INT, PRIMARY KEY (client, n))")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failures, commits atomic.Int64
+	var firstErr atomic.Value
+	run := func(i int, c *client, tx bool) {
+		defer wg.Done()
+		ctx := context.Background()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			q := fmt.Sprintf("INSERT INTO hdrain VALUES (%d, %d)", i, n)
+			var err error
+			if tx {
+				var t *sql.Tx
+				if t, err = c.conn.BeginTx(ctx, nil); err == nil {
+					if _, err = t.ExecContext(ctx, q); err == nil {
+						err = t.Commit()
+					} else {
+						_ = t.Rollback()
+					}
+				}
+			} else {
+				_, err = c.conn.ExecContext(ctx, q)
+			}
+			if err != nil {
+				failures.Add(1)
+				firstErr.CompareAndSwap(nil, fmt.Errorf("client %d write %d: %w", i, n, err))
+				return
+			}
+			commits.Add(1)
+		}
+	}
+	for i := range txClients + sessClients {
+		listener := "rwtx"
+		if i >= txClients {
+			listener = "rw"
+		}
+		c := h.client(listener, "sbtest")
+		wg.Add(1)
+		go run(i, c, i%2 == 0)
+	}
+	root := h.direct(0)
+	defer func() { _, _ = root.Exec("SET GLOBAL read_only = 0") }()
+	for r := 1; r <= rounds && failures.Load() == 0; r++ {
+		time.Sleep(100 * time.Millisecond)
+		id := fmt.Sprintf("sw-drain-%d", r)
+		startHold(h, id, topo.SwitchStepHold)
+		waitAck(t, h, "drained", func(a topo.SwitchoverAck) bool { return a.ID == id && a.Holding && a.Busy == 0 })
+		mustExec(t, root, "SET GLOBAL read_only = 1")
+		time.Sleep(150 * time.Millisecond)
+		mustExec(t, root, "SET GLOBAL read_only = 0")
+		h.srv.SetClusterState(sandboxState(h.c, 1, 0, 1, 2)) // rolled back: node1 stays
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d writes over %d drained switchovers", commits.Load(), rounds)
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d clients got an error; first: %v", n, firstErr.Load())
 	}
 }

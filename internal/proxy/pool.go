@@ -157,6 +157,13 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, rc *runtimeCon
 		if i := slices.Index(p.waiters, w); i >= 0 {
 			p.waiters = slices.Delete(p.waiters, i, i+1)
 		}
+		// A waiter may come back without having read its wake-up (it
+		// woke for a new snapshot of the same primary): drop it with the
+		// flag, or the next wake-up would find the channel full.
+		select {
+		case <-w.ch:
+		default:
+		}
 		w.woken = false
 	} else if slices.ContainsFunc(p.waiters, func(o *poolWaiter) bool { return o.key == key }) {
 		wait = &poolWaiter{ch: make(chan struct{}, 1), key: key, noSchema: s.schema == ""}
@@ -263,7 +270,10 @@ func (p *backendCounter) wake(match func(*poolWaiter) bool) bool {
 			continue
 		}
 		w.woken = true
-		w.ch <- struct{}{} // buffered; a waiter is woken once per queueing
+		select {
+		case w.ch <- struct{}{}: // buffered; a waiter is woken once per queueing
+		default: // a wake-up is pending already: never block with p.mu held
+		}
 		return true
 	}
 	return false

@@ -188,3 +188,50 @@ func TestPoolServerCeiling(t *testing.T) {
 		t.Fatalf("at the ceiling: be %v dial %v drop %v evicted %v; want the other key's idle connection closed", be, dial, drop, evicted)
 	}
 }
+
+// A waiter that tries again without reading its wake-up (it woke for a new
+// snapshot of the same primary instead) and queues again must be woken
+// again later: the wake-up, sent with the pool's lock held, must never
+// block on the waiter's channel (it did, and every checkout of the node
+// hung behind the lock).
+func TestPoolWaiterRequeuedUnreadWakeup(t *testing.T) {
+	p, _ := unitPool(t)
+	rc := &runtimeConfig{maxPerBackend: 1, serverReserve: 10}
+	a := &session{id: 1, user: "app", schema: "db"}
+	b := &session{id: 2, user: "app", schema: "db"}
+	other := &session{id: 3, user: "report", schema: "db"}
+	if _, dial, _, _, _ := p.reserve(a, nil, rc, nil); !dial {
+		t.Fatal("first checkout: want a dial")
+	}
+	_, _, wb, _, _ := p.reserve(b, nil, rc, nil)
+	if wb == nil {
+		t.Fatal("second checkout at the cap: want to wait")
+	}
+	conn := &backend{key: a.poolKey(), schema: "db", counter: p, t: &target{node: "n1", addr: p.addr}}
+	p.inUseG.Inc()
+	p.putIdle(conn, time.Now()) // wakes b; b does not read it
+	// Another user's checkout at the cap evicts the idle connection.
+	if _, _, _, drop, evicted := p.reserve(other, nil, rc, nil); !evicted || len(drop) != 1 {
+		t.Fatalf("other user's checkout: evicted %v drop %d; want the idle connection evicted", evicted, len(drop))
+	}
+	// b tries again (its wake-up still unread), finds nothing, queues again.
+	if be, dial, w, _, _ := p.reserve(b, nil, rc, wb); be != nil || dial || w != wb {
+		t.Fatalf("woken waiter after the eviction: be %v dial %v wait %v; want to queue again", be, dial, w)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn.closed.Store(true)
+		p.closed(conn) // the slot comes free: wakes b again
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("giving the slot back blocked on the waiter's wake-up channel with the pool's lock held")
+	}
+	select {
+	case <-wb.ch:
+	default:
+		t.Fatal("the queued waiter was not woken when the slot came free")
+	}
+}

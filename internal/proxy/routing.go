@@ -323,7 +323,7 @@ func (s *Server) rebuild(cr *clusterRoute) {
 	snap := buildSnapshot(st, func(node string) string { return rc.nodeAddr(st.Cluster, node) }, cr.drained)
 	s.applyFence(snap)
 	active := cr.progress.Active(cr.state)
-	var ended *holdPeriod
+	var ended, startMonitor *holdPeriod
 	if cr.hold != nil && (!active || cr.hold.id != cr.progress.ID) {
 		ended = cr.hold
 		cr.hold = nil
@@ -339,8 +339,7 @@ func (s *Server) rebuild(cr *clusterRoute) {
 			since: now, end: now.Add(lim.maxDuration), done: make(chan struct{})}
 		s.log.Info("switchover: holding statements on primary listeners", "cluster", cr.name,
 			"switchover", p.ID, "from", p.From, "to", p.To, "epoch", p.Epoch)
-		hp := cr.hold
-		s.goBackground(func() { s.monitorHold(hp) })
+		startMonitor = cr.hold
 	}
 	if active && cr.progress.Step == topo.SwitchStepFence {
 		cr.hold.fenced.Store(true)
@@ -370,6 +369,14 @@ func (s *Server) rebuild(cr *clusterRoute) {
 		s.cutLostPrimary(cr.name, lp)
 	}
 	cr.acked.Store(snap)
+	if startMonitor != nil {
+		// Only after the swap: a session that starts a command from now
+		// on sees the hold, so a count of 0 by the monitor means drained.
+		// Counted before the swap, a session that had just loaded the old
+		// snapshot would be missed and its statement could reach the old
+		// primary after the fence.
+		s.goBackground(func() { s.monitorHold(startMonitor) })
+	}
 	if ended != nil {
 		close(ended.done) // after the swap: released sessions see the new snapshot
 		s.log.Info("switchover: released held statements", "cluster", cr.name, "switchover", ended.id,
