@@ -252,7 +252,7 @@ func TestHoldDrainedMeansNoStatementOnOldPrimary(t *testing.T) {
 	var wg sync.WaitGroup
 	var failures, commits atomic.Int64
 	var firstErr atomic.Value
-	run := func(i int, c *client, tx bool) {
+	run := func(i int, c *client, inTx bool) {
 		defer wg.Done()
 		ctx := context.Background()
 		for n := 0; ; n++ {
@@ -263,13 +263,13 @@ func TestHoldDrainedMeansNoStatementOnOldPrimary(t *testing.T) {
 			}
 			q := fmt.Sprintf("INSERT INTO hdrain VALUES (%d, %d)", i, n)
 			var err error
-			if tx {
-				var t *sql.Tx
-				if t, err = c.conn.BeginTx(ctx, nil); err == nil {
-					if _, err = t.ExecContext(ctx, q); err == nil {
-						err = t.Commit()
+			if inTx {
+				var tx *sql.Tx
+				if tx, err = c.conn.BeginTx(ctx, nil); err == nil {
+					if _, err = tx.ExecContext(ctx, q); err == nil {
+						err = tx.Commit()
 					} else {
-						_ = t.Rollback()
+						_ = tx.Rollback()
 					}
 				}
 			} else {
