@@ -109,15 +109,28 @@ type proxyWait struct {
 	notHolding []string // proxies that did not acknowledge holding
 	busy       []string // "proxy (n sessions)" still busy on the old primary
 	busyTotal  int
+	notFenced  []string // proxies that did not acknowledge the fence step (fence waits)
 }
 
-func (w proxyWait) ready() bool { return len(w.notHolding) == 0 && len(w.busy) == 0 }
+func (w proxyWait) ready() bool {
+	return len(w.notHolding) == 0 && len(w.busy) == 0 && len(w.notFenced) == 0
+}
+
+// FenceAckBound bounds how long a switchover whose drain bound passed with
+// drain_mode fail waits, after announcing the fence step, for every proxy
+// to acknowledge it (topo.SwitchoverAck.Fenced) before it fences the old
+// primary. Fencing is safe without the acknowledgement (read_only and the
+// killed connections stop every write); waiting only gives the clients of
+// the transactions being ended the proxy's "rolled back" error instead of
+// the server's 1290 or a lost connection.
+const FenceAckBound = time.Second
 
 // waitProxies waits until every live proxy acknowledged the switchover
-// (holding, no session busy on the old primary) or bound passes. A proxy
+// (holding, no session busy on the old primary; with fence, the fence
+// step applied and no statement in flight there) or bound passes. A proxy
 // whose registration disappears (lease lost) no longer counts: a proxy
 // without its lease refuses writes on its own.
-func (s *switchover) waitProxies(ctx context.Context, bound time.Duration) (proxyWait, error) {
+func (s *switchover) waitProxies(ctx context.Context, bound time.Duration, fence bool) (proxyWait, error) {
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	prefix := s.t.c.keys.Proxies()
@@ -133,6 +146,10 @@ func (s *switchover) waitProxies(ctx context.Context, bound time.Duration) (prox
 		for id, reg := range regs {
 			a, ok := reg.Switchovers[s.cl.Name]
 			switch {
+			case fence:
+				if !ok || a.ID != s.holdID || !a.Fenced {
+					w.notFenced = append(w.notFenced, id)
+				}
 			case !ok || a.ID != s.holdID || !a.Holding:
 				w.notHolding = append(w.notHolding, id)
 			case a.Busy > 0:
@@ -142,6 +159,7 @@ func (s *switchover) waitProxies(ctx context.Context, bound time.Duration) (prox
 		}
 		sort.Strings(w.notHolding)
 		sort.Strings(w.busy)
+		sort.Strings(w.notFenced)
 		return w
 	}
 	for {
@@ -187,7 +205,7 @@ func (s *switchover) waitProxies(ctx context.Context, bound time.Duration) (prox
 // switchover must roll back.
 func (s *switchover) drain(ctx context.Context) (string, error) {
 	sw := s.cfg.Switchover
-	w, err := s.waitProxies(ctx, sw.DrainTimeout.D())
+	w, err := s.waitProxies(ctx, sw.DrainTimeout.D(), false)
 	if err != nil {
 		return "", err
 	}
@@ -207,7 +225,18 @@ func (s *switchover) drain(ctx context.Context) (string, error) {
 	if err := s.publishProgress(ctx, topo.SwitchStepFence); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d proxies hold; %d open transactions on %s are ended (drain_mode fail)", w.proxies, w.busyTotal, s.old), nil
+	fw, err := s.waitProxies(ctx, FenceAckBound, true)
+	if err != nil {
+		return "", err
+	}
+	if len(fw.notFenced) > 0 {
+		// Fencing goes on: read_only and the killed connections stop
+		// those proxies' writes; their clients may see the server's error.
+		s.event("fence_unacknowledged", s.old, fmt.Sprintf("%d proxies did not acknowledge the fence step within %s (%s): their sessions still in a transaction on %s may get the server's read-only error or a lost connection instead of the rolled-back error",
+			len(fw.notFenced), FenceAckBound, strings.Join(fw.notFenced, ", "), s.old))
+	}
+	return fmt.Sprintf("%d proxies hold; %d open transactions on %s are ended (drain_mode fail); %d of %d proxies acknowledged the fence step",
+		w.proxies, w.busyTotal, s.old, fw.proxies-len(fw.notFenced), fw.proxies), nil
 }
 
 // drainedNodes reads the cluster's drained nodes (none when the document

@@ -115,21 +115,27 @@ func (s *Server) goBackground(f func()) {
 // monitorHold publishes this proxy's acknowledgement of hp until it ends:
 // Holding at once, and Busy — the primary-listener sessions of the cluster
 // running a statement or holding a transaction open on the old primary —
-// as it changes (at once when it reaches 0).
+// as it changes (at once when it reaches 0), and Fenced at once when the
+// fence step's snapshot is installed and no statement is in flight there.
 func (s *Server) monitorHold(hp *holdPeriod) {
 	t := time.NewTicker(holdPoll)
 	defer t.Stop()
 	var last topo.SwitchoverAck
 	var lastAt time.Time
 	for {
-		busy := s.countBusy(hp.cluster, hp.from)
-		ack := topo.SwitchoverAck{ID: hp.id, Holding: true, Busy: busy, Held: int(hp.held.Load()), At: s.now()}
+		// Read before counting: a command started after the fence's
+		// snapshot was installed sees it and never reaches the old primary.
+		fenceApplied := hp.fenceApplied.Load()
+		busy, inFlight := s.countBusy(hp.cluster, hp.from)
+		ack := topo.SwitchoverAck{ID: hp.id, Holding: true, Busy: busy, Held: int(hp.held.Load()), At: s.now(),
+			Fenced: fenceApplied && inFlight == 0}
 		drained := busy == 0
-		if lastAt.IsZero() || drained != (last.Busy == 0) ||
+		if lastAt.IsZero() || drained != (last.Busy == 0) || ack.Fenced != last.Fenced ||
 			((ack.Busy != last.Busy || ack.Held != last.Held) && time.Since(lastAt) >= ackRefresh) {
 			s.acks.set(hp.cluster, &ack)
-			if lastAt.IsZero() || drained {
-				s.log.Info("switchover: acknowledged", "cluster", hp.cluster, "switchover", hp.id, "busy", busy, "held", ack.Held)
+			if lastAt.IsZero() || drained || ack.Fenced != last.Fenced {
+				s.log.Info("switchover: acknowledged", "cluster", hp.cluster, "switchover", hp.id, "busy", busy, "held", ack.Held,
+					"fenced", ack.Fenced)
 			}
 			last, lastAt = ack, time.Now()
 		}
@@ -146,16 +152,17 @@ func (s *Server) monitorHold(hp *holdPeriod) {
 
 // countBusy counts the sessions of cluster's primary listeners that run a
 // statement or hold a transaction open on node, or run a command without a
-// backend connection yet.
-func (s *Server) countBusy(cluster, node string) int {
+// backend connection yet (busy), and among them those running a command
+// (inFlight).
+func (s *Server) countBusy(cluster, node string) (busy, inFlight int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
 	for sess := range s.sessions {
 		if sess.l.cluster != cluster || sess.l.role != rolePrimary {
 			continue
 		}
-		if sess.busy.Load()&(busyCmd|busyTx) == 0 {
+		b := sess.busy.Load()
+		if b&(busyCmd|busyTx) == 0 {
 			continue
 		}
 		sess.mu.Lock()
@@ -166,10 +173,13 @@ func (s *Server) countBusy(cluster, node string) int {
 		// snapshot before the hold and be taking a connection to node:
 		// it counts until it holds or its backend shows where it runs.
 		if be == nil || be.t.node == node {
-			n++
+			busy++
+			if b&busyCmd != 0 {
+				inFlight++
+			}
 		}
 	}
-	return n
+	return busy, inFlight
 }
 
 // sweep closes, right away, the backend connections of idle sessions of

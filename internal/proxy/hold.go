@@ -68,6 +68,7 @@ type holdPeriod struct {
 	end                   time.Time // since + max_duration
 	done                  chan struct{}
 	fenced                atomic.Bool  // the fence step was announced
+	fenceApplied          atomic.Bool  // ... and its snapshot installed (sessions see it)
 	held                  atomic.Int64 // commands waiting now
 }
 

@@ -369,6 +369,11 @@ func (s *Server) rebuild(cr *clusterRoute) {
 		s.cutLostPrimary(cr.name, lp)
 	}
 	cr.acked.Store(snap)
+	if active && cr.progress.Step == topo.SwitchStepFence {
+		// Only after the swap: a session starting a command from now on
+		// sees the fence and ends its transaction without sending it.
+		cr.hold.fenceApplied.Store(true)
+	}
 	if startMonitor != nil {
 		// Only after the swap: a session that starts a command from now
 		// on sees the hold, so a count of 0 by the monitor means drained.

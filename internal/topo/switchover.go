@@ -91,6 +91,13 @@ type SwitchoverAck struct {
 	Busy int `json:"busy"`
 	// Held counts the statements held right now.
 	Held int `json:"held"`
+	// Fenced is true once the proxy applied SwitchStepFence and none of
+	// its sessions has a statement in flight on the old primary: a session
+	// still in a transaction there gets the proxy's rolled-back error at
+	// its next statement instead of sending it to the old primary. The
+	// leader waits for it (at most FenceAckBound) before fencing, so those
+	// clients do not see the server's 1290 or a killed connection.
+	Fenced bool `json:"fenced,omitempty"`
 	// At is when the proxy wrote this acknowledgement.
 	At time.Time `json:"at"`
 }

@@ -176,3 +176,110 @@ func TestSwitchoverWaitsForEveryProxy(t *testing.T) {
 		t.Fatalf("switchover once the silent proxy's lease is gone: %v\n%s", err, out)
 	}
 }
+
+// TestDrainFailBusyTransactions: with drain_mode fail, transactions that
+// keep running statements through the drain bound are ended by the proxy
+// with its rolled-back error, never by the fence: the leader fences only
+// after every proxy acknowledged the fence step with nothing in flight on
+// the old primary, so no statement of theirs reaches it once it is
+// read_only (1290) or has its connections killed. Autocommit clients see
+// no error. Two switchovers, there and back.
+func TestDrainFailBusyTransactions(t *testing.T) {
+	s := startSwitchStack(t, 2, func(c *config.Config) {
+		c.Switchover.DrainTimeout = config.Duration(400 * time.Millisecond)
+		c.Switchover.DrainMode = config.DrainFail
+		c.Switchover.MaxHold = config.Duration(4 * time.Second)
+	})
+	ctx := context.Background()
+	var dbs []*sql.DB
+	for i := range 2 {
+		db, err := sql.Open("mysql", s.proxyDSN(i, "primary", "sbtest"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		db.SetMaxOpenConns(16)
+		dbs = append(dbs, db)
+	}
+	writers := startWriters(t, dbs[0], "drain_busy", 2)
+	writers2 := startWriters(t, dbs[1], "drain_busy", 2)
+
+	const txClients = 6
+	type txResult struct {
+		mu   sync.Mutex
+		errs []string
+	}
+	var res txResult
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range txClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db := dbs[i%2]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				conn, err := db.Conn(ctx)
+				if err != nil {
+					res.mu.Lock()
+					res.errs = append(res.errs, "conn: "+err.Error())
+					res.mu.Unlock()
+					return
+				}
+				tx, err := conn.BeginTx(ctx, nil)
+				for err == nil {
+					select {
+					case <-stop:
+						_ = tx.Rollback()
+						_ = conn.Close()
+						return
+					default:
+					}
+					_, err = tx.Exec("INSERT INTO drain_busy (w) VALUES (?)", 1000+i)
+				}
+				res.mu.Lock()
+				res.errs = append(res.errs, err.Error())
+				res.mu.Unlock()
+				if tx != nil {
+					_ = tx.Rollback()
+				}
+				_ = conn.Close()
+			}
+		}()
+	}
+	for _, to := range []string{"node2", "node1"} {
+		time.Sleep(300 * time.Millisecond)
+		out, err := s.switchover(to)
+		if err != nil {
+			t.Fatalf("switchover to %s with drain_mode fail: %v\n%s", to, err, out)
+		}
+		if !strings.Contains(out, "2 of 2 proxies acknowledged the fence step") {
+			t.Errorf("switchover to %s: the proxies' fence acknowledgement is not reported:\n%s", to, out)
+		}
+		t.Logf("switchover to %s:\n%s", to, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	writers.end()
+	writers2.end()
+	if n := writers.errs.Load() + writers2.errs.Load(); n != 0 {
+		t.Errorf("autocommit writers saw %d errors (first: %v %v)", n, writers.first.Load(), writers2.first.Load())
+	}
+	if len(res.errs) < txClients {
+		t.Fatalf("only %d transaction errors for %d clients busy across 2 switchovers: %q", len(res.errs), txClients, res.errs)
+	}
+	bad := 0
+	for _, e := range res.errs {
+		if !strings.Contains(e, "transaction was rolled back") || !strings.Contains(e, "drain bound") {
+			bad++
+			t.Errorf("a transaction busy at the drain bound got: %s", e)
+		}
+	}
+	t.Logf("%d transactions ended at the drain bound, %d with another error; autocommit writers: %d inserts",
+		len(res.errs), bad, writers.ok.Load()+writers2.ok.Load())
+}
