@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"time"
 	"unsafe"
@@ -27,8 +28,9 @@ import (
 // backend socket is watched (parked sessions: in the parker's epoll set;
 // sessions idle for less than a sweep: by the sweeper, idlepark.go), and
 // when the server closed it while the node is still the session's route
-// and alive (a TCP connect to it succeeds, the proxy's own check finds it
-// reachable, no switchover hold or route change is in progress), the
+// and alive (a new connection to it gets the server's greeting, the
+// proxy's own check finds it reachable, no switchover hold or route change
+// is in progress), the
 // server's packet, if it sent one, is passed on and the client's socket is
 // closed. Anything else — the node crashed, refused, shut down (1053), left
 // the route — is a primary loss or a role change, handled at the session's
@@ -137,10 +139,29 @@ func (s *session) idleCloseOnly(be *backend, code uint16) string {
 	case !s.srv.reachable(be.t):
 		return "node unreachable"
 	}
-	c, err := net.DialTimeout("tcp", be.t.addr, s.srv.rc.Load().connectTimeout)
+	if why := serverGreets(be.t.addr, s.srv.rc.Load().connectTimeout); why != "" {
+		return why
+	}
+	return ""
+}
+
+// serverGreets reports whether the server at addr is alive: "" once a new
+// connection to it receives a packet (its greeting, or an error packet
+// such as 1040 too many connections: a server that answers), else why not.
+// A TCP connect alone does not tell: a server killed with SIGKILL resets
+// its client connections while the kernel may still complete connects to
+// its listening socket, so a crash would pass for an idle timeout; after
+// SIGKILL no thread of it writes a greeting.
+func serverGreets(addr string, timeout time.Duration) string {
+	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return "node refuses connections"
 	}
-	_ = c.Close()
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	var hdr [5]byte // packet header and the first payload byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return "node accepts connections but does not greet them (" + err.Error() + ")"
+	}
 	return ""
 }
