@@ -283,7 +283,7 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 			r.breakTx("it executed a prepared statement with a packet too long for the proxy to record")
 			break
 		}
-		if st.class == classSet || st.class == classUse || st.class == classSetOpaque || st.userVar {
+		if st.class == classSet || st.class == classUse || st.class == classSetOpaque || st.class == classSetStmtState || st.userVar {
 			r.breakTx("it changed its session state in the transaction")
 			break
 		}
@@ -291,7 +291,7 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 	case p == nil:
 		long = true
 	default:
-		if s.cls == classSet || s.cls == classUse || s.cls == classSetOpaque || s.cls == classLock || s.cls == classHandler {
+		if s.cls == classSet || s.cls == classUse || s.cls == classSetOpaque || s.cls == classSetStmtState || s.cls == classLock || s.cls == classHandler {
 			r.breakTx("it changed its session state in the transaction")
 			break
 		}

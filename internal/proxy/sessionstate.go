@@ -131,8 +131,9 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 				continue
 			}
 			switch {
-			case cls == classSetStmt:
-				// SET STATEMENT ... FOR reports the per-statement values.
+			case cls == classSetStmt || cls == classSetStmtState:
+				// SET STATEMENT ... FOR reports the per-statement values
+				// (classSetStmtState: the session is marked opaque).
 			case trackingVar(name):
 				if !s.inTrackSet && !s.trackingValue(name, value) {
 					// A client's SET relayed by relayTrackSet
@@ -168,7 +169,7 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 		if coll, ok := namesCollation(setText); ok {
 			s.st.setVar("collation_connection", coll)
 		}
-	case classUse, classSetTx, classSetStmt:
+	case classUse, classSetTx, classSetStmt, classSetStmtState:
 	default:
 		s.st.markOpaque("created temporary tables, user variables or SQL prepared statements")
 	}
@@ -213,6 +214,8 @@ func (st *sessState) afterStatement(cls sqlClass) {
 		return
 	case classSetOpaque:
 		st.markOpaque("ran SET ROLE or SET DEFAULT ROLE")
+	case classSetStmtState:
+		st.markOpaque("ran SET STATEMENT ... FOR a statement that changes session state (SET, USE, LOCK, ...)")
 	case classHandler:
 		st.markOpaque("opened a HANDLER")
 	}

@@ -19,7 +19,8 @@ const (
 	classOther     sqlClass = iota
 	classSelect             // SELECT / WITH / (SELECT: a read, sampled for warming
 	classSet                // SET ... (session or user variables, NAMES, ...)
-	classSetStmt            // SET STATEMENT ... FOR: per-statement variables, nothing lasts
+	classSetStmt            // SET STATEMENT ... FOR <DML or read>: per-statement variables, nothing lasts
+	classSetStmtState       // SET STATEMENT ... FOR <SET, USE, LOCK, ...>: the inner statement leaves state the OK does not tell apart
 	classSetTx              // SET TRANSACTION ...: characteristics of the next transaction only
 	classSetOpaque          // SET ROLE / SET DEFAULT ROLE...: state tracking does not report
 	classUse                // USE db
@@ -86,16 +87,53 @@ func classify(q []byte) sqlClass {
 
 // classifySet refines a SET statement by its second word.
 func classifySet(rest []byte) sqlClass {
-	w, _ := firstWord(rest)
+	w, after := firstWord(rest)
 	switch {
 	case eqFold(w, "statement"):
-		return classSetStmt
+		// The per-statement values go away; what the inner statement
+		// does may not (MariaDB: SET STATEMENT var=value [, ...] FOR
+		// statement). Its session tracking reports the per-statement
+		// values and the inner statement's changes alike.
+		inner, ok := setStatementInner(after)
+		if !ok {
+			return classSetStmtState
+		}
+		switch classify(inner) {
+		case classOther, classSelect, classSetStmt:
+			return classSetStmt
+		}
+		return classSetStmtState
 	case eqFold(w, "transaction"):
 		return classSetTx
 	case eqFold(w, "role"), eqFold(w, "default"):
 		return classSetOpaque
 	}
 	return classSet
+}
+
+// setStatementInner returns the statement after the FOR of a SET
+// STATEMENT (q: what follows the word STATEMENT): the first FOR outside
+// quotes, backticks and parentheses. ok is false when there is none.
+func setStatementInner(q []byte) (inner []byte, ok bool) {
+	depth := 0
+	for i := 0; i < len(q); i++ {
+		switch c := q[i]; {
+		case c == '\'' || c == '"' || c == '`':
+			for i++; i < len(q) && q[i] != c; i++ {
+				if q[i] == '\\' && c != '`' {
+					i++
+				}
+			}
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case depth == 0 && (c|0x20) == 'f' && i+3 <= len(q) && eqFold(q[i:i+3], "for") &&
+			(i == 0 || !isWordByte(q[i-1])) && (i+3 == len(q) || !isWordByte(q[i+3])):
+			return q[i+3:], true
+		}
+	}
+	return nil, false
 }
 
 // firstWord returns the first keyword of q (letters, digits and '_' after
