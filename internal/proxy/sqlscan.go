@@ -16,18 +16,18 @@ import (
 type sqlClass uint8
 
 const (
-	classOther     sqlClass = iota
-	classSelect             // SELECT / WITH / (SELECT: a read, sampled for warming
-	classSet                // SET ... (session or user variables, NAMES, ...)
-	classSetStmt            // SET STATEMENT ... FOR <DML or read>: per-statement variables, nothing lasts
-	classSetStmtState       // SET STATEMENT ... FOR <SET, USE, LOCK, ...>: the inner statement leaves state the OK does not tell apart
-	classSetTx              // SET TRANSACTION ...: characteristics of the next transaction only
-	classSetOpaque          // SET ROLE / SET DEFAULT ROLE...: state tracking does not report
-	classUse                // USE db
-	classLock               // LOCK TABLE(S), FLUSH ... WITH READ LOCK, BACKUP LOCK
-	classUnlock             // UNLOCK TABLE(S), BACKUP UNLOCK
-	classHandler            // HANDLER ...: open table handlers live in the session
-	classKill               // KILL ...: answered by the proxy (kill.go)
+	classOther        sqlClass = iota
+	classSelect                // SELECT / WITH / (SELECT: a read, sampled for warming
+	classSet                   // SET ... (session or user variables, NAMES, ...)
+	classSetStmt               // SET STATEMENT ... FOR <DML or read>: per-statement variables, nothing lasts
+	classSetStmtState          // SET STATEMENT ... FOR <SET, USE, LOCK, ...>: the inner statement leaves state the OK does not tell apart
+	classSetTx                 // SET TRANSACTION ...: characteristics of the next transaction only
+	classSetOpaque             // SET ROLE / SET DEFAULT ROLE...: state tracking does not report
+	classUse                   // USE db
+	classLock                  // LOCK TABLE(S), FLUSH ... WITH READ LOCK, BACKUP LOCK
+	classUnlock                // UNLOCK TABLE(S), BACKUP UNLOCK
+	classHandler               // HANDLER ...: open table handlers live in the session
+	classKill                  // KILL ...: answered by the proxy (kill.go)
 )
 
 // classify returns the class of query q.
