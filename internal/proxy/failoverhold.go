@@ -348,6 +348,12 @@ func (s *session) primaryBackendLost(cmd byte, err error) string {
 		old.close(false)
 	}
 	s.snap, s.detached = nil, false
+	if !inTx && cmd == mysql.COM_STMT_PREPARE && len(s.prepPacket) > 0 && !s.rerunning {
+		// A PREPARE changes nothing on the server but the statement,
+		// which died with it: prepare it again on the next primary
+		// whether or not the lost one read it.
+		return s.rerunPrepareLost(node)
+	}
 	if !inTx && s.resendable(cmd, err) {
 		s.log.Info("the lost primary never ran the statement in flight (connection reset before any answer); sending it to the new primary",
 			"node", node, "err", err)
@@ -537,6 +543,42 @@ func (s *session) rerunStatement(lost string, cls sqlClass) string {
 		return s.failCommand(mysql.COM_QUERY, err)
 	}
 	s.srv.metrics.primaryLostRerun.WithLabelValues(s.l.cluster).Inc()
+	return ""
+}
+
+// rerunPrepareLost sends the COM_STMT_PREPARE in flight outside a
+// transaction when the primary lost was lost (kept in s.prepPacket) to the
+// next primary once there is one (held like a new statement; where no
+// failover can come, the client gets the error saying so), and relays its
+// answer as the answer to the client's command. It returns the close
+// reason.
+func (s *session) rerunPrepareLost(lost string) string {
+	if merr, reason := s.moveToCurrent(); merr != nil || reason != "" {
+		if merr != nil && reason == "" {
+			s.writeError(1, merr)
+		}
+		return reason
+	}
+	if !s.beginRelay() {
+		s.writeError(1, errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this PREPARE ran and the route changed again; "+
+			"prepare it again, the session continues", lost, s.l.cluster)))
+		return ""
+	}
+	s.log.Info("preparing a statement again on the new primary after the old one was lost", "lost", lost, "node", s.be.t.node)
+	s.rerunning = true
+	defer func() { s.rerunning = false }()
+	s.seq, s.in, s.out, s.lastOK = 0, 0, 0, false
+	if err := writePacket(s.be.conn, 0, s.prepPacket); err != nil {
+		return s.failCommand(mysql.COM_STMT_PREPARE, fail(closeBackendLost, err))
+	}
+	s.acquire()
+	err := s.relay(mysql.COM_STMT_PREPARE, respPrepare)
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return s.failCommand(mysql.COM_STMT_PREPARE, err)
+	}
 	return ""
 }
 

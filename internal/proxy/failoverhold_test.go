@@ -862,3 +862,72 @@ func TestSilentPrimaryNoVerdictSaysSo(t *testing.T) {
 	}
 	t.Logf("refused after %v: %s", took.Round(time.Millisecond), msg)
 }
+
+// TestPrepareInFlightWhenPrimaryLost: a COM_STMT_PREPARE in flight when
+// the primary dies changes nothing that survives the server: it is
+// prepared again on the new primary once that is published, with no error,
+// and the statement then executes there — not "the outcome of the
+// statement is unknown". The primary is frozen (SIGSTOP) so that the
+// PREPARE stays in its socket, then killed.
+func TestPrepareInFlightWhenPrimaryLost(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transaction_replay=%v", replay), func(t *testing.T) { prepareInFlightWhenPrimaryLost(t, replay) })
+	}
+}
+
+func prepareInFlightWhenPrimaryLost(t *testing.T, replay bool) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = replay
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	ctx := context.Background()
+	db := h.db("rw", "sbtest", nil)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := h.c.PID(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	type prepared struct {
+		stmt *sql.Stmt
+		err  error
+	}
+	done := make(chan prepared, 1)
+	go func() {
+		stmt, err := conn.PrepareContext(ctx, "SELECT @@server_id, ? + 1")
+		done <- prepared{stmt, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	failing, published := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	time.Sleep(200 * time.Millisecond)
+	h.srv.SetClusterState(published)
+	var p prepared
+	select {
+	case p = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the PREPARE in flight at the kill got no answer 15 s later")
+	}
+	if p.err != nil {
+		t.Fatalf("PREPARE in flight when the primary was killed: %v", p.err)
+	}
+	defer p.stmt.Close()
+	var id, n int
+	if err := p.stmt.QueryRowContext(ctx, 41).Scan(&id, &n); err != nil || id != 2 || n != 42 {
+		t.Fatalf("the statement prepared again: server_id %d, ? + 1 = %d (%v), want 2 and 42", id, n, err)
+	}
+}
