@@ -60,6 +60,11 @@ const (
 	// RuleRoutesRemoved: more than config.guard.max_removed_fraction of the
 	// routes are removed.
 	RuleRoutesRemoved = "routes-removed"
+	// RuleAddressInUse: the address of a node that is the primary or a
+	// serving replica changes: every proxy would send that node's sessions
+	// to an address nothing has checked (a typo takes the whole route away,
+	// and the replicas still replicate from the old address).
+	RuleAddressInUse = "address-in-use"
 )
 
 // Violation is one reason the guard refuses a change.
@@ -81,7 +86,8 @@ func (v Violation) String() string { return v.Rule + ": " + v.Msg }
 // It refuses a next that is nil or has no route (RuleEmpty); that removes a
 // listener with sessions (RuleListenerInUse) or a cluster whose listeners
 // have sessions (RuleClusterInUse); that removes a node that is the primary
-// or a serving replica of its cluster (RuleNodeInUse); or that removes more
+// or a serving replica of its cluster (RuleNodeInUse); that changes the
+// address of such a node (RuleAddressInUse); or that removes more
 // than cur's config.guard.max_removed_fraction of cur's routes
 // (RuleRoutesRemoved; see Route). Routes to a node that is drained and
 // carries no client session (LiveCluster.idle) are not counted as removed:
@@ -161,16 +167,26 @@ func Guard(cur, next *Config, live Live) []Violation {
 		}
 		lc := live.Clusters[cl.Name]
 		for _, n := range cl.Nodes {
-			if ncl != nil && ncl.Node(n.Name) != nil {
-				continue
-			}
 			role := ""
 			switch {
 			case lc.Primary == n.Name:
 				role = "the primary"
 			case contains(lc.Serving, n.Name):
 				role = "a serving replica"
-			default:
+			}
+			if ncl != nil && ncl.Node(n.Name) != nil {
+				if na := ncl.Node(n.Name).Address; na != n.Address && role != "" {
+					how := fmt.Sprintf("run `switchyard drain %s --cluster %s --wait` first, then apply again", n.Name, cl.Name)
+					if role == "the primary" {
+						how = fmt.Sprintf("switch over to another node first (`switchyard switchover --cluster %s`), drain %s, then apply again", cl.Name, n.Name)
+					}
+					out = append(out, Violation{Rule: RuleAddressInUse, Subject: cl.Name + "/" + n.Name,
+						Msg: fmt.Sprintf("node %q of cluster %q is %s and its address changes from %s to %s: every proxy would route its sessions to the new address at once, unchecked, and its replicas still replicate from the old one; %s",
+							n.Name, cl.Name, role, n.Address, na, how)})
+				}
+				continue
+			}
+			if role == "" {
 				continue
 			}
 			out = append(out, Violation{Rule: RuleNodeInUse, Subject: cl.Name + "/" + n.Name,

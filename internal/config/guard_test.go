@@ -89,6 +89,18 @@ func TestGuard(t *testing.T) {
 			c.Clusters[0].Nodes = c.Clusters[0].Nodes[1:]
 			return c
 		}, liveMain(), []string{RuleNodeInUse, RuleRoutesRemoved}, `node "db1" of cluster "main" (127.0.0.1:3306) is removed but is the primary`},
+		{"address of the primary changed", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes[0].Address = "127.0.0.1:42999"
+			return c
+		}, liveMain(), []string{RuleAddressInUse}, `node "db1" of cluster "main" is the primary and its address changes from 127.0.0.1:3306 to 127.0.0.1:42999`},
+		{"address of a serving replica changed", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes[1].Address = "db2.example:3306"
+			return c
+		}, liveMain(), []string{RuleAddressInUse}, "run `switchyard drain db2 --cluster main --wait` first"},
+		{"address of a node neither primary nor serving changed", guardBase, func(c *Config) *Config {
+			c.Clusters[0].Nodes[2].Address = "127.0.0.1:3309"
+			return c
+		}, liveMain(), nil, ""},
 		{"node that is a serving replica removed", tenBase, func(c *Config) *Config {
 			c.Clusters[0].Nodes = []Node{c.Clusters[0].Nodes[0], c.Clusters[0].Nodes[2]}
 			return c
