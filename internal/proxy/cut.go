@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,7 +112,7 @@ func (snap *routeSnapshot) cutReason(role string, t *target) string {
 	case snap.primary.same(t):
 		return ""
 	case snap.fenced != "":
-		return fmt.Sprintf("this proxy stopped routing writes (%s)", snap.fenced)
+		return cutFenced + " (" + snap.fenced + ")"
 	case snap.primary == nil:
 		return fmt.Sprintf("%s is no longer the primary (epoch %d, phase %s: failover in progress, no primary yet)",
 			t.node, snap.state.Epoch, snap.state.Phase)
@@ -328,6 +329,11 @@ func (s *session) afterCut(why string, lost, wrote bool) string {
 	return ""
 }
 
+// cutFenced starts the cut reason of a command cut because this proxy
+// stopped routing writes (its registration lost and the primary not
+// confirmed directly, lease.go): the primary did not change.
+const cutFenced = "this proxy stopped routing writes"
+
 // errCutPrimary is the error a client of a primary listener gets when its
 // statement was cut: MySQL error 1105 (ER_UNKNOWN_ERROR, SQLSTATE HY000).
 // The statement may or may not have been committed on the old primary.
@@ -335,6 +341,13 @@ func errCutPrimary(cluster, why string, inTx bool) *mysql.MyError {
 	tx := ""
 	if inTx {
 		tx = " Your open transaction was rolled back (its connection is gone)."
+	}
+	if strings.HasPrefix(why, cutFenced) {
+		// The primary is the same; this proxy may no longer vouch for it.
+		return errUnknown(fmt.Sprintf("switchyard: %s of cluster %s while this statement ran; its outcome is unknown "+
+			"(it may or may not have been committed): the statement was cut so that no answer reaches you after another node could have been promoted.%s "+
+			"Check before retrying; the session stays open and writes resume once this proxy is registered again or confirms the primary.",
+			strings.Replace(why, cutFenced, cutFenced+" to the primary", 1), cluster, tx))
 	}
 	return errUnknown(fmt.Sprintf("switchyard: the primary of cluster %s changed while this statement ran; its outcome is unknown "+
 		"(it may or may not have been committed on the old primary): %s.%s Check before retrying; the session continues on the new primary.",

@@ -281,3 +281,25 @@ func TestFailedCheckDoesNotCutLiveBackend(t *testing.T) {
 		t.Fatalf("statement in flight on a live primary was cut after a failed connect check: %v", r.err)
 	}
 }
+
+// TestErrCutPrimaryFencedWording: a statement cut because this proxy
+// stopped routing writes (its registration lost, the primary not
+// confirmed) is not told that the primary changed: it did not.
+func TestErrCutPrimaryFencedWording(t *testing.T) {
+	snap := &routeSnapshot{fenced: "lost its registration; failsafe: cannot confirm node1"}
+	why := snap.cutReason(rolePrimary, &target{node: "node1"})
+	msg := errCutPrimary("main", why, true).Message
+	for _, want := range []string{"this proxy stopped routing writes to the primary (lost its registration; failsafe: cannot confirm node1) of cluster main",
+		"outcome is unknown", "transaction was rolled back", "writes resume once this proxy is registered again"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "changed") {
+		t.Errorf("%q says the primary changed", msg)
+	}
+	moved := errCutPrimary("main", "node1 is no longer the primary (epoch 3: the primary is node2)", false).Message
+	if !strings.Contains(moved, "the primary of cluster main changed") {
+		t.Errorf("a primary change: %q", moved)
+	}
+}

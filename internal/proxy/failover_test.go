@@ -145,7 +145,7 @@ func TestFailsafeWhileLeaseLost(t *testing.T) {
 		var x int
 		if err := rw.QueryRow("SELECT 1").Scan(&x); err != nil {
 			code, msg := mysqlErr(err)
-			if code == mysql.ER_UNKNOWN_ERROR && strings.Contains(msg, "changed while this statement ran") && strings.Contains(msg, "IO thread") {
+			if code == mysql.ER_UNKNOWN_ERROR && strings.Contains(msg, "this proxy stopped routing writes to the primary") && strings.Contains(msg, "IO thread") {
 				// In flight the instant failsafe ended: cut (the next
 				// statement is refused).
 				t.Logf("statement in flight when failsafe ended: %v", err)
