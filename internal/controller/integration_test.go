@@ -534,3 +534,56 @@ func TestAbandonedSwitchoverAfterPromotion(t *testing.T) {
 		t.Fatalf("old primary read_only=%d: it must stay fenced once the target is primary", ro)
 	}
 }
+
+// TestQueuedSwitchoverAfterAnotherRefused: two switchovers asked at the same
+// epoch (two operators at once, or one that waited behind another or for a
+// leader): the first runs, the second is refused because the cluster moved
+// on since it was asked — it never runs on a primary its requester did not
+// see. A request asked afterwards runs.
+func TestQueuedSwitchoverAfterAnotherRefused(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first, err := Enqueue(ctx, st, testKeys, topo.Request{Kind: topo.RequestSwitchover, Cluster: sandbox.ClusterName, Target: "node2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Enqueue(ctx, st, testKeys, topo.Request{Kind: topo.RequestSwitchover, Cluster: sandbox.ClusterName, Target: "node3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.SeenEpoch != 1 || second.SeenEpoch != 1 {
+		t.Fatalf("requests made at epoch %d and %d, want 1", first.SeenEpoch, second.SeenEpoch)
+	}
+	wait := func(id string) topo.Request {
+		for {
+			r, err := LookupRequest(ctx, st, testKeys, sandbox.ClusterName, id)
+			if err == nil && (r.State == topo.RequestDone || r.State == topo.RequestFailed) {
+				return r
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("request %s not finished: %+v %v", id, r, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	r1, r2 := wait(first.ID), wait(second.ID)
+	t.Logf("first: %s %s: %s", r1.State, r1.Result, r1.Message)
+	t.Logf("second: %s %s: %s", r2.State, r2.Result, r2.Message)
+	if r1.State != topo.RequestDone {
+		t.Fatalf("the first switchover: %s %s", r1.State, r1.Message)
+	}
+	if r2.State != topo.RequestFailed || r2.Result != topo.RequestResultRefused ||
+		!strings.Contains(r2.Message, "changed since this request was made") || !strings.Contains(r2.Message, "primary node2") {
+		t.Fatalf("the second switchover, asked at the same epoch: %s %s %q, want refused naming the change", r2.State, r2.Result, r2.Message)
+	}
+	if s, _ := readState(t, st, sandbox.ClusterName); s.Primary != "node2" || s.Epoch != 2 {
+		t.Fatalf("after both: primary %s epoch %d, want node2 at 2", s.Primary, s.Epoch)
+	}
+	if req := doSwitchover(t, st, "node3"); req.State != topo.RequestDone {
+		t.Fatalf("a switchover asked afterwards: %s %s", req.State, req.Message)
+	}
+}

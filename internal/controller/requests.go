@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -55,6 +56,16 @@ func prepareRequest(ctx context.Context, st topo.Store, keys topo.Keys, req topo
 	// a cluster that is neither published nor in the current config.
 	if err := knownCluster(ctx, st, keys, cluster); err != nil {
 		return topo.Request{}, nil, fmt.Errorf("%s: %w", kind, err)
+	}
+	if req.Kind == topo.RequestSwitchover && req.SeenEpoch == 0 {
+		// The epoch this request is decided at (a state whose MAC does
+		// not verify leaves it unknown).
+		if kv, err := st.Get(ctx, keys.ClusterState(cluster)); err == nil && topo.VerifyDocument(topo.IntegrityClusterState, kv.Value) == nil {
+			var cs topo.ClusterState
+			if json.Unmarshal(kv.Value, &cs) == nil {
+				req.SeenEpoch = cs.Epoch
+			}
+		}
 	}
 	now := time.Now().UTC()
 	req.ID, req.State, req.CreatedAt, req.UpdatedAt = newRequestID(now), topo.RequestPending, now, now

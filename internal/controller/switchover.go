@@ -167,6 +167,10 @@ func (s *switchover) run(ctx context.Context) string {
 		return resultRefused
 	}
 	defer cr.release()
+	if why := s.staleRequest(); why != "" {
+		s.req.Message = "refused: " + why
+		return resultRefused
+	}
 
 	// 1. Refresh and check; measure (and raise) the candidate's warmth.
 	if err := s.step(ctx, "check", s.check); err != nil {
@@ -322,6 +326,20 @@ func (s *switchover) prepare(ctx context.Context) (string, error) {
 // check probes the cluster afresh (replicas first, then the primary, so a
 // replica cannot look ahead of the primary), rebuilds its state, verifies
 // it is stable and chooses or checks the candidate.
+// staleRequest says why the request was decided on another epoch than
+// the cluster's now (another switchover or failover ran since it was
+// made, e.g. while it waited behind one or for a leader), or "".
+func (s *switchover) staleRequest() string {
+	s.cr.mu.Lock()
+	cur := s.cr.state
+	s.cr.mu.Unlock()
+	if s.req.SeenEpoch == 0 || cur == nil || cur.Epoch == s.req.SeenEpoch {
+		return ""
+	}
+	return fmt.Sprintf("cluster %s changed since this request was made (%s ago, at epoch %d): it is at epoch %d now, primary %s (another switchover or failover ran meanwhile); run the switchover again if it is still wanted",
+		s.cl.Name, s.t.c.now().Sub(s.req.CreatedAt).Round(100*time.Millisecond), s.req.SeenEpoch, cur.Epoch, orDash(cur.Primary))
+}
+
 func (s *switchover) check(ctx context.Context) (string, error) {
 	s.cr.mu.Lock()
 	prev := s.cr.state

@@ -471,6 +471,12 @@ type Request struct {
 	Steps     []string  `json:"steps,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// SeenEpoch is the cluster's epoch when the request was made (0:
+	// unknown, e.g. no state published yet). A switchover whose cluster
+	// is at another epoch when the leader takes it up is refused: another
+	// switchover or failover ran meanwhile, and what the operator asked
+	// for was decided on a primary that is no longer the one.
+	SeenEpoch int64 `json:"seen_epoch,omitempty"`
 	// FromEpoch and ToEpoch are filled when done.
 	FromEpoch int64 `json:"from_epoch,omitempty"`
 	ToEpoch   int64 `json:"to_epoch,omitempty"`
