@@ -1,10 +1,10 @@
 package controller
 
 import (
-	"encoding/json"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
