@@ -40,9 +40,10 @@ replica (promotion rule prefer first, never must_not, never a drained node).
 The candidate's buffer-pool warmth is reported; --warm raises it first by
 replaying the proxies' hot read set, --require-warm refuses a cold candidate.
 
-When --timeout passes first, the request id is printed: the controller may
-still finish it, and --status REQUEST_ID shows its state, steps and message
-later (finished requests are kept for a day).
+When --timeout passes before the controller leader started the request, the
+request is withdrawn (it never runs later); once started, the request id is
+printed: the controller may still finish it, and --status REQUEST_ID shows
+its state, steps and message later (finished requests are kept for a day).
 
 Exit status: 0 done; 2 refused by a check before anything changed
 ("switchover refused: <why>; override: <flags>", "none" when no flag lets
@@ -63,9 +64,24 @@ failed, still running after --timeout).`,
 			defer done()
 			req, err := controller.RequestSwitchoverWith(ctx, st, keys, cluster,
 				controller.SwitchoverOptions{Target: to, Warm: warm, RequireWarm: requireWarm, By: operatorName()})
+			if req.ID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && req.State == topo.RequestPending {
+				// Not started: withdraw it, so that it does not run later
+				// (when a stopped controller comes back) with nobody waiting.
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
+				cur, withdrawn, werr := controller.WithdrawRequest(wctx, st, keys, cluster, req.ID,
+					fmt.Sprintf("withdrawn: the controller leader had not started it within --timeout %s; nothing was changed", timeout))
+				cancel()
+				if withdrawn {
+					return exitError{code: 1, msg: fmt.Sprintf("switchover request %s was not started within --timeout %s: the controller leader had not taken it up (busy with another operation, or not running: check `switchyard status`); "+
+						"the request was withdrawn and nothing was changed", req.ID, timeout)}
+				}
+				if werr == nil {
+					req = cur
+				}
+			}
 			if req.ID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-				// The request stays in the store and the leader may still
-				// run it: say how to find out.
+				// The request runs and the leader may still finish it:
+				// say how to find out.
 				for _, s := range req.Steps {
 					fmt.Fprintln(cmd.OutOrStdout(), "  "+s)
 				}

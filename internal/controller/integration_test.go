@@ -587,3 +587,42 @@ func TestQueuedSwitchoverAfterAnotherRefused(t *testing.T) {
 		t.Fatalf("a switchover asked afterwards: %s %s", req.State, req.Message)
 	}
 }
+
+// TestWithdrawnSwitchoverNeverRuns: a switchover request whose requester
+// gave up before any leader started it (the controller stopped, say) is
+// withdrawn and does not run when a leader comes back; one already taken
+// up is not withdrawn.
+func TestWithdrawnSwitchoverNeverRuns(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+	st := topotest.NewStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	now := time.Now().UTC()
+	req := topo.Request{ID: newRequestID(now), Kind: topo.RequestSwitchover, Cluster: sandbox.ClusterName, Target: "node2",
+		State: topo.RequestPending, CreatedAt: now, UpdatedAt: now}
+	data, err := topo.EncodeRequest(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, testKeys.Request(sandbox.ClusterName, req.ID), data); err != nil {
+		t.Fatal(err)
+	}
+	r, withdrawn, err := WithdrawRequest(ctx, st, testKeys, sandbox.ClusterName, req.ID, "withdrawn: gave up")
+	if err != nil || !withdrawn || r.State != topo.RequestFailed || r.Result != topo.RequestResultWithdrawn {
+		t.Fatalf("withdraw a pending request: %+v %v %v", r, withdrawn, err)
+	}
+	runController(t, testConfig(c), st, "ctl-a")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	time.Sleep(time.Second)
+	if s, _ := readState(t, st, sandbox.ClusterName); s.Primary != "node1" || s.Epoch != 1 {
+		t.Fatalf("the withdrawn switchover ran: primary %s epoch %d", s.Primary, s.Epoch)
+	}
+	if r, err := LookupRequest(ctx, st, testKeys, sandbox.ClusterName, req.ID); err != nil || r.Result != topo.RequestResultWithdrawn {
+		t.Fatalf("the withdrawn request afterwards: %+v %v", r, err)
+	}
+	// Taken up: not withdrawn.
+	done := doSwitchover(t, st, "node2")
+	if _, withdrawn, err := WithdrawRequest(ctx, st, testKeys, sandbox.ClusterName, done.ID, "late"); withdrawn || err != nil {
+		t.Fatalf("withdraw a finished request: withdrawn %v, %v", withdrawn, err)
+	}
+}

@@ -394,6 +394,39 @@ func (t *term) finishRequest(ctx context.Context, key string, req *topo.Request,
 	}
 }
 
+// WithdrawRequest ends operator request id of cluster if the leader has
+// not started it yet (State Pending): it is finished Failed with result
+// topo.RequestResultWithdrawn and message why, with a compare-and-swap on
+// the version read, so a leader that takes it up at the same moment wins
+// and the request runs. It returns the request as it is now and whether
+// it was withdrawn; a request already running or finished is left alone.
+// A requester that gives up waiting calls it, so that a request nobody
+// waits for does not run later, when the controller comes back.
+func WithdrawRequest(ctx context.Context, st topo.Store, keys topo.Keys, cluster, id, why string) (topo.Request, bool, error) {
+	kv, err := st.Get(ctx, keys.Request(cluster, id))
+	if err != nil {
+		return topo.Request{}, false, err
+	}
+	r, err := decodeRequest(kv.Value)
+	if err != nil || r.State != topo.RequestPending {
+		return r, false, err
+	}
+	r.State, r.Result, r.Message, r.UpdatedAt = topo.RequestFailed, topo.RequestResultWithdrawn, why, time.Now().UTC()
+	data, err := topo.EncodeRequest(&r)
+	if err != nil {
+		return r, false, err
+	}
+	if _, err := st.Update(ctx, kv.Key, data, kv.Version); err != nil {
+		if errors.Is(err, topo.ErrBadVersion) {
+			// Taken up meanwhile: it runs.
+			cur, lerr := LookupRequest(ctx, st, keys, cluster, id)
+			return cur, false, lerr
+		}
+		return r, false, err
+	}
+	return r, true, nil
+}
+
 // LookupRequest reads operator request id of cluster (the id Submit
 // returned, also after a timeout). Errors wrap topo.ErrNotFound when there
 // is no such request (finished requests are kept for a day),

@@ -445,6 +445,9 @@ const (
 	RequestResultDone    = "done"
 	RequestResultPlanned = "planned"
 	RequestResultRefused = "refused"
+	// RequestResultWithdrawn: the requester gave up waiting (its
+	// --timeout) before the leader started the request; nothing was done.
+	RequestResultWithdrawn = "withdrawn"
 )
 
 // Request is an operator request (e.g. switchover) handed to the controller
