@@ -171,6 +171,7 @@ func Apply(ctx context.Context, st topo.Store, keys topo.Keys, ch Change) (*Resu
 		return nil, err
 	}
 	res.Violations = config.Guard(s.BaseConfig, ch.Config, live)
+	res.Violations = append(res.Violations, checkCredentials(ctx, s.BaseConfig, ch.Config, live)...)
 	var against int64
 	if s.Base != nil {
 		against = s.Base.Rev
