@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -84,17 +82,8 @@ out or was rolled back).`,
 			req, err := controller.RequestFailover(ctx, st, keys, cluster, controller.FailoverOptions{
 				Target: to, PlanOnly: plan, Force: force, ForceReachable: forceReachable, Reason: reason, By: operatorName(),
 			})
-			if req.ID != "" && req.State == topo.RequestPending && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-				// Not started: withdraw it, so that no failover runs later
-				// (when a stopped controller comes back) with nobody waiting.
-				wctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
-				_, withdrawn, _ := controller.WithdrawRequest(wctx, st, keys, cluster, req.ID,
-					fmt.Sprintf("withdrawn: the controller leader had not started it within --timeout %s; nothing was changed", timeout))
-				cancel()
-				if withdrawn {
-					return exitError{code: 1, msg: fmt.Sprintf("failover request %s was not started within --timeout %s: the controller leader had not taken it up (busy with another operation, or not running: check `switchyard status`); "+
-						"the request was withdrawn and nothing was changed", req.ID, timeout)}
-				}
+			if _, werr := withdrawOnTimeout(cmd.Context(), st, keys, "failover", cluster, req, err, timeout); werr != nil {
+				return werr
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {

@@ -64,20 +64,10 @@ failed, still running after --timeout).`,
 			defer done()
 			req, err := controller.RequestSwitchoverWith(ctx, st, keys, cluster,
 				controller.SwitchoverOptions{Target: to, Warm: warm, RequireWarm: requireWarm, By: operatorName()})
-			if req.ID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && req.State == topo.RequestPending {
-				// Not started: withdraw it, so that it does not run later
-				// (when a stopped controller comes back) with nobody waiting.
-				wctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
-				cur, withdrawn, werr := controller.WithdrawRequest(wctx, st, keys, cluster, req.ID,
-					fmt.Sprintf("withdrawn: the controller leader had not started it within --timeout %s; nothing was changed", timeout))
-				cancel()
-				if withdrawn {
-					return exitError{code: 1, msg: fmt.Sprintf("switchover request %s was not started within --timeout %s: the controller leader had not taken it up (busy with another operation, or not running: check `switchyard status`); "+
-						"the request was withdrawn and nothing was changed", req.ID, timeout)}
-				}
-				if werr == nil {
-					req = cur
-				}
+			if cur, werr := withdrawOnTimeout(cmd.Context(), st, keys, "switchover", cluster, req, err, timeout); werr != nil {
+				return werr
+			} else if cur != nil {
+				req = *cur
 			}
 			if req.ID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 				// The request runs and the leader may still finish it:
@@ -152,4 +142,28 @@ func switchoverStatus(cmd *cobra.Command, g *globalFlags, cluster, id string, as
 		return exitError{code: 1, msg: fmt.Sprintf("switchover %s is %s", req.ID, req.State)}
 	}
 	return nil
+}
+
+// withdrawOnTimeout withdraws req (of kind, made by this command) when err
+// says the command gave up waiting (--timeout) before the controller
+// leader started it, so that it never runs later (when a stopped
+// controller comes back) with nobody waiting. It returns the command's
+// exit error once withdrawn; otherwise the request as it is now when it
+// could read it (taken up meanwhile: it runs), else nil.
+func withdrawOnTimeout(ctx context.Context, st topo.Store, keys topo.Keys, kind, cluster string, req topo.Request, err error, timeout time.Duration) (*topo.Request, error) {
+	if req.ID == "" || req.State != topo.RequestPending || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		return nil, nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cur, withdrawn, werr := controller.WithdrawRequest(wctx, st, keys, cluster, req.ID,
+		fmt.Sprintf("withdrawn: the controller leader had not started it within --timeout %s; nothing was changed", timeout))
+	if withdrawn {
+		return nil, exitError{code: 1, msg: fmt.Sprintf("%s request %s was not started within --timeout %s: the controller leader had not taken it up (busy with another operation, or not running: check `switchyard status`); "+
+			"the request was withdrawn and nothing was changed", kind, req.ID, timeout)}
+	}
+	if werr != nil {
+		return nil, nil
+	}
+	return &cur, nil
 }
