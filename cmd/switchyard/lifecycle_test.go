@@ -249,15 +249,18 @@ func TestOperatorCommandEdges(t *testing.T) {
 		}
 	})
 
-	t.Run("switchover timeout names the request and how to look it up", func(t *testing.T) {
+	t.Run("switchover timeout withdraws the request it names", func(t *testing.T) {
+		// The leader here never serves requests: past --timeout the
+		// request is withdrawn, so that it cannot run later.
 		_, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--timeout", "2s"}, etcd...)...)
 		var ee exitError
-		if !errors.As(err, &ee) || ee.code == 0 || !strings.Contains(ee.msg, "switchyard switchover --cluster main --status ") {
+		if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(ee.msg, "was not started within --timeout 2s") ||
+			!strings.Contains(ee.msg, "the request was withdrawn and nothing was changed") {
 			t.Fatalf("switchover past its timeout: %v", err)
 		}
-		id := strings.TrimSuffix(ee.msg[strings.LastIndex(ee.msg, "--status ")+len("--status "):], "`")
-		if _, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--status", id}, etcd...)...); err == nil || !strings.Contains(err.Error(), "is pending") {
-			t.Fatalf("--status of the pending request: %v", err)
+		id, _, _ := strings.Cut(strings.TrimPrefix(ee.msg, "switchover request "), " ")
+		if _, err := runCLI(t, append([]string{"switchover", "--cluster", "main", "--status", id}, etcd...)...); err == nil || !strings.Contains(err.Error(), "withdrawn") {
+			t.Fatalf("--status of the withdrawn request: %v", err)
 		}
 		var req topo.Request
 		v, err := topo.GetJSON(ctx, st, keys.Request("main", id), &req)

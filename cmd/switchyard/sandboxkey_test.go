@@ -30,7 +30,10 @@ func TestSandboxUpWritesIntegrityKey(t *testing.T) {
 			t.Errorf("sandbox down: %q %v", out, err)
 		}
 	})
-	if out, err := runCLI(t, "sandbox", "up", "--dir", dir, "--nodes", "1",
+	// The node's port: one FreeAddr also holds (the node would otherwise
+	// pick a free port of its own, which a released FreeAddr may take).
+	_, base, _ := strings.Cut(sandboxtest.FreeAddr(t), ":")
+	if out, err := runCLI(t, "sandbox", "up", "--dir", dir, "--nodes", "1", "--base-port", base,
 		"--rw-address", sandboxtest.FreeAddr(t), "--ro-address", sandboxtest.FreeAddr(t),
 		"--admin-address", sandboxtest.FreeAddr(t),
 		"--etcd-client-address", sandboxtest.FreeAddr(t), "--etcd-peer-address", sandboxtest.FreeAddr(t)); err != nil {

@@ -139,7 +139,11 @@ func switchoverStatus(cmd *cobra.Command, g *globalFlags, cluster, id string, as
 		}
 	}
 	if req.State != topo.RequestDone {
-		return exitError{code: 1, msg: fmt.Sprintf("switchover %s is %s", req.ID, req.State)}
+		state := req.State
+		if req.Result != "" && req.Result != req.State {
+			state += " (" + req.Result + ")"
+		}
+		return exitError{code: 1, msg: fmt.Sprintf("switchover %s is %s", req.ID, state)}
 	}
 	return nil
 }
