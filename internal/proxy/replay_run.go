@@ -237,6 +237,12 @@ func (r *replayLog) dropPending() {
 // command runs there. When that fails the session moves (or gets the
 // no-route error) at its next command, as after a cut.
 func (s *session) rejoinPrimary(lost string) {
+	if lp := s.srv.lostNow(s.l.route.snap.Load()); lp != nil && lp.node == lost {
+		// Declared dead with no failover coming: a connect would only
+		// wait out proxy.connect_timeout before the client's error; the
+		// next command gets the refusal at once.
+		return
+	}
 	if _, merr, _ := s.connectPrimary(lost); merr != nil {
 		s.log.Info("could not reconnect to the primary after losing it; the session moves at its next command", "lost", lost, "err", merr.Message)
 	}
