@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,12 +152,56 @@ func (h *harness) waitReplicated(replicas ...int) {
 	}
 }
 
+// testLogger logs warnings and errors to t as they come. Info lines are
+// kept, the last testLogKeep of them, and written to t only if the test
+// failed, so that a failure seen once (on a loaded machine) comes with what
+// the proxy did; SWITCHYARD_TEST_DEBUG=1 writes everything, debug
+// included, as it comes.
 func testLogger(t testing.TB) *slog.Logger {
-	level := slog.LevelWarn
 	if os.Getenv("SWITCHYARD_TEST_DEBUG") != "" {
-		level = slog.LevelDebug
+		return slog.New(slog.NewTextHandler(tbWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(tbWriter{t}, &slog.HandlerOptions{Level: level}))
+	r := &logRing{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Logf("the proxy's last %d info lines before the failure:", len(r.lines))
+		for _, l := range r.lines {
+			t.Log(l)
+		}
+	})
+	return slog.New(slog.NewTextHandler(ringWriter{t: t, r: r}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// testLogKeep bounds the info lines a test keeps (testLogger).
+const testLogKeep = 400
+
+type logRing struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// ringWriter writes WARN and ERROR lines to t, and keeps every line in r.
+type ringWriter struct {
+	t testing.TB
+	r *logRing
+}
+
+func (w ringWriter) Write(p []byte) (int, error) {
+	l := strings.TrimRight(string(p), "\n")
+	if strings.Contains(l, " level=WARN ") || strings.Contains(l, " level=ERROR ") {
+		w.t.Log(l)
+	}
+	w.r.mu.Lock()
+	if len(w.r.lines) >= testLogKeep {
+		w.r.lines = append(w.r.lines[:0], w.r.lines[len(w.r.lines)-testLogKeep/2:]...)
+	}
+	w.r.lines = append(w.r.lines, l)
+	w.r.mu.Unlock()
+	return len(p), nil
 }
 
 type tbWriter struct{ t testing.TB }
