@@ -59,8 +59,16 @@ func kindOf(cmd byte) responseKind {
 func (s *session) loop() string {
 	rerouted := false // the pending command was sent back to reroute once
 	for {
+		if s.replayNow.Swap(false) {
+			if reason := s.replayIdleNow(); reason != "" {
+				return reason
+			}
+		}
 		if s.awaitCommand() {
 			return sessionParked
+		}
+		if s.cin == nil && s.replayNow.Load() {
+			continue // woken to replay (nudgeReplay), nothing read
 		}
 		if s.idleExpired {
 			return s.closeIdle()

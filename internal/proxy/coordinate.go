@@ -213,14 +213,21 @@ func (s *Server) sweep(cluster string) {
 		if be == nil || snap.valid(sess.l.role, fallback, be) {
 			continue
 		}
+		inTx := false
 		if !sess.busy.CompareAndSwap(0, busyDetached) {
 			if sess.l.role != rolePrimary || snap.primary == nil || snap.primary.same(be.t) ||
 				!sess.busy.CompareAndSwap(busyTx, busyTx|busyDetached) {
 				continue
 			}
+			inTx = true
 		}
 		be.close(true)
 		swept++
+		if cl := s.cfg.Load().Cluster(cluster); inTx && cl != nil && cl.Failover.TransactionReplay {
+			// Replayed now, before the statements released on the new
+			// primary run (idleclose.go, replayIdleTx).
+			s.parker.nudgeReplay(sess)
+		}
 	}
 	if swept > 0 {
 		s.log.Info("closed idle sessions' connections to backends that left the route", "cluster", cluster, "sessions", swept)

@@ -87,6 +87,9 @@ func (s *session) afterIdle() string {
 		code = mysqlproto.ParseERR(pkt).Code
 	}
 	if why := s.idleCloseOnly(be, code); why != "" {
+		if s.replaysIdle(why) {
+			return s.replayIdleTx(be.t.node, why)
+		}
 		s.log.Info("backend connection closed by the server while the session was idle; the next command finds it lost",
 			"node", be.t.node, "error", code, "because", why)
 		return ""
@@ -164,4 +167,75 @@ func serverGreets(addr string, timeout time.Duration) string {
 		return "node accepts connections but does not greet them (" + err.Error() + ")"
 	}
 	return ""
+}
+
+// replaysIdle reports whether the idle session whose primary connection
+// closed (why: idleCloseOnly's answer) replays its transaction now rather
+// than at its client's next command: transaction replay is on, it is in a
+// recorded transaction on a primary listener, its state can move, and the
+// close is the primary going away — not a switchover, whose drain and
+// fence decide for open transactions.
+func (s *session) replaysIdle(why string) bool {
+	r := s.rlog
+	return r != nil && s.l.role == rolePrimary && (s.inTx() || r.active()) && s.txEnded == nil &&
+		why != "switchover hold" && why != "detached" && s.movesOutsideTx()
+}
+
+// movesOutsideTx reports whether the session's state could move to
+// another connection once its transaction (and LOCK TABLES, which the
+// loss of the connection ends too) is dropped: what replayTx checks after
+// dropLost, so that an idle session that could not be replayed is left
+// for its next command, which gets the error saying why.
+func (s *session) movesOutsideTx() bool {
+	status, locked := s.status, s.st.locked
+	s.status &^= mysql.SERVER_STATUS_IN_TRANS
+	s.st.locked = false
+	why := s.unmigratable()
+	s.status, s.st.locked = status, locked
+	return why == ""
+}
+
+// replayIdleTx replays, on the primary the controller names (waiting for
+// the failover, bounded by failover.max_hold), the transaction of an idle
+// session whose primary went away (lost), without waiting for the
+// client's next command: statements outside transactions released on the
+// new primary after the failover wait for it (replay_snap.go), and a
+// client that thinks for a while before its next statement would
+// otherwise replay after they ran — reading rows they changed, or
+// forcing auto-increment ids (the ones its client was told) that the new
+// primary has meanwhile given to their INSERTs. A replay that fails
+// leaves its rolled-back error for the next command (txEnded). It
+// returns a close reason or "".
+func (s *session) replayIdleTx(lost, why string) string {
+	s.log.Info("primary connection closed while the session was idle in a transaction; replaying it now",
+		"node", lost, "because", why)
+	s.replayIdle = true
+	defer func() { s.replayIdle = false }()
+	cause := "the connection to it closed while the session was idle (" + why + ")"
+	handled, _, reason := s.replayOnLoss(comNone, false, false, lost, cause)
+	if !handled {
+		return ""
+	}
+	return reason
+}
+
+// comNone stands for "no command" in replayIdleTx: COM_SLEEP, which
+// clients never send (the server answers it with an error).
+const comNone = mysql.COM_SLEEP
+
+// replayIdleNow is replayIdleTx for a session nudged by a route change
+// (nudgeReplay): when its primary connection is gone and it is in a
+// recorded transaction, the transaction is replayed now. The session was
+// marked detached by the sweep; after the replay it is on its new
+// backend, and not detached.
+func (s *session) replayIdleNow() string {
+	be := s.be
+	if be == nil || !be.closed.Load() || !s.replaysIdle("route changed") {
+		return ""
+	}
+	reason := s.replayIdleTx(be.t.node, "its node left the route")
+	if reason == "" && s.be != nil && !s.be.closed.Load() {
+		s.busy.Store(s.txBits())
+	}
+	return reason
 }

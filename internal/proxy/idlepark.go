@@ -192,8 +192,8 @@ func (p *idleParker) park(s *session) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.epfd <= 0 {
-		return false
+	if p.epfd <= 0 || s.replayNow.Load() {
+		return false // replayNow: checked under p.mu, as nudgeReplay does
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(s.id)}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
@@ -263,8 +263,44 @@ func (s *session) waitIdle() (bool, error) {
 			s.idleExpired = true // the caller closes the session (idletimeout.go)
 			return false, nil
 		}
+		if s.replayNow.Load() {
+			return false, nil // the caller replays (nudgeReplay)
+		}
 		if s.srv.parker.park(s) {
 			return true, nil
 		}
+		if s.replayNow.Load() {
+			return false, nil
+		}
+	}
+}
+
+// nudgeReplay makes session s, idle in a transaction whose primary
+// connection a route change just closed (Server.sweep), replay that
+// transaction now (replayIdleNow) instead of at its client's next
+// command: a parked session is resumed; one waiting in its goroutine has
+// its read return at once, as a sweep does (a TLS session, whose read
+// cannot be interrupted without losing its stream, replays at its next
+// command as before). replayNow is set first and the parked set looked
+// at under p.mu, which park also takes before it checks replayNow: a
+// session that parks meanwhile either sees it and does not park, or is
+// found parked here.
+func (p *idleParker) nudgeReplay(s *session) {
+	s.replayNow.Store(true)
+	p.mu.Lock()
+	parked := p.parked[s.id] != nil
+	p.mu.Unlock()
+	if parked {
+		p.wake(s.id, false)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.raw == nil || s.tls {
+		return
+	}
+	s.idle.CompareAndSwap(idleWaiting, idleSeen)
+	if s.idle.CompareAndSwap(idleSeen, idleArmed) {
+		_ = s.client.SetReadDeadline(time.Unix(1, 0))
 	}
 }

@@ -200,6 +200,14 @@ type session struct {
 	// COM_STMT_SEND_LONG_DATA): the next command that has a response
 	// gets it instead of running (endTx).
 	txEnded *mysql.MyError
+	// replayIdle: the transaction is being replayed while the client has
+	// no command pending (replayIdleTx): an error goes to txEnded.
+	replayIdle bool
+	// replayNow: the session's primary connection was closed by a route
+	// change while it was idle in a transaction (Server.sweep): its
+	// goroutine replays the transaction before it waits for the client
+	// again (replayIdleNow).
+	replayNow atomic.Bool
 	// fl is the command in flight, shared with the cutter (cut.go).
 	fl inflight
 

@@ -87,6 +87,11 @@ func (s *session) primaryLostInTx(cmd byte, inflight bool) (answered bool, reaso
 // outside any transaction on a fresh backend and succeed, acknowledging
 // writes the rolled-back transaction never made durable.
 func (s *session) endTx(cmd byte, e *mysql.MyError) (bool, string) {
+	if s.replayIdle {
+		// No command of the client's is concerned: its next one gets e.
+		s.txEnded = e
+		return true, ""
+	}
 	if kindOf(cmd) == respNone {
 		s.log.Info("transaction ended at a command without a response; its error goes to the next command", "command", cmd)
 		s.txEnded = e

@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+)
+
+// TestReplayIdleTransactionBeforeItsNextStatement: with transaction
+// replay on, a session idle in a transaction when its primary goes away
+// (its connection closed, the node refuses connections) has its
+// transaction replayed on the new primary as soon as the failover
+// publishes it, before its client sends anything: the auto-increment ids
+// its client was told are taken on the new primary before another
+// session's INSERT there could get them, and the COMMIT that follows keeps
+// every row once. Without the early replay the other session's INSERT
+// takes the first of those ids and the replay, which must give the client
+// its ids again, fails. A second subtest: the same with the new primary
+// published only after the old one's connections closed (the session
+// waits for the failover while idle).
+func TestReplayIdleTransactionBeforeItsNextStatement(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		promoteBefore bool // the new primary is published before the close is seen
+	}{{"closed, then failover", false}, {"failover, then closed", true}} {
+		t.Run(tc.name, func(t *testing.T) { replayIdleBeforeNext(t, tc.promoteBefore) })
+	}
+}
+
+func replayIdleBeforeNext(t *testing.T, promoteBefore bool) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = true
+		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
+	})
+	relay := newHoldRelay(t, h.c.Nodes[0].Address)
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.Nodes[0].Address = relay.ln.Addr().String()
+	h.srv.SetClusterState(st)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root := h.direct(0)
+	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)")
+	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
+	h.waitReplicated(1, 2)
+	db := h.db("rw", "sbtest", func(c *mysql.Config) { c.InterpolateParams = false })
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	insert := func(q interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}, v int) int64 {
+		t.Helper()
+		// A text statement: a prepared one's COM_STMT_CLOSE, which has no
+		// answer, could reach the proxy after the close and replay the
+		// transaction as a command would.
+		res, err := q.ExecContext(ctx, fmt.Sprintf("INSERT INTO ri (v) VALUES (%d)", v))
+		if err != nil {
+			t.Fatalf("INSERT %d: %v", v, err)
+		}
+		id, _ := res.LastInsertId()
+		return id
+	}
+	mustExec(t, conn, "BEGIN")
+	a := insert(conn, 1)
+	b := insert(conn, 2)
+	before := ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK))
+
+	promote := func() {
+		n2 := h.direct(1)
+		mustExec(t, n2, "STOP SLAVE")
+		mustExec(t, n2, "SET GLOBAL read_only = 0")
+		h.srv.SetClusterState(sandboxState(h.c, 2, 1, 0, 2))
+	}
+	if promoteBefore {
+		promote()
+	}
+	// The old primary goes away: its connections close and it refuses
+	// new ones (the relay stops listening).
+	_ = relay.ln.Close()
+	relay.cut()
+	if !promoteBefore {
+		time.Sleep(300 * time.Millisecond)
+		promote()
+	}
+	// The client sends nothing: the replay comes by itself.
+	waitForWithin(t, 10*time.Second, "the idle transaction to be replayed before its next statement", func() bool {
+		return ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK))-before >= 1
+	})
+	// Another session on the new primary: a fresh id, not one of the
+	// replayed transaction's.
+	other := insert(db, 100)
+	if other == a || other == b {
+		t.Fatalf("another session's INSERT on the new primary got id %d, one the idle transaction's client was told (%d, %d)", other, a, b)
+	}
+	c := insert(conn, 3)
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT after the replay: %v", err)
+	}
+	if id := serverID(t, conn); id != 2 {
+		t.Fatalf("session after the replay answered by server_id %d, want 2", id)
+	}
+	rs, err := h.direct(1).QueryContext(ctx, "SELECT id, v FROM sbtest.ri WHERE v > 0 ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	got := map[int64]int{}
+	for rs.Next() {
+		var id int64
+		var v int
+		if err := rs.Scan(&id, &v); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = v
+	}
+	want := map[int64]int{a: 1, b: 2, c: 3, other: 100}
+	if len(got) != len(want) {
+		t.Fatalf("rows on the new primary %v, want %v", got, want)
+	}
+	for id, v := range want {
+		if got[id] != v {
+			t.Fatalf("rows on the new primary %v, want %v", got, want)
+		}
+	}
+	if n := ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK)) - before; n != 1 {
+		t.Fatalf("%v replays counted, want 1", n)
+	}
+}
