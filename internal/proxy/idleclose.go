@@ -174,10 +174,11 @@ func serverGreets(addr string, timeout time.Duration) string {
 // than at its client's next command: transaction replay is on, it is in a
 // recorded transaction on a primary listener, its state can move, and the
 // close is the primary going away — not a switchover, whose drain and
-// fence decide for open transactions.
+// fence decide for open transactions — and no KILL through the proxy
+// ends the session (kill.go).
 func (s *session) replaysIdle(why string) bool {
 	r := s.rlog
-	return r != nil && s.l.role == rolePrimary && (s.inTx() || r.active()) && s.txEnded == nil &&
+	return r != nil && s.l.role == rolePrimary && (s.inTx() || r.active()) && s.txEnded == nil && !s.killed.Load() &&
 		why != "switchover hold" && why != "detached" && s.movesOutsideTx()
 }
 
