@@ -522,6 +522,11 @@ func (s *session) rerunStatement(lost string, cls sqlClass) string {
 		}
 		return reason
 	}
+	// An autocommit statement: it runs after the replays of the cluster
+	// have taken their snapshots, as a new one would (recordBegin,
+	// replay_snap.go) — an INSERT sent first would take the
+	// auto-increment ids a replayed transaction's client was told.
+	s.awaitSnapshots()
 	if !s.beginRelay() {
 		s.writeError(1, errReadAbandoned(s.l.cluster, lost, "the route changed again"))
 		return ""

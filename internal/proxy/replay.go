@@ -197,9 +197,13 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 		r.reset()
 	}
 	r.fl = flight{cmd: cmd, inTx: inTx, active: true}
-	if !inTx {
+	if !inTx || r.replayed {
 		// A new transaction or an autocommit statement commits after
-		// the replays of the cluster have taken their snapshots.
+		// the replays of the cluster have taken their snapshots; so
+		// does a statement of a transaction already replayed, which
+		// would otherwise take rows (auto-increment ids) another replay
+		// must give its client again, and make that replay wait on its
+		// locks.
 		s.awaitSnapshots()
 	}
 	switch cmd {

@@ -136,3 +136,77 @@ func replayIdleBeforeNext(t *testing.T, promoteBefore bool) {
 		t.Fatalf("%v replays counted, want 1", n)
 	}
 }
+
+// TestReplayedTransactionWaitsForOtherReplays: a statement of a
+// transaction already replayed waits, as an autocommit one does, until the
+// cluster's other replays have taken their snapshots. B inserted id 2 and
+// A, after a SELECT SLEEP(0.5), id 3 on the old primary; both sessions are
+// idle in their transactions when the new primary is published and replay
+// at once: B's replay is quick (the new primary's counter moves to 3), A's
+// sleeps 0.5 s before it gives its client id 3 again. B's next INSERT,
+// sent as soon as B's replay is counted, must not take id 3: it waits for
+// A's replay and gets a fresh id, and both transactions commit all their
+// rows. Without the wait B's INSERT takes 3 and A's replay, whose insert
+// of 3 then waits on B's row lock, is rolled back.
+func TestReplayedTransactionWaitsForOtherReplays(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = true
+		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root := h.direct(0)
+	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)")
+	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
+	h.waitReplicated(1, 2)
+	db := h.db("rw", "sbtest", nil)
+	open := func() *sql.Conn {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	insert := func(c *sql.Conn, v int) int64 {
+		t.Helper()
+		res, err := c.ExecContext(ctx, fmt.Sprintf("INSERT INTO ri (v) VALUES (%d)", v))
+		if err != nil {
+			t.Fatalf("INSERT %d: %v", v, err)
+		}
+		id, _ := res.LastInsertId()
+		return id
+	}
+	a, b := open(), open()
+	mustExec(t, b, "BEGIN")
+	b1 := insert(b, 21)
+	mustExec(t, a, "BEGIN")
+	mustExec(t, a, "SELECT SLEEP(0.5)")
+	a1 := insert(a, 11)
+	if a1 <= b1 {
+		t.Fatalf("ids %d (A) and %d (B): want A's after B's", a1, b1)
+	}
+	before := ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK))
+	n2 := h.direct(1)
+	mustExec(t, n2, "STOP SLAVE")
+	mustExec(t, n2, "SET GLOBAL read_only = 0")
+	h.srv.SetClusterState(sandboxState(h.c, 2, 1, 0, 2))
+	waitForWithin(t, 10*time.Second, "B's replay", func() bool {
+		return ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK))-before >= 1
+	})
+	b2 := insert(b, 22)
+	if b2 == a1 {
+		t.Fatalf("B's INSERT after its replay got id %d, the one A's client was told and A's replay gives again", b2)
+	}
+	for name, c := range map[string]*sql.Conn{"A": a, "B": b} {
+		if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+			t.Fatalf("COMMIT of %s after the replays: %v", name, err)
+		}
+	}
+	var n int
+	if err := n2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.ri WHERE (id, v) IN ((?, 11), (?, 21), (?, 22))", a1, b1, b2).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("rows of A and B on the new primary: %d of 3 (%v)", n, err)
+	}
+}
