@@ -56,20 +56,7 @@ func replayIdleBeforeNext(t *testing.T, promoteBefore bool) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	insert := func(q interface {
-		ExecContext(context.Context, string, ...any) (sql.Result, error)
-	}, v int) int64 {
-		t.Helper()
-		// A text statement: a prepared one's COM_STMT_CLOSE, which has no
-		// answer, could reach the proxy after the close and replay the
-		// transaction as a command would.
-		res, err := q.ExecContext(ctx, fmt.Sprintf("INSERT INTO ri (v) VALUES (%d)", v))
-		if err != nil {
-			t.Fatalf("INSERT %d: %v", v, err)
-		}
-		id, _ := res.LastInsertId()
-		return id
-	}
+	insert := func(q execer, v int) int64 { t.Helper(); return insertRI(t, ctx, q, v) }
 	mustExec(t, conn, "BEGIN")
 	a := insert(conn, 1)
 	b := insert(conn, 2)
@@ -170,15 +157,7 @@ func TestReplayedTransactionWaitsForOtherReplays(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	insert := func(c *sql.Conn, v int) int64 {
-		t.Helper()
-		res, err := c.ExecContext(ctx, fmt.Sprintf("INSERT INTO ri (v) VALUES (%d)", v))
-		if err != nil {
-			t.Fatalf("INSERT %d: %v", v, err)
-		}
-		id, _ := res.LastInsertId()
-		return id
-	}
+	insert := func(c *sql.Conn, v int) int64 { t.Helper(); return insertRI(t, ctx, c, v) }
 	a, b := open(), open()
 	mustExec(t, b, "BEGIN")
 	b1 := insert(b, 21)
@@ -209,4 +188,22 @@ func TestReplayedTransactionWaitsForOtherReplays(t *testing.T) {
 	if err := n2.QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.ri WHERE (id, v) IN ((?, 11), (?, 21), (?, 22))", a1, b1, b2).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("rows of A and B on the new primary: %d of 3 (%v)", n, err)
 	}
+}
+
+type execer interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}
+
+// insertRI inserts a row with v into ri and returns its id. A text
+// statement: a prepared one's COM_STMT_CLOSE, which has no answer, could
+// reach the proxy after the primary's connection closed and replay the
+// transaction as a command would.
+func insertRI(t *testing.T, ctx context.Context, q execer, v int) int64 {
+	t.Helper()
+	res, err := q.ExecContext(ctx, fmt.Sprintf("INSERT INTO ri (v) VALUES (%d)", v))
+	if err != nil {
+		t.Fatalf("INSERT %d: %v", v, err)
+	}
+	id, _ := res.LastInsertId()
+	return id
 }
