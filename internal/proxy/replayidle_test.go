@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
 // TestReplayIdleTransactionBeforeItsNextStatement: with transaction
@@ -206,4 +208,114 @@ func insertRI(t *testing.T, ctx context.Context, q execer, v int) int64 {
 	}
 	id, _ := res.LastInsertId()
 	return id
+}
+
+// TestStatementSentAgainWaitsForReplays: an autocommit INSERT in flight
+// when the primary died, which the server provably never ran (forwarded
+// to a frozen server whose kernel then resets the connection when it is
+// killed), is sent again on the new primary only after the cluster's
+// replays have taken their snapshots. Session A's transaction, idle when
+// the primary dies, made a SELECT SLEEP(0.5) and then an INSERT that got
+// id a1 on the old primary; its replay sleeps 0.5 s before it takes a1
+// again. C's INSERT, sent again at once, would take a1 in that time and
+// A's replay would then fail (its client was told a1). With the wait C
+// gets a fresh id and A commits its row with a1.
+func TestStatementSentAgainWaitsForReplays(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = true
+		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root := h.direct(0)
+	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)")
+	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
+	h.waitReplicated(1, 2)
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	db := h.db("rw", "sbtest", nil)
+	open := func() *sql.Conn {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, c := open(), open()
+	mustExec(t, a, "BEGIN")
+	mustExec(t, a, "SELECT SLEEP(0.5)")
+	a1 := insertRI(t, ctx, a, 11)
+
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid)
+	type result struct {
+		id  int64
+		err error
+	}
+	cDone := make(chan result, 1)
+	go func() {
+		// Forwarded to the frozen server: it stays in the socket, unread.
+		res, err := c.ExecContext(ctx, "INSERT INTO ri (v) VALUES (31)")
+		var id int64
+		if err == nil {
+			id, _ = res.LastInsertId()
+		}
+		cDone <- result{id, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	reruns := ctrValue(h.srv.metrics.primaryLostRerun.WithLabelValues("main"))
+	replays := ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK))
+	held := ctrValue(h.srv.metrics.primaryLostHeld.WithLabelValues("main"))
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	// A controller publishes the failover only after its probes found
+	// the node dead; by then C's session has seen the reset of its
+	// connection (published before it, the route change would cut the
+	// command as one whose outcome is unknown).
+	waitForWithin(t, 10*time.Second, "C's statement held for the failover", func() bool {
+		return ctrValue(h.srv.metrics.primaryLostHeld.WithLabelValues("main"))-held >= 1
+	})
+	makeWritable(t, h.direct(1))
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(done)
+	var cr result
+	select {
+	case cr = <-cDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the INSERT the lost primary never read did not finish")
+	}
+	if cr.err != nil {
+		t.Fatalf("the INSERT the lost primary never read: %v, want it sent to the new primary", cr.err)
+	}
+	if n := ctrValue(h.srv.metrics.primaryLostRerun.WithLabelValues("main")) - reruns; n != 1 {
+		t.Fatalf("statements sent again: %v, want 1 (the test did not exercise the path)", n)
+	}
+	if cr.id == a1 {
+		t.Fatalf("the INSERT sent again got id %d, the one A's client was told and A's replay must give again", cr.id)
+	}
+	if _, err := a.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT of A after its replay: %v", err)
+	}
+	if n := ctrValue(h.srv.metrics.replays.WithLabelValues("rw", replayOK)) - replays; n != 1 {
+		t.Fatalf("replays: %v, want 1", n)
+	}
+	var n int
+	if err := h.direct(1).QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.ri WHERE (id, v) IN ((?, 11), (?, 31))", a1, cr.id).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows of A and C on the new primary: %d of 2 (%v)", n, err)
+	}
 }
