@@ -318,6 +318,14 @@ func (s *session) afterCut(why string, lost, wrote bool) string {
 		s.log.Info("closing session: its command was cut after part of the response was sent", "node", node, "why", why)
 		return closeRouteChanged
 	}
+	if s.l.role == rolePrimary && !inTx && s.cls == classSelect && len(s.rerun) > 1 && s.rerun[0] == mysql.COM_QUERY &&
+		!s.rerunning && replaySafe(s.rerun[1:]) && oneStatement(s.rerun[1:]) {
+		// A plain autocommit read (text protocol, no locking clause)
+		// changes nothing: it runs again on the primary the controller
+		// names, as one whose connection died (primaryBackendLost).
+		s.log.Info("running a read cut in flight again on the next primary", "node", node, "why", why)
+		return s.rerunRead(node)
+	}
 	switch {
 	case s.l.role == roleReplica:
 		s.writeError(1, errCutReplica(s.l.cluster, why))

@@ -11,6 +11,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"golang.org/x/sys/unix"
 
+	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -301,5 +302,86 @@ func TestErrCutPrimaryFencedWording(t *testing.T) {
 	moved := errCutPrimary("main", "node1 is no longer the primary (epoch 3: the primary is node2)", false).Message
 	if !strings.Contains(moved, "the primary of cluster main changed") {
 		t.Errorf("a primary change: %q", moved)
+	}
+}
+
+// TestCutInFlightReadRunsAgain: with failover.mode auto and a failover
+// that can come, a plain autocommit SELECT in flight on a frozen primary
+// when the failover phase is published is cut like any command, and then
+// run again on the new primary once it is published: the client gets the
+// new primary's answer, no error. A locking read in flight at the same
+// time (it may have taken locks, and a read of the woken old primary's
+// data is not the same read) still gets the outcome-unknown error.
+func TestCutInFlightReadRunsAgain(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	rw := h.db("rw", "sbtest", nil)
+	mustExec(t, rw, "CREATE TABLE cutr (id INT PRIMARY KEY)")
+	mustExec(t, rw, "INSERT INTO cutr VALUES (1)")
+	h.waitReplicated(1, 2)
+	plain, locking := conn1(t, rw), conn1(t, rw)
+	for _, c := range []*sql.Conn{plain, locking} {
+		if id := serverID(t, c); id != 1 {
+			t.Fatalf("rw on server_id %d, want 1", id)
+		}
+	}
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	waitStopped(t, pid)
+	type answer struct {
+		id  int
+		err error
+	}
+	read := func(c *sql.Conn, q string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			var a answer
+			a.err = c.QueryRowContext(context.Background(), q).Scan(&a.id)
+			ch <- a
+		}()
+		return ch
+	}
+	plainCh := read(plain, "SELECT @@server_id")
+	lockingCh := read(locking, "SELECT id FROM cutr WHERE id = 1 FOR UPDATE")
+	time.Sleep(300 * time.Millisecond) // both forwarded, waiting on the frozen server
+	reruns := ctrValue(h.srv.metrics.primaryLostRerun.WithLabelValues("main"))
+	makeWritable(t, h.direct(1))
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	select {
+	case a := <-lockingCh:
+		if code, msg := mysqlErr(a.err); code != mysql.ER_UNKNOWN_ERROR || !strings.Contains(msg, "outcome is unknown") {
+			t.Fatalf("locking read in flight: %v, want 1105 saying its outcome is unknown", a.err)
+		}
+	case <-time.After(cutBound):
+		t.Fatalf("locking read in flight: no answer within %s of the failover phase", cutBound)
+	}
+	select {
+	case a := <-plainCh:
+		t.Fatalf("plain read in flight answered before the new primary was published: %d, %v", a.id, a.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.srv.SetClusterState(done)
+	select {
+	case a := <-plainCh:
+		if a.err != nil || a.id != 2 {
+			t.Fatalf("plain read in flight: server_id %d, %v; want 2 (run again on the new primary)", a.id, a.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("plain read in flight: no answer 15 s after the new primary was published")
+	}
+	if n := ctrValue(h.srv.metrics.primaryLostRerun.WithLabelValues("main")) - reruns; n != 1 {
+		t.Fatalf("reads run again: %v, want 1", n)
 	}
 }
