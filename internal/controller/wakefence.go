@@ -21,18 +21,24 @@ import (
 // leader keeps a fencing connection attempt pending on the old primary: the
 // TCP connect to a frozen mariadbd completes in the kernel's accept queue,
 // and the handshake, `SET GLOBAL read_only=ON` and the kill of client
-// sessions run the moment it wakes. Two attempts overlap (each waits up to
-// wakeFenceAttempt, the second started half an attempt later) so one is
-// always pending; a refused connection (the node was killed or restarts) is
-// retried every wakeFenceRetry. It starts once the failover is announced
+// sessions run the moment it wakes. The first attempt waits as long as the
+// whole fence may (wakeFenceAttempt = wakeFenceMax): a woken mariadbd
+// accepts its queue in order, and every connect that others (the proxies'
+// checks, monitoring) made and gave up on while it was frozen sits in that
+// queue; an attempt renewed later would come behind them (or, with the
+// queue full at back_log, not be queued at all) and the woken node would
+// stay writable while the server works through them. A second attempt,
+// started half an attempt later, covers a first that failed; a refused
+// connection (the node was killed or restarts) is retried every
+// wakeFenceRetry. It starts once the failover is announced
 // (phase failover), and stops when the fence succeeded, when the failover
 // rolled back (the returned cancel), when the old primary is primary again
 // (checked again after the server answered, before anything is changed),
 // after wakeFenceMax, or when the term ends.
 const (
-	wakeFenceAttempt = 20 * time.Second
-	wakeFenceRetry   = 200 * time.Millisecond
 	wakeFenceMax     = time.Hour
+	wakeFenceAttempt = wakeFenceMax
+	wakeFenceRetry   = 200 * time.Millisecond
 )
 
 // fenceWhenAwake starts the pending fence of old (see above) and returns

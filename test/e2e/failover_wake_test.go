@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,5 +132,103 @@ func wokenFrozenPrimaryFenced(t *testing.T, writers bool) {
 		if ev.Node == st.Primary && strings.Contains(ev.Message, "has read_only=ON") {
 			t.Errorf("new primary %s reported read-only after the failover: %s\n%s", st.Primary, ev.Message, s.eventText())
 		}
+	}
+}
+
+// TestWokenFrozenPrimaryFencedBeforeQueuedConnects: while a primary is
+// frozen, connects that others make to it and give up on (the proxies'
+// checks, monitoring) pile up in its accept queue, which the woken server
+// works through in order. The controller's pending fence connection was
+// made when the failover began, ahead of them, and is kept for as long as
+// the fence waits: the woken node must turn read-only without first
+// greeting the abandoned connections. The test freezes the primary, lets
+// the failover run, makes 240 connects to the frozen node and closes them,
+// waits past 20 s (an attempt renewed meanwhile would sit behind them) and
+// wakes it; a connection opened before the freeze, whose server thread
+// answers at once, samples read_only every millisecond. The woken node
+// must be read-only within 100 ms of its first answer.
+func TestWokenFrozenPrimaryFencedBeforeQueuedConnects(t *testing.T) {
+	s := startFO(t, foOpts{Mutate: func(c *config.Config) { c.Probe.Interval = config.Duration(time.Second) }})
+	db, err := sql.Open("mysql", s.sb.RootDSN(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	mon, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if err := mon.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := s.sb.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	woken := false
+	t.Cleanup(func() {
+		if !woken {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	stopped := time.Now()
+	st, _ := s.waitState("failover away from the frozen node1", 60*time.Second, func(st topo.ClusterState) bool {
+		return st.Primary != "" && st.Primary != "node1" && st.Phase == topo.PhaseStable
+	})
+	t.Logf("SIGSTOP node1 → %s published after %s", st.Primary, time.Since(stopped).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	queued := 0
+	for range 240 {
+		c, err := net.DialTimeout("tcp", s.sb.Nodes[0].Address, 200*time.Millisecond)
+		if err != nil {
+			continue // the queue is full (back_log): the SYN was dropped
+		}
+		queued++
+		_ = c.Close()
+	}
+	t.Logf("%d connects to the frozen node1 made and closed", queued)
+	if queued < 50 {
+		t.Fatalf("only %d connects to the frozen node queued", queued)
+	}
+	time.Sleep(time.Until(stopped.Add(25 * time.Second)))
+	cont := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	woken = true
+	var first, lastOff time.Duration = -1, -1
+	fenced := false
+	for time.Since(cont) < 10*time.Second {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var ro int
+		err := mon.QueryRowContext(qctx, "SELECT @@global.read_only").Scan(&ro)
+		cancel()
+		if err != nil {
+			break // the fence killed this session: read_only is ON by then
+		}
+		at := time.Since(cont)
+		if first < 0 {
+			first = at
+		}
+		if ro != 0 {
+			fenced = true
+			break
+		}
+		lastOff = at
+		time.Sleep(time.Millisecond)
+	}
+	if first < 0 {
+		t.Fatal("the connection opened before the freeze got no answer after SIGCONT")
+	}
+	ev := s.waitEvent("the moment it answered again", 20*time.Second)
+	t.Logf("woken old primary: first answer %s after SIGCONT, read_only=OFF last seen %s after SIGCONT (fenced seen: %v); %s",
+		first.Round(100*time.Microsecond), lastOff.Round(100*time.Microsecond), fenced, ev.Message)
+	if lastOff-first > 100*time.Millisecond {
+		t.Errorf("woken old primary writable for %s after its first answer: the fence came behind the queued connects", lastOff-first)
 	}
 }
