@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -164,6 +165,31 @@ func (b *backend) close(quit bool) {
 	if b.gauge != nil {
 		b.gauge.Dec()
 	}
+}
+
+// closingErrors are the errors with which a server refuses a client's
+// packet and then closes the connection (MariaDB sql/net_serv.cc,
+// sql/sql_parse.cc): the packet was larger than max_allowed_packet
+// (ER_NET_PACKET_TOO_LARGE, 1153) or out of order (1156). They say
+// nothing about the server's health.
+var closingErrors = map[uint16]bool{mysql.ER_NET_PACKET_TOO_LARGE: true, mysql.ER_NET_PACKETS_OUT_OF_ORDER: true}
+
+// closingError returns the sequence id and payload of an ERR packet in
+// closingErrors that the server sent before it closed the connection
+// (read within 100 ms, bypassing the reader's recorded error), or nil.
+// Called only when the connection failed before any of the response
+// reached the client.
+func (b *backend) closingError() (byte, []byte) {
+	if b.closed.Load() {
+		return 0, nil
+	}
+	_ = b.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	defer func() { _ = b.conn.SetReadDeadline(time.Time{}) }()
+	p, seq, err := mysqlproto.ReadPacket(bufio.NewReaderSize(b.conn, 512), nil, 1<<16)
+	if err != nil || len(p) < 3 || p[0] != mysql.ERR_HEADER || !closingErrors[binary.LittleEndian.Uint16(p[1:])] {
+		return 0, nil
+	}
+	return seq, p
 }
 
 // roleOf names t's role in snap for messages ("primary" or "replica").

@@ -693,6 +693,17 @@ func (s *session) failCommand(cmd byte, err error) string {
 		return s.afterCut(why, lost, wrote)
 	}
 	reason := clientReason(err)
+	if reason == closeBackendLost && s.out == 0 && s.be != nil {
+		if seq, payload := s.be.closingError(); payload != nil {
+			// The server refused the client's packet and closed the
+			// connection, as it does with every client: the client gets
+			// the server's error and is closed, as directly.
+			s.log.Info("closing session: the server refused the command and closed its connection", "node", s.be.t.node,
+				"code", mysqlproto.ParseERR(payload).Code)
+			_ = s.writeDirect(seq, payload)
+			return closeClientProtocol
+		}
+	}
 	if reason == closeBackendLost && s.rlog != nil && !errors.Is(err, errResponseOverrun) && !errors.Is(err, errBackendProtocol) &&
 		!(s.be != nil && s.resendable(cmd, err)) {
 		// Transaction replay (replay.go).
