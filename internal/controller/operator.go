@@ -201,7 +201,7 @@ func (t *term) serveAck(ctx context.Context, req *topo.Request) bool {
 	st, err := t.update(ctx, cr, func(st *topo.ClusterState) error {
 		lifted = lifted[:0]
 		if st.FailoverBlock != nil {
-			lifted = append(lifted, "block until "+st.FailoverBlock.Until.UTC().Format(time.RFC3339)+" ("+st.FailoverBlock.Reason+")")
+			lifted = append(lifted, "automatic failover block lifted (it was to last until "+st.FailoverBlock.Until.UTC().Format(time.RFC3339)+"; "+st.FailoverBlock.Reason+")")
 			st.FailoverBlock = nil
 		}
 		if st.AutoDisabled != "" {

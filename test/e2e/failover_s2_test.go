@@ -55,7 +55,7 @@ func TestS2FlappingBlockedUntilAck(t *testing.T) {
 
 	out = s.cli("ack", "--cluster", "main", "--reason", "node1 and "+first+" checked")
 	t.Logf("ack: %s", strings.TrimSpace(out))
-	if !strings.Contains(out, "block until") {
+	if !strings.Contains(out, "automatic failover block lifted") {
 		t.Fatalf("ack did not lift a block: %s", out)
 	}
 	st, took = s.waitState("failover after ack", 20*time.Second, func(st topo.ClusterState) bool {
