@@ -217,6 +217,10 @@ func (p *backendCounter) reserve(s *session, snap *routeSnapshot, rc *runtimeCon
 	if len(drop) > 0 {
 		return nil, false, nil, drop, false // closing them frees slots: try again
 	}
+	if p.limitProbe(limit, rc, time.Now()) {
+		p.total++
+		return nil, true, nil, nil, false
+	}
 	if w == nil {
 		// A new waiter queues at the tail.
 		w = &poolWaiter{ch: make(chan struct{}, 1), key: key, noSchema: s.schema == ""}
@@ -435,6 +439,13 @@ func (s *session) connect(t *target, snap *routeSnapshot, rc *runtimeConfig, res
 			if learning {
 				learning = false
 				p.learnMu.Unlock()
+			}
+			if p.endProbe() && merr != nil && merr.Code == mysql.ER_CON_COUNT_ERROR {
+				// A dial past the ceiling to read the server's limits
+				// again (limitProbe), and the server is indeed full:
+				// this checkout waits like the others.
+				p.dialFailed()
+				continue
 			}
 			if merr != nil && (merr.Code == mysql.ER_CON_COUNT_ERROR || merr.Code == mysql.ER_TOO_MANY_USER_CONNECTIONS) && refusals < maxServerRefusals {
 				// The server is at its max_connections (or the user at

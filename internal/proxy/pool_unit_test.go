@@ -235,3 +235,54 @@ func TestPoolWaiterRequeuedUnreadWakeup(t *testing.T) {
 		t.Fatal("the queued waiter was not woken when the slot came free")
 	}
 }
+
+// TestPoolCeilingProbe: a ceiling set low by the server's limits as read
+// once (others' connections still closing) does not stay: once the limits
+// are serverLimitsRefresh old, one checkout at the ceiling may dial past
+// it to read them again (only one at a time, and not again within
+// serverLimitsRefresh); when the new limits raise the ceiling, the
+// waiters are woken to use it.
+func TestPoolCeilingProbe(t *testing.T) {
+	p, _ := unitPool(t)
+	rc := &runtimeConfig{maxPerBackend: 2000, serverReserve: 10}
+	p.noteLimits(60, 0, 61, 0) // a moment's crowd: a ceiling of 1
+	p.srv.at = time.Now()
+	a, b, c := &session{id: 1, user: "app"}, &session{id: 2, user: "app"}, &session{id: 3, user: "app"}
+	if _, dial, _, _, _ := p.reserve(a, nil, rc, nil); !dial {
+		t.Fatal("first checkout: want a dial")
+	}
+	_, dial, wb, _, _ := p.reserve(b, nil, rc, nil)
+	if dial || wb == nil {
+		t.Fatalf("at the ceiling with fresh limits: dial %v, waiter %v; want a wait", dial, wb != nil)
+	}
+	p.mu.Lock()
+	p.srv.at = time.Now().Add(-serverLimitsRefresh - time.Second)
+	p.mu.Unlock()
+	_, dial, w, _, _ := p.reserve(b, nil, rc, wb)
+	if !dial || w != nil || p.total != 2 {
+		t.Fatalf("at the ceiling with old limits: dial %v, waiter %v, total %d; want one dial past the ceiling", dial, w != nil, p.total)
+	}
+	if _, dial, wc, _, _ := p.reserve(c, nil, rc, nil); dial || wc == nil {
+		t.Fatalf("a second checkout while the probe runs: dial %v; want a wait", dial)
+	} else {
+		p.noteLimits(1000, 0, 9, 2) // read by the probe: a ceiling of 893
+		select {
+		case <-wc.ch:
+		default:
+			t.Fatal("the waiter was not woken when the ceiling rose")
+		}
+		if !p.endProbe() || p.endProbe() {
+			t.Fatal("endProbe: want true once")
+		}
+		if _, dial, _, _, _ := p.reserve(c, nil, rc, wc); !dial {
+			t.Fatal("the woken waiter: want a dial under the raised ceiling")
+		}
+	}
+	p.noteLimits(60, 0, 61, 0)
+	p.mu.Lock()
+	p.srv.at = time.Now().Add(-serverLimitsRefresh - time.Second)
+	p.mu.Unlock()
+	if _, dial, w, _, _ := p.reserve(&session{id: 4, user: "app"}, nil, rc, nil); dial || w == nil {
+		t.Fatalf("a probe again within serverLimitsRefresh of the last: dial %v; want a wait", dial)
+	}
+}

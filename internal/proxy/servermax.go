@@ -62,6 +62,11 @@ type serverLimits struct {
 	// the node when it was read.
 	others int
 	at     time.Time // when it was read or last tried
+	// probeAt is when a checkout at the ceiling was last let dial past
+	// it to read the limits again (limitProbe); probing while that dial
+	// runs.
+	probeAt time.Time
+	probing bool
 	// known: read once, or the server would not tell (an ERR); until
 	// then the first dials wait for the one that reads them.
 	known bool
@@ -95,6 +100,36 @@ func (p *backendCounter) connLimit(configured, pct int) int {
 func (p *backendCounter) withinReserve(pct int) bool {
 	l := p.srv
 	return l.maxConns > 0 && l.others+p.total >= l.maxConns-serverReserve(l.maxConns, pct)
+}
+
+// limitProbe reports whether a checkout that found the pool at limit,
+// a ceiling set by the server's limits as last read, may dial one
+// connection past it to read them again (p.mu held): at most once per
+// serverLimitsRefresh, and only when they were read that long ago. New
+// connections are the only place the limits are read, and at the ceiling
+// none is opened: a ceiling set low by a moment's crowd on the server
+// (other clients' connections still closing when they were read) would
+// otherwise stay until idle connections time out, with every checkout
+// waiting or failing with 1040 while the server has room. A probe the
+// server refuses with 1040 makes its checkout wait like the others
+// (endProbe).
+func (p *backendCounter) limitProbe(limit int, rc *runtimeConfig, now time.Time) bool {
+	l := &p.srv
+	if l.maxConns <= 0 || (rc.maxPerBackend > 0 && limit >= rc.maxPerBackend) || l.probing ||
+		now.Sub(l.at) < serverLimitsRefresh || now.Sub(l.probeAt) < serverLimitsRefresh {
+		return false
+	}
+	l.probeAt, l.probing = now, true
+	return true
+}
+
+// endProbe ends a limitProbe dial and reports whether one was running.
+func (p *backendCounter) endProbe() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.srv.probing
+	p.srv.probing = false
+	return was
 }
 
 // wantLimits reports whether the next new connection to the node should
@@ -133,6 +168,10 @@ func (p *backendCounter) noteLimits(maxConns, userMax, threads, open int) (chang
 	changed = p.srv.maxConns != maxConns || p.srv.userMax != userMax
 	p.srv.maxConns, p.srv.userMax, p.srv.known = maxConns, userMax, true
 	p.srv.others = max(threads-open, 0)
+	// The ceiling may have risen: every waiter tries again (one that
+	// still finds no room queues at the head again).
+	for p.wake(func(*poolWaiter) bool { return true }) {
+	}
 	return changed
 }
 
