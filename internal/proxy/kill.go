@@ -43,6 +43,8 @@ import (
 //     a killed connection's running statement) and the session is closed,
 //     never with the failover hold's "connection to the primary was
 //     lost" errors.
+//   - KILL QUERY of one's own id answers ER_QUERY_INTERRUPTED (1317), as
+//     the server does: the statement it interrupts is the KILL itself.
 //   - KILL QUERY n runs "KILL QUERY <thread>" on the target's backend node
 //     over a short-lived connection logged in as the user, and answers its
 //     result; a statement the target session has not yet forwarded is
@@ -278,6 +280,13 @@ func (s *session) kill(k killStmt) string {
 	}
 	s.log.Info("KILL through the proxy", "kill", verb, "id", k.id, "target_session", target.id,
 		"node", nodeName(be), "thread", threadOf(be), "statement", found)
+	if k.query && target == s {
+		// The statement running is the KILL itself: the server
+		// interrupts it (ER_QUERY_INTERRUPTED, checked on 10.11) and
+		// the session goes on.
+		s.writeError(1, mysqlproto.NewError(mysql.ER_QUERY_INTERRUPTED, "Query execution was interrupted"))
+		return ""
+	}
 	if k.query {
 		if be != nil {
 			if merr := s.runAs(target.l, be.t, verb+strconv.FormatUint(uint64(be.threadID), 10)); merr != nil {

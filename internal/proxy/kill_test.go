@@ -277,6 +277,19 @@ func TestKillThroughProxy(t *testing.T) {
 	}
 	expectClosed(t, d.c, "session killed by COM_PROCESS_KILL")
 
+	// KILL QUERY of one's own id interrupts the KILL itself, as the
+	// server does (1317), by CONNECTION_ID() and by the handshake id, and
+	// the session goes on.
+	for _, q := range []string{"KILL QUERY CONNECTION_ID()", fmt.Sprintf("KILL QUERY %d", c.greeting.ConnectionID)} {
+		c.cmd(gomysql.COM_QUERY, []byte(q)...)
+		if p := c.next(); p[0] != gomysql.ERR_HEADER || mysqlproto.ParseERR(p).Code != gomysql.ER_QUERY_INTERRUPTED {
+			t.Fatalf("%s: %s, want ERR 1317", q, describe(p))
+		}
+		if rows := c.query("SELECT 3"); rows[0][0] != "3" {
+			t.Fatalf("session after %s: %v", q, rows)
+		}
+	}
+
 	// One's own id: ER_CONNECTION_KILLED, then closed.
 	c.cmd(gomysql.COM_QUERY, []byte("KILL CONNECTION_ID()")...)
 	if p := c.next(); p[0] != gomysql.ERR_HEADER || mysqlproto.ParseERR(p).Code != errConnectionKilled {
