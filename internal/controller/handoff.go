@@ -149,6 +149,8 @@ func (s *switchover) waitProxies(ctx context.Context, bound time.Duration, fence
 			case fence:
 				if !ok || a.ID != s.holdID || !a.Fenced {
 					w.notFenced = append(w.notFenced, id)
+				} else {
+					w.busyTotal += a.Busy // still open when it applied the fence step
 				}
 			case !ok || a.ID != s.holdID || !a.Holding:
 				w.notHolding = append(w.notHolding, id)
@@ -235,8 +237,12 @@ func (s *switchover) drain(ctx context.Context) (string, error) {
 		s.event("fence_unacknowledged", s.old, fmt.Sprintf("%d proxies did not acknowledge the fence step within %s (%s): their sessions still in a transaction on %s may get the server's read-only error or a lost connection instead of the rolled-back error",
 			len(fw.notFenced), FenceAckBound, strings.Join(fw.notFenced, ", "), s.old))
 	}
-	return fmt.Sprintf("%d proxies hold; %d open transactions on %s are ended (drain_mode fail); %d of %d proxies acknowledged the fence step",
-		w.proxies, w.busyTotal, s.old, fw.proxies-len(fw.notFenced), fw.proxies), nil
+	ended := fmt.Sprintf("%d", fw.busyTotal)
+	if len(fw.notFenced) > 0 {
+		ended = fmt.Sprintf("at least %d", fw.busyTotal)
+	}
+	return fmt.Sprintf("%d proxies hold; %d sessions were still busy on %s at the drain bound, %s transactions still open at the fence step are ended (drain_mode fail); %d of %d proxies acknowledged the fence step",
+		w.proxies, w.busyTotal, s.old, ended, fw.proxies-len(fw.notFenced), fw.proxies), nil
 }
 
 // drainedNodes reads the cluster's drained nodes (none when the document
