@@ -472,6 +472,9 @@ func (s *session) rerunExecute(lost string) string {
 		}
 		st.rebind = false
 	}
+	// An autocommit statement: it runs after the replays of the cluster
+	// have taken their snapshots, as a new one would (rerunStatement).
+	s.awaitSnapshots()
 	if !s.beginRelay() {
 		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, lost))
 		return ""

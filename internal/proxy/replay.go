@@ -87,6 +87,9 @@ type replayLog struct {
 	gen          *txGen // where the open transaction is counted (nil: not counted)
 	snapGTID     string
 	mismatchArgs string
+	// errCode is the error code of the last response readSum read (0:
+	// none), to say why a replayed statement differed.
+	errCode uint16
 }
 
 // replayEntry is one recorded statement.

@@ -144,6 +144,12 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	case result == replayOK && prepInFlight:
 		result, why = s.rerunPrepare()
 	case result == replayOK && inflight:
+		// The statement in flight runs as one of a transaction already
+		// replayed (recordBegin): after the other replays of the cluster
+		// have taken their snapshots, or it could take the
+		// auto-increment ids their clients were told and make their
+		// replays wait on its locks.
+		s.awaitSnapshots()
 		result, why = s.rerunInFlight()
 		reran = true
 	}
@@ -307,6 +313,19 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 	}()
 	_ = be.conn.SetDeadline(time.Now().Add(restoreTimeout))
 	defer func() { _ = be.conn.SetDeadline(time.Time{}) }()
+	// A replayed statement waits at most replayLockWait for a row lock:
+	// the other sessions of the cluster wait for this replay, and one
+	// that waits longer has met a transaction begun on the new primary
+	// since (its result would differ anyway).
+	restoreLockWait, why := s.boundLockWait(br, be)
+	if why != "" {
+		return replayLostAgain, why
+	}
+	defer func() {
+		if restoreLockWait != nil {
+			_, _, _, _, _ = s.queryOne(br, be, restoreLockWait)
+		}
+	}()
 	// The replay takes its snapshot at its opener when nothing after it
 	// depends on data committed later (replay_snap.go); else once all of
 	// it ran again (the caller's snapTaken).
@@ -376,8 +395,20 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 		}
 		if sum != e.sum {
 			r.mismatchArgs = r.describeArgs(e)
-			return replayMismatch, fmt.Sprintf("statement %d of the transaction (%s) returned a different result when replayed on %s",
-				i+1, r.describe(s, e), be.t.node)
+			because := ""
+			switch r.errCode {
+			case mysql.ER_LOCK_WAIT_TIMEOUT:
+				because = fmt.Sprintf(" (it waited more than %s for a row lock another session holds there: error 1205)", replayLockWait)
+			case mysql.ER_LOCK_DEADLOCK:
+				because = " (a deadlock with another session there: error 1213)"
+			case mysql.ER_DUP_ENTRY:
+				because = " (another session took the same key there meanwhile: error 1062)"
+			case 0:
+			default:
+				because = fmt.Sprintf(" (error %d)", r.errCode)
+			}
+			return replayMismatch, fmt.Sprintf("statement %d of the transaction (%s) returned a different result when replayed on %s%s",
+				i+1, r.describe(s, e), be.t.node, because)
 		}
 		s.status = status
 	}
@@ -385,6 +416,33 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 		return replayLostAgain, fmt.Sprintf("backend %s sent data beyond the replayed responses", be.t.node)
 	}
 	return replayOK, ""
+}
+
+// replayLockWait bounds how long a replayed statement waits for a row
+// lock (innodb_lock_wait_timeout, whole seconds, for the replay only).
+const replayLockWait = time.Second
+
+// boundLockWait sets the new primary connection's
+// innodb_lock_wait_timeout to replayLockWait for the replay when it is
+// longer, and returns the statement that sets the session's own value
+// back (nil when nothing was changed), or why the connection failed.
+func (s *session) boundLockWait(br *bufio.Reader, be *backend) (restore []byte, why string) {
+	v, found, code, _, err := s.queryOne(br, be, []byte("SELECT @@SESSION.innodb_lock_wait_timeout"))
+	if err != nil {
+		return nil, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+	}
+	cur, perr := strconv.ParseUint(v, 10, 64)
+	if code != 0 || !found || perr != nil || cur <= uint64(replayLockWait/time.Second) {
+		return nil, "" // not InnoDB's, or already short: leave it
+	}
+	_, _, code, _, err = s.queryOne(br, be, []byte("SET SESSION innodb_lock_wait_timeout = "+strconv.Itoa(int(replayLockWait/time.Second))))
+	if err != nil {
+		return nil, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+	}
+	if code != 0 {
+		return nil, ""
+	}
+	return []byte("SET SESSION innodb_lock_wait_timeout = " + v), ""
 }
 
 // forceInsertID sets the new primary connection's insert_id session
@@ -495,6 +553,7 @@ func (s *session) sendRecorded(be *backend, e *replayEntry, id uint32) error {
 func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte, error) {
 	h := &s.rlog.h
 	h.Reset()
+	s.rlog.errCode = 0
 	var status uint16
 	for {
 		p, _, err := mysqlproto.ReadPacket(br, buf, 0)
@@ -519,6 +578,7 @@ func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte,
 				continue
 			}
 			sumErr(h, p)
+			s.rlog.errCode = errCodeOf(p)
 			return h.Sum64(), s.status, buf, nil
 		case mysql.LocalInFile_HEADER:
 			return 0, 0, buf, errors.New("the server asked for a LOCAL INFILE")
@@ -550,6 +610,7 @@ func (s *session) readSum(br *bufio.Reader, buf []byte) (uint64, uint16, []byte,
 			switch {
 			case len(p) > 0 && p[0] == mysql.ERR_HEADER:
 				sumErr(h, p)
+				s.rlog.errCode = errCodeOf(p)
 				return h.Sum64(), s.status, buf, nil
 			case len(p) > 0 && p[0] == mysql.EOF_HEADER && len(p) < mysqlproto.MaxPacketPayload:
 				var st uint16
@@ -715,4 +776,12 @@ func errReplayFailed(cluster, lost, why string, inflight bool) *mysql.MyError {
 	return errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back: the primary %s of cluster %s was lost while it was open "+
 		"and it could not be replayed: %s; %s; the session continues on the current primary: run the transaction again",
 		orText(lost, "?"), cluster, strings.TrimPrefix(why, "switchyard: "), stmt))
+}
+
+// errCodeOf is the error code of ERR packet payload p (0 when too short).
+func errCodeOf(p []byte) uint16 {
+	if len(p) < 3 {
+		return 0
+	}
+	return uint16(p[1]) | uint16(p[2])<<8
 }
