@@ -99,7 +99,7 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 		return // a switchover or failover of this cluster is running; it decides
 	}
 	t.enforceDurability(ctx, cfg, cl, cr, &st, probes)
-	t.publishAutoFailover(ctx, cl, cr, &st)
+	t.publishAutoFailover(ctx, cfg, cl, cr, &st)
 	t.c.metrics.observeRound(&st, probes, now)
 	switch {
 	case res.Trouble && !m.trouble:

@@ -17,8 +17,13 @@ import (
 // quarantined, probed completely, replicating from the primary with its SQL
 // thread running. The failover plans again when it runs (GTID order, the
 // floor, drained nodes); Candidate is the best-ranked such replica in
-// config order, a hint for people. Pure: no I/O.
-func autoFailoverReadiness(cl *config.Cluster, st *topo.ClusterState, now time.Time) topo.AutoFailover {
+// config order, a hint for people. A replica whose probe this round did
+// not complete (frozen, slow, briefly unreachable) is judged by recent,
+// its last complete probe within readinessGrace, when there is one: a
+// round that missed every replica must not make the proxies refuse at
+// once a failover that comes when they answer the next round. Pure: no
+// I/O.
+func autoFailoverReadiness(cl *config.Cluster, st *topo.ClusterState, now time.Time, recent func(node string) (topo.Probe, bool)) topo.AutoFailover {
 	no := func(class, why string) topo.AutoFailover { return topo.AutoFailover{Class: class, Reason: why} }
 	switch {
 	case cl.Failover.Mode != config.FailoverAuto:
@@ -47,6 +52,11 @@ func autoFailoverReadiness(cl *config.Cluster, st *topo.ClusterState, now time.T
 			continue
 		}
 		p := ns.Probe
+		if !complete(p) && recent != nil {
+			if last, ok := recent(n.Name); ok {
+				p = last
+			}
+		}
 		if !complete(p) || !p.Replicating || !p.SQLRunning || !sameAddress(p.SourceHost, p.SourcePort, primary.Address) {
 			continue
 		}
@@ -61,10 +71,24 @@ func autoFailoverReadiness(cl *config.Cluster, st *topo.ClusterState, now time.T
 	return topo.AutoFailover{Ready: true, Candidate: best}
 }
 
+// readinessGrace is how many probe intervals a replica's last complete
+// probe still counts for the readiness when its latest probe did not
+// complete.
+const readinessGrace = 3
+
 // publishAutoFailover rewrites the state's AutoFailover when the round's
 // answer differs from the published one.
-func (t *term) publishAutoFailover(ctx context.Context, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState) {
-	a := autoFailoverReadiness(cl, st, t.c.now())
+func (t *term) publishAutoFailover(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, st *topo.ClusterState) {
+	now := t.c.now()
+	grace := readinessGrace * cfg.Probe.Interval.D()
+	m := t.fo.memory(cl.Name)
+	recent := func(node string) (topo.Probe, bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		p, ok := m.lastComplete[node]
+		return p, ok && !p.At.IsZero() && now.Sub(p.At) <= grace
+	}
+	a := autoFailoverReadiness(cl, st, now, recent)
 	if cur := st.AutoFailover; cur != nil && *cur == a {
 		return
 	}
