@@ -690,7 +690,7 @@ func (s *session) failCommand(cmd byte, err error) string {
 	}
 	why, lost, wrote := s.endRelay()
 	if why != "" {
-		return s.afterCut(why, lost, wrote)
+		return s.afterCut(cmd, why, lost, wrote)
 	}
 	reason := clientReason(err)
 	if reason == closeBackendLost && s.out == 0 && s.be != nil {

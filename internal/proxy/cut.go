@@ -288,11 +288,13 @@ func (s *session) cut(rule func(role string, t *target) string, lost bool) bool 
 	return true
 }
 
-// afterCut finishes a command that was cut: the backend connection is
+// afterCut finishes command cmd, which was cut: the backend connection is
 // dropped, the transaction state forgotten, and the client gets the error
 // in place of the response (or, with part of the response already sent,
-// is closed). It returns the close reason ("" to continue).
-func (s *session) afterCut(why string, lost, wrote bool) string {
+// is closed). A COM_STMT_PREPARE outside a transaction is prepared again
+// on the next primary instead: it changes nothing on the server. It
+// returns the close reason ("" to continue).
+func (s *session) afterCut(cmd byte, why string, lost, wrote bool) string {
 	if s.rlog != nil && !wrote {
 		// Transaction replay (replay.go).
 		fl := s.rlog.fl
@@ -317,6 +319,10 @@ func (s *session) afterCut(why string, lost, wrote bool) string {
 	if wrote {
 		s.log.Info("closing session: its command was cut after part of the response was sent", "node", node, "why", why)
 		return closeRouteChanged
+	}
+	if s.l.role == rolePrimary && !inTx && cmd == mysql.COM_STMT_PREPARE && len(s.prepPacket) > 0 && !s.rerunning {
+		s.log.Info("preparing a statement cut in flight again on the next primary", "node", node, "why", why)
+		return s.rerunPrepareLost(node)
 	}
 	if s.l.role == rolePrimary && !inTx && s.cls == classSelect && len(s.rerun) > 1 && s.rerun[0] == mysql.COM_QUERY &&
 		!s.rerunning && replaySafe(s.rerun[1:]) && oneStatement(s.rerun[1:]) {

@@ -385,3 +385,65 @@ func TestCutInFlightReadRunsAgain(t *testing.T) {
 		t.Fatalf("reads run again: %v, want 1", n)
 	}
 }
+
+// TestCutInFlightPrepareRunsAgain: a COM_STMT_PREPARE outside a
+// transaction in flight on a frozen primary when the failover phase is
+// published is cut and then prepared again on the new primary (it
+// changes nothing on a server): the client gets the new primary's answer
+// and the statement executes there, no outcome-unknown error.
+func TestCutInFlightPrepareRunsAgain(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	rw := h.db("rw", "sbtest", nil)
+	c := conn1(t, rw)
+	if id := serverID(t, c); id != 1 {
+		t.Fatalf("rw on server_id %d, want 1", id)
+	}
+	pid := h.c.PID(0)
+	if pid <= 0 {
+		t.Fatal("no pid for node1")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	waitStopped(t, pid)
+	type answer struct {
+		st  *sql.Stmt
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		st, err := c.PrepareContext(context.Background(), "SELECT @@server_id + ?")
+		ch <- answer{st, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // forwarded, waiting on the frozen server
+	makeWritable(t, h.direct(1))
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	select {
+	case a := <-ch:
+		t.Fatalf("PREPARE in flight answered before the new primary was published: %v", a.err)
+	case <-time.After(cutBound + 200*time.Millisecond):
+	}
+	h.srv.SetClusterState(done)
+	var a answer
+	select {
+	case a = <-ch:
+	case <-time.After(15 * time.Second):
+		t.Fatal("PREPARE in flight: no answer 15 s after the new primary was published")
+	}
+	if a.err != nil {
+		t.Fatalf("PREPARE in flight when the failover began: %v, want it prepared again on the new primary", a.err)
+	}
+	defer a.st.Close()
+	var id int
+	if err := a.st.QueryRowContext(context.Background(), 0).Scan(&id); err != nil || id != 2 {
+		t.Fatalf("executing the statement prepared again: server_id %d, %v; want 2", id, err)
+	}
+}

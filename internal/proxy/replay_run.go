@@ -775,7 +775,7 @@ func errReplayFailed(cluster, lost, why string, inflight bool) *mysql.MyError {
 	}
 	return errUnknown(fmt.Sprintf("switchyard: your transaction was rolled back: the primary %s of cluster %s was lost while it was open "+
 		"and it could not be replayed: %s; %s; the session continues on the current primary: run the transaction again",
-		orText(lost, "?"), cluster, strings.TrimPrefix(why, "switchyard: "), stmt))
+		orText(lost, "?"), cluster, strings.TrimSuffix(strings.TrimPrefix(why, "switchyard: "), "; the statement was not run"), stmt))
 }
 
 // errCodeOf is the error code of ERR packet payload p (0 when too short).
