@@ -277,7 +277,11 @@ func (s Snapshot) analyzePrimary(p *Node, r *Result, add func(Code, string, stri
 	case !pp.Reachable && !lostKind(pp.ErrorKind):
 		add(UnreachablePrimary, p.Name, "the monitor account cannot log in (%s), but the server answers: it is alive", pp.Error)
 	case !pp.Reachable:
-		if stable {
+		// During a switchover the old primary is still the published
+		// one: its death ends the switchover (it never drains) and is
+		// judged by the same rule. During a failover it is being
+		// replaced: nothing to judge.
+		if stable || s.Phase == topo.PhaseSwitching {
 			s.deadOrUnreachable(p, r, add)
 		}
 	default:

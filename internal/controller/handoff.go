@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-db/switchyard/internal/analysis"
 	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -207,7 +208,32 @@ func (s *switchover) waitProxies(ctx context.Context, bound time.Duration, fence
 // switchover must roll back.
 func (s *switchover) drain(ctx context.Context) (string, error) {
 	sw := s.cfg.Switchover
-	w, err := s.waitProxies(ctx, sw.DrainTimeout.D(), false)
+	// A primary that dies while its sessions drain will never drain: the
+	// switchover gives up at once, so that the failover policy can act,
+	// instead of holding every statement until the drain bound.
+	mctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(drainDownPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-mctx.Done():
+				return
+			case <-t.C:
+			}
+			if why := s.oldPrimaryDown(); why != "" {
+				cancel(&oldPrimaryDownError{node: s.old, why: why})
+				return
+			}
+		}
+	}()
+	w, err := s.waitProxies(mctx, sw.DrainTimeout.D(), false)
+	var down *oldPrimaryDownError
+	if cause := context.Cause(mctx); errors.As(cause, &down) {
+		s.oldDown = down.why
+		return "", down
+	}
 	if err != nil {
 		return "", err
 	}
@@ -366,4 +392,31 @@ func RequestSwitchoverWith(ctx context.Context, st topo.Store, keys topo.Keys, c
 func SwitchoverRequest(cluster string, o SwitchoverOptions) topo.Request {
 	return topo.Request{Kind: topo.RequestSwitchover, Cluster: cluster, Target: o.Target,
 		Warm: o.Warm, RequireWarm: o.RequireWarm, By: o.By}
+}
+
+// drainDownPoll is how often the drain looks for the old primary's death.
+const drainDownPoll = 100 * time.Millisecond
+
+// oldPrimaryDownError ends a drain whose old primary died.
+type oldPrimaryDownError struct{ node, why string }
+
+func (e *oldPrimaryDownError) Error() string {
+	return fmt.Sprintf("the old primary %s died while its sessions drained (%s)", e.node, e.why)
+}
+
+// oldPrimaryDown says why the old primary is dead while the switchover
+// drains, "" when it is not: a probe round during the switchover found
+// DeadPrimary on it (the controller cannot reach it and its replicas'
+// IO threads lost it too: a primary that is only slow or busy never is).
+func (s *switchover) oldPrimaryDown() string {
+	s.cr.mu.Lock()
+	defer s.cr.mu.Unlock()
+	if st := s.cr.state; st != nil && st.Primary == s.old {
+		for _, a := range st.Analysis {
+			if a.Code == string(analysis.DeadPrimary) && a.Node == s.old {
+				return "DeadPrimary: " + a.Detail
+			}
+		}
+	}
+	return ""
 }

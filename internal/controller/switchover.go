@@ -47,6 +47,7 @@ type switchover struct {
 	candReset         bool          // candidate's replication config removed
 	candWritable      bool          // candidate set writable
 	hooked            bool          // checks passed: switchover_end is notified
+	oldDown           string        // why the old primary was found dead during the switchover ("" if not)
 	replUser, replPwd string
 }
 
@@ -698,6 +699,11 @@ func (s *switchover) rollback(ctx context.Context, reason string) string {
 		}
 	}
 	msg := fmt.Sprintf("switchover to %s aborted: %s", s.cand, reason)
+	if s.oldDown != "" && len(problems) == 0 {
+		s.req.Message = msg + fmt.Sprintf("; rolled back: epoch %d unchanged, %s is down: the failover policy (failover.mode %s) decides what replaces it",
+			s.fromEpoch, s.old, s.cl.Failover.Mode)
+		return resultRolledBack
+	}
 	if oldWritable && len(problems) == 0 {
 		s.req.Message = msg + fmt.Sprintf("; rolled back: %s is writable again, epoch %d unchanged", s.old, s.fromEpoch)
 		return resultRolledBack
