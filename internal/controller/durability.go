@@ -146,6 +146,9 @@ func (t *term) enforceDurability(ctx context.Context, cfg *config.Config, cl *co
 			}) {
 				allOK = false
 			}
+			if mode == config.DurabilitySemiSync {
+				t.alignWaitNoSlave(ctx, cfg, cl, cr, *n, p, probes)
+			}
 		}
 	}
 	v := 0.0
@@ -359,4 +362,49 @@ func (t *term) applyDurability(ctx context.Context, cfg *config.Config, cl *conf
 		msg += "; not applied (the next probe round retries): " + strings.Join(failed, "; ")
 	}
 	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Code: "durability", Node: primary, Epoch: epochOf(cr), Message: msg})
+}
+
+// alignWaitNoSlave keeps, in durability semi_sync, the primary's
+// rpl_semi_sync_master_wait_no_slave ON while a semi-sync replica is
+// attached to it (or replicates from it and is reconnecting) and OFF while
+// none is. With none attached and the switch ON, a commit waits
+// rpl_semi_sync_master_timeout for nobody before the primary falls back to
+// asynchronous replication (MariaDB's Repl_semi_sync_master::commit_trx);
+// with it OFF the commit does not wait, and the first replica that
+// attaches makes commits wait for acknowledgements again. This is the
+// case after a failover that left no replica to repoint (the others down
+// or quarantined). semi_sync_durable keeps the switch ON (its commits wait
+// for a replica, by design).
+func (t *term) alignWaitNoSlave(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, n config.Node, p topo.Probe, probes map[string]topo.Probe) {
+	attached := p.SemiSync.Clients > 0
+	for name, rp := range probes {
+		if attached {
+			break
+		}
+		attached = name != n.Name && complete(rp) && rp.Replicating && rp.IORunning != "No" && rp.SemiSync != nil &&
+			rp.SemiSync.SlaveEnabled && sameAddress(rp.SourceHost, rp.SourcePort, n.Address)
+	}
+	if attached == p.SemiSync.WaitNoSlave {
+		return
+	}
+	pr, err := t.c.prober(cfg, cl, &n)
+	if err == nil {
+		actx, cancel := context.WithTimeout(ctx, stepTimeout)
+		err = pr.ApplySemiSyncPrimary(actx, probe.SemiSyncSettings{WaitNoSlave: &attached})
+		cancel()
+	}
+	if err != nil {
+		t.c.warnRepeated(cl.Name, "setting rpl_semi_sync_master_wait_no_slave failed", "cluster", cl.Name, "node", n.Name, "err", err)
+		return
+	}
+	msg := fmt.Sprintf("a semi-sync replica is attached to primary %s again: rpl_semi_sync_master_wait_no_slave=ON", n.Name)
+	if !attached {
+		msg = fmt.Sprintf("no semi-sync replica is attached to primary %s: rpl_semi_sync_master_wait_no_slave=OFF, so that its commits do not each wait rpl_semi_sync_master_timeout (%d ms) for a replica that is not there; they are on %s alone until a replica attaches (then ON again)",
+			n.Name, p.SemiSync.MasterTimeoutMS, n.Name)
+	}
+	t.log.Info(msg, "cluster", cl.Name, "node", n.Name)
+	ev := topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Code: "durability", Node: n.Name, Epoch: epochOf(cr), Message: msg}
+	if eerr := t.fo.events.emit(ctx, ev); eerr != nil && ctx.Err() == nil {
+		t.log.Warn("cannot write event", "err", eerr)
+	}
 }

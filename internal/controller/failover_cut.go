@@ -321,6 +321,14 @@ func (f *failoverRun) restoreWaitNoSlave(ctx context.Context) (string, error) {
 // for it (its commits would otherwise each wait
 // rpl_semi_sync_master_timeout).
 func (f *failoverRun) semiSyncAfterRepoint(ctx context.Context) (string, error) {
+	if f.cl.Durability == config.DurabilitySemiSync && f.waitNoSlaveOff && !f.semiSyncRepointed(ctx) {
+		// Nothing to wait for: switching it back on would make each of
+		// the new primary's first commits wait rpl_semi_sync_master_timeout
+		// (the probe rounds switch it on when a replica attaches).
+		f.waitNoSlaveOff = false
+		return "", fmt.Errorf("no semi-sync replica was repointed: rpl_semi_sync_master_wait_no_slave stays OFF on %s, so that its commits do not wait for a replica that is not there (durability %s; ON again when one attaches)",
+			f.plan.Candidate, f.cl.Durability)
+	}
 	restored, err := f.restoreWaitNoSlave(ctx)
 	if err != nil {
 		return "", err
@@ -364,4 +372,17 @@ func (f *failoverRun) cutNames() string {
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// semiSyncRepointed reports whether a repointed replica is a semi-sync
+// replica.
+func (f *failoverRun) semiSyncRepointed(ctx context.Context) bool {
+	for _, name := range f.repointed {
+		if n := f.cl.Node(name); n != nil {
+			if pr, err := f.t.c.prober(f.cfg, f.cl, n); err == nil && pr.SemiSyncReplica(ctx) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
 
@@ -33,6 +35,16 @@ type s11Writers struct {
 
 func startS11Writers(t *testing.T, dsn string, n int) *s11Writers {
 	t.Helper()
+	// Text statements: the command in flight when the primary freezes is
+	// the INSERT itself (with prepared statements it may be its
+	// COM_STMT_PREPARE, which is prepared again on the new primary and
+	// costs the client nothing).
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.InterpolateParams = true
+	dsn = mc.FormatDSN()
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
