@@ -140,7 +140,7 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 		if f.Lost != "" {
 			lost = f.Lost
 		}
-		fmt.Fprintf(w, "last failover: %s %s -> %s, epoch %d, at %s, took %dms, estimated lost GTIDs: %s\n",
+		fmt.Fprintf(w, "last failover: %s %s -> %s, epoch %d, at %s, new primary published %dms after it began, estimated lost GTIDs: %s\n",
 			how, f.From, f.To, f.Epoch, f.At.UTC().Format(time.RFC3339), f.DurationMS, lost)
 	}
 	if len(evs) > 0 {
