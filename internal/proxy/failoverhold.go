@@ -715,6 +715,13 @@ func (s *session) refuseLost(cmd byte) (bool, string) {
 	s.lostCause = lostCause
 	merr := s.refusePrimary(lp.class, lp.node, lp.why)
 	s.lostCause = ""
+	if s.be != nil && s.inTx() {
+		// The session keeps its connection: a frozen or cut-off primary
+		// that answers again still holds the transaction.
+		e := *merr
+		e.Message += fmt.Sprintf("; your transaction is still open on %s: it goes on there (COMMIT or ROLLBACK) if the node answers again, and is lost if the node is replaced", lp.node)
+		merr = &e
+	}
 	return s.answerCommand(cmd, merr)
 }
 

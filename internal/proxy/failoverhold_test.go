@@ -765,6 +765,15 @@ func lostPrimaryDeclaredRefusesAtOnce(t *testing.T, replay bool) {
 		conns[i] = c
 	}
 	idle := conns[len(cases)]
+	// A session in an open transaction: it keeps its connection to the
+	// frozen primary, and its refusal says the transaction is still open.
+	txc, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txc.Close()
+	mustExec(t, txc, "BEGIN")
+	mustExec(t, txc, "INSERT INTO lp_frozen VALUES ()")
 	pid := h.c.PID(0)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -829,6 +838,13 @@ func lostPrimaryDeclaredRefusesAtOnce(t *testing.T, replay bool) {
 			}
 			if took > 300*time.Millisecond {
 				t.Fatalf("%s: %s: the error came after %v, want it at once", c.class, who, took)
+			}
+		}
+		if i == 0 {
+			_, err := txc.ExecContext(ctx, "INSERT INTO lp_frozen VALUES ()")
+			if code, msg := mysqlErr(err); code != 1105 || !strings.HasPrefix(msg, refused) ||
+				!strings.Contains(msg, "your transaction is still open on node1") {
+				t.Fatalf("%s: session in an open transaction: %v, want the refusal saying its transaction is still open on node1", c.class, err)
 			}
 		}
 		t.Logf("%s: in-flight statement cut %v after the verdict; idle session, cut session and login refused at once",
