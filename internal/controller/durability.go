@@ -113,8 +113,12 @@ func (t *term) enforceDurability(ctx context.Context, cfg *config.Config, cl *co
 			continue
 		}
 		switch {
-		case n.Name == st.Primary && !p.ReadOnly && !p.Replicating:
-			// handled below, after the replicas
+		case n.Name == st.Primary:
+			// handled below, after the replicas. Never as a replica: a
+			// node just promoted by a failover still shows its old
+			// replication (reset after the repointing) for a round or two,
+			// and "fixing" it as a replica would switch its semi-sync
+			// primary side off.
 		case p.Replicating:
 			drift, restart := replicaDrift(p)
 			if !t.durabilityCheck(ctx, cfg, cl, cr, n, topo.RoleReplica, drift, func(pr *nodeProber, ctx context.Context) error {

@@ -39,17 +39,19 @@ const relayCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIEN
 // Each changes what the relay reads: progress reports mid-response
 // (relayResults), COM_STMT_BULK_EXECUTE (command.go), extended type info
 // in column definitions (relayed as they are: the relay counts them, never
-// parses them), the "metadata follows" byte of column counts
-// (mysqlproto.ColumnCount) and, with metadata caching
-// (MARIADB_CLIENT_CACHE_METADATA), the column definitions a server leaves
-// out of a COM_STMT_EXECUTE result: a statement prepared again on another
-// connection counts there as having sent its metadata, so when the client
-// holds other definitions (stmtInfo.meta) the proxy puts those of the new
-// prepare into the next execute that leaves them out (stmtInfo.resend,
-// relayResults). COM_MULTI (not in 10.11) and bulk unit results (11.5)
-// are not offered.
+// parses them). COM_MULTI (not in 10.11) and bulk unit results (11.5)
+// are not offered, nor metadata caching (MARIADB_CLIENT_CACHE_METADATA):
+// a statement prepared again on another connection (a session move, a
+// transaction-pooled checkout) counts there as having sent its column
+// definitions, and the server then leaves them out of executes whose rows
+// do not match the prepare's definitions (`SELECT ? + 1` is DOUBLE at the
+// prepare and BIGINT rows at the execute, checked on 10.11.19), so a
+// client holding the first connection's definitions would decode the rows
+// with the wrong types. Without it every execute brings its definitions.
+// The relay still handles the "metadata follows" byte and missing
+// definitions (stmtInfo.meta, stmtInfo.resend) should a backend send them.
 const relayExtCaps = mysqlproto.MariaDBClientProgress | mysqlproto.MariaDBClientStmtBulkOperations |
-	mysqlproto.MariaDBClientExtendedTypeInfo | mysqlproto.MariaDBClientCacheMetadata
+	mysqlproto.MariaDBClientExtendedTypeInfo
 
 // session is one client connection and the backend connection it owns.
 // Only the session's goroutine touches its fields, except shutdown (from
