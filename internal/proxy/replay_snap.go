@@ -184,11 +184,20 @@ func (s *session) awaitSnapshots() (timedOut bool) {
 	}
 	start := time.Now()
 	deadline := start.Add(replaySnapshotWait)
+	// While a replay is running (its statements are executing: a lock
+	// wait among them ends within replayLockWait) the wait goes on, up to
+	// failover.max_hold: a replay longer than replaySnapshotWait (a slow
+	// statement in the transaction) would otherwise have its ids taken.
+	longest := start.Add(max(replaySnapshotWait, s.srv.rc.Load().maxHold(s.l.cluster)))
 	for {
 		now := time.Now()
 		un, stale := rt.unsnapped.Load(), rt.staleTx(node, now)
 		if un <= 0 && stale <= 0 {
 			return false
+		}
+		if !now.Before(deadline) && rt.replaying.Load() > 0 && now.Before(longest) {
+			time.Sleep(2 * time.Millisecond)
+			continue
 		}
 		if !now.Before(deadline) {
 			s.log.Info("statement released before every replay took its snapshot", "cluster", s.l.cluster,

@@ -303,3 +303,63 @@ func TestReplayLockWaitBounded(t *testing.T) {
 		t.Fatalf("innodb_lock_wait_timeout after the replay: %d (%v), want the server's default back", lwt, err)
 	}
 }
+
+// TestSlowReplayKeepsItsIDs: a transaction whose replay takes longer than
+// the 1 s snapshot wait (a SELECT SLEEP(1.3) before its INSERT) keeps the
+// auto-increment id its client was told: an autocommit INSERT sent on
+// the new primary right after the failover waits while the replay runs,
+// instead of taking that id after 1 s and making the replay fail.
+func TestSlowReplayKeepsItsIDs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = true
+		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	root := h.direct(0)
+	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)")
+	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
+	h.waitReplicated(1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := h.db("rw", "sbtest", nil)
+	a, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mustExec(t, c, "SELECT 1")
+	mustExec(t, a, "BEGIN")
+	mustExec(t, a, "SELECT SLEEP(1.3)")
+	a1 := insertRI(t, ctx, a, 1)
+	if err := h.c.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	makeWritable(t, h.direct(1))
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	h.srv.SetClusterState(done)
+	time.Sleep(50 * time.Millisecond) // A's replay has begun
+	c1 := insertRI(t, ctx, c, 2)
+	if c1 == a1 {
+		t.Fatalf("the INSERT after the failover got id %d, the one A's client was told", c1)
+	}
+	if _, err := a.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT of A after its slow replay: %v", err)
+	}
+	var n int
+	if err := h.direct(1).QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.ri WHERE (id, v) IN ((?, 1), (?, 2))", a1, c1).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows of A and C on the new primary: %d of 2 (%v)", n, err)
+	}
+}
