@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -332,7 +333,20 @@ func (s *session) afterCut(cmd byte, why string, lost, wrote bool) string {
 		s.log.Info("running a read cut in flight again on the next primary", "node", node, "why", why)
 		return s.rerunRead(node)
 	}
+	if s.l.role == rolePrimary && !inTx && cmd == mysql.COM_STMT_EXECUTE && len(s.rerun) >= execHeader &&
+		s.rerun[0] == mysql.COM_STMT_EXECUTE && !s.rerunning {
+		if st := s.stmts[binary.LittleEndian.Uint32(s.rerun[1:])]; st != nil && st.class == classSelect &&
+			replaySafe(st.text) && oneStatement(st.text) {
+			// The same for a prepared plain read: executed again on
+			// the next primary, its statement prepared again there.
+			s.log.Info("running a prepared read cut in flight again on the next primary", "node", node, "why", why)
+			return s.rerunExecute(node)
+		}
+	}
 	switch {
+	case s.l.role == rolePrimary && !inTx && s.cls == classSelect && s.plainReadInFlight():
+		// A read changes nothing: its outcome is not in doubt.
+		s.writeError(1, errReadAbandoned(s.l.cluster, node, why))
 	case s.l.role == roleReplica:
 		s.writeError(1, errCutReplica(s.l.cluster, why))
 	case lost:
@@ -393,4 +407,21 @@ func orText(s, dflt string) string {
 		return dflt
 	}
 	return s
+}
+
+// plainReadInFlight reports whether the autocommit statement in flight,
+// as kept for a lost primary (s.rerun), is a read without a locking
+// clause and without side effects the proxy can see: its cut leaves
+// nothing in doubt.
+func (s *session) plainReadInFlight() bool {
+	var text []byte
+	switch {
+	case len(s.rerun) > 1 && s.rerun[0] == mysql.COM_QUERY:
+		text = s.rerun[1:]
+	case len(s.rerun) >= execHeader && s.rerun[0] == mysql.COM_STMT_EXECUTE:
+		if st := s.stmts[binary.LittleEndian.Uint32(s.rerun[1:])]; st != nil {
+			text = st.text
+		}
+	}
+	return text != nil && !lockingRead(text) && !containsFold(text, "benchmark")
 }

@@ -447,3 +447,63 @@ func TestCutInFlightPrepareRunsAgain(t *testing.T) {
 		t.Fatalf("executing the statement prepared again: server_id %d, %v; want 2", id, err)
 	}
 }
+
+// TestCutInFlightPreparedReadRunsAgain: a prepared plain read (autocommit
+// COM_STMT_EXECUTE) in flight on a frozen primary when the failover phase
+// is published is cut and executed again on the new primary, its
+// statement prepared again there: the client gets the new primary's
+// answer, no error.
+func TestCutInFlightPreparedReadRunsAgain(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	rw := h.db("rw", "sbtest", nil)
+	c := conn1(t, rw)
+	ps, err := c.PrepareContext(context.Background(), "SELECT @@server_id + ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	var id int
+	if err := ps.QueryRowContext(context.Background(), 0).Scan(&id); err != nil || id != 1 {
+		t.Fatalf("before the freeze: server_id %d, %v", id, err)
+	}
+	pid := h.c.PID(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	waitStopped(t, pid)
+	type answer struct {
+		id  int
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = ps.QueryRowContext(context.Background(), 0).Scan(&a.id)
+		ch <- a
+	}()
+	time.Sleep(300 * time.Millisecond) // forwarded, waiting on the frozen server
+	makeWritable(t, h.direct(1))
+	failing, done := failoverStates(h)
+	h.srv.SetClusterState(failing)
+	select {
+	case a := <-ch:
+		t.Fatalf("prepared read in flight answered before the new primary was published: %d, %v", a.id, a.err)
+	case <-time.After(cutBound + 200*time.Millisecond):
+	}
+	h.srv.SetClusterState(done)
+	select {
+	case a := <-ch:
+		if a.err != nil || a.id != 2 {
+			t.Fatalf("prepared read in flight: server_id %d, %v; want 2 (executed again on the new primary)", a.id, a.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("prepared read in flight: no answer 15 s after the new primary was published")
+	}
+}
