@@ -30,14 +30,7 @@ func preparedThroughFailover(t *testing.T, listener string, replay bool) {
 		c.Clusters[0].Failover.Mode = config.FailoverAuto
 		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
 		c.Clusters[0].Failover.TransactionReplay = replay
-		var rw config.Listener
-		for _, l := range c.Listeners {
-			if l.Name == "rw" {
-				rw = l
-			}
-		}
-		rw.Name, rw.Pooling = "rw-tx", config.PoolingTransaction
-		c.Listeners = append(c.Listeners, rw)
+		addTxListener(c)
 	})
 	st := sandboxState(h.c, 1, 0, 1, 2)
 	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}

@@ -28,27 +28,7 @@ func TestReplayAmongAutocommitWriters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	h := newHarness(t, func(c *config.Config) {
-		c.Clusters[0].Failover.Mode = config.FailoverAuto
-		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
-		c.Clusters[0].Failover.TransactionReplay = true
-		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
-		var rw config.Listener
-		for _, l := range c.Listeners {
-			if l.Name == "rw" {
-				rw = l
-			}
-		}
-		rw.Name, rw.Pooling = "rw-tx", config.PoolingTransaction
-		c.Listeners = append(c.Listeners, rw)
-	})
-	st := sandboxState(h.c, 1, 0, 1, 2)
-	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
-	h.srv.SetClusterState(st)
-	root := h.direct(0)
-	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, KEY (v))")
-	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
-	h.waitReplicated(1, 2)
+	h := newFailoverReplayHarness(t, addTxListener)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -247,19 +227,7 @@ func TestReplayLockWaitBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	h := newHarness(t, func(c *config.Config) {
-		c.Clusters[0].Failover.Mode = config.FailoverAuto
-		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
-		c.Clusters[0].Failover.TransactionReplay = true
-		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
-	})
-	st := sandboxState(h.c, 1, 0, 1, 2)
-	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
-	h.srv.SetClusterState(st)
-	root := h.direct(0)
-	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)")
-	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
-	h.waitReplicated(1, 2)
+	h := newFailoverReplayHarness(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a, err := h.db("rw", "sbtest", nil).Conn(ctx)
@@ -313,19 +281,7 @@ func TestSlowReplayKeepsItsIDs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	h := newHarness(t, func(c *config.Config) {
-		c.Clusters[0].Failover.Mode = config.FailoverAuto
-		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
-		c.Clusters[0].Failover.TransactionReplay = true
-		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
-	})
-	st := sandboxState(h.c, 1, 0, 1, 2)
-	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
-	h.srv.SetClusterState(st)
-	root := h.direct(0)
-	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)")
-	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
-	h.waitReplicated(1, 2)
+	h := newFailoverReplayHarness(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db := h.db("rw", "sbtest", nil)
@@ -362,4 +318,42 @@ func TestSlowReplayKeepsItsIDs(t *testing.T) {
 	if err := h.direct(1).QueryRowContext(ctx, "SELECT COUNT(*) FROM sbtest.ri WHERE (id, v) IN ((?, 1), (?, 2))", a1, c1).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("rows of A and C on the new primary: %d of 2 (%v)", n, err)
 	}
+}
+
+// addTxListener adds "rw-tx", a transaction-pooled copy of the "rw"
+// listener, to c.
+func addTxListener(c *config.Config) {
+	var rw config.Listener
+	for _, l := range c.Listeners {
+		if l.Name == "rw" {
+			rw = l
+		}
+	}
+	rw.Name, rw.Pooling = "rw-tx", config.PoolingTransaction
+	c.Listeners = append(c.Listeners, rw)
+}
+
+// newFailoverReplayHarness starts a harness with automatic failover, transaction
+// replay (COMMIT outcome unknown), the readiness published and table
+// sbtest.ri (id auto-increment, v) created and replicated; mut edits the
+// config further.
+func newFailoverReplayHarness(t *testing.T, mut func(*config.Config)) *harness {
+	t.Helper()
+	h := newHarness(t, func(c *config.Config) {
+		c.Clusters[0].Failover.Mode = config.FailoverAuto
+		c.Clusters[0].Failover.MaxHold = config.Duration(10 * time.Second)
+		c.Clusters[0].Failover.TransactionReplay = true
+		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
+		if mut != nil {
+			mut(c)
+		}
+	})
+	st := sandboxState(h.c, 1, 0, 1, 2)
+	st.AutoFailover = &topo.AutoFailover{Ready: true, Candidate: "node2"}
+	h.srv.SetClusterState(st)
+	root := h.direct(0)
+	mustExec(t, root, "CREATE TABLE sbtest.ri (id BIGINT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, KEY (v))")
+	mustExec(t, root, "INSERT INTO sbtest.ri (v) VALUES (0)")
+	h.waitReplicated(1, 2)
+	return h
 }
