@@ -250,11 +250,13 @@ func (s *session) reroute(cmd byte) (answered bool, reason string) {
 		if prev := s.busy.Swap(busyCmd); prev&busyDetached != 0 {
 			s.detached = true
 		}
-		if next := s.l.route.snap.Load(); next.hold == nil && next.primary != nil && next.primary.node == hp.from && !s.srv.reachable(next.primary) {
-			// The switchover was rolled back to a primary this proxy
-			// cannot reach (it died or froze during the drain): the
-			// statement waits for the failover as one that found its
-			// primary lost, instead of being sent to it.
+		if next := s.l.route.snap.Load(); next.hold == nil && next.primary != nil && next.primary.node == hp.from &&
+			reportedDead(&next.state, hp.from) && !s.srv.reachable(next.primary) {
+			// The switchover was rolled back to a primary the controller
+			// found dead and this proxy cannot reach (it died or froze
+			// during the drain): the statement waits for the failover as
+			// one that found its primary lost, instead of being sent to
+			// it.
 			s.log.Info("switchover rolled back to a primary this proxy cannot reach: holding the statement for the failover", "node", hp.from)
 			s.lostCause = s.srv.reachError(next.primary)
 			if _, merr := s.awaitPrimary(hp.from); merr != nil {
