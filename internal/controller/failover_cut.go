@@ -321,7 +321,7 @@ func (f *failoverRun) restoreWaitNoSlave(ctx context.Context) (string, error) {
 // for it (its commits would otherwise each wait
 // rpl_semi_sync_master_timeout).
 func (f *failoverRun) semiSyncAfterRepoint(ctx context.Context) (string, error) {
-	if f.cl.Durability == config.DurabilitySemiSync && f.waitNoSlaveOff && !f.semiSyncRepointed(ctx) {
+	if f.cl.Durability == config.DurabilitySemiSync && f.waitNoSlaveOff && f.semiSyncRepointed(ctx) == "" {
 		// Nothing to wait for: switching it back on would make each of
 		// the new primary's first commits wait rpl_semi_sync_master_timeout
 		// (the probe rounds switch it on when a replica attaches).
@@ -339,14 +339,8 @@ func (f *failoverRun) semiSyncAfterRepoint(ctx context.Context) (string, error) 
 		}
 		return s + ", " + restored
 	}
-	for _, name := range f.repointed {
-		n := f.cl.Node(name)
-		if n == nil {
-			continue
-		}
-		if pr, err := f.t.c.prober(f.cfg, f.cl, n); err == nil && pr.SemiSyncReplica(ctx) {
-			return with("semi-sync replica " + name + " repointed"), nil
-		}
+	if name := f.semiSyncRepointed(ctx); name != "" {
+		return with("semi-sync replica " + name + " repointed"), nil
 	}
 	if mode := f.cl.Durability; mode == config.DurabilitySemiSync || mode == config.DurabilitySemiSyncDurable {
 		return "", fmt.Errorf("no semi-sync replica was repointed: commits on %s wait for one (durability %s)", f.plan.Candidate, mode)
@@ -374,15 +368,15 @@ func (f *failoverRun) cutNames() string {
 	return strings.Join(names, ", ")
 }
 
-// semiSyncRepointed reports whether a repointed replica is a semi-sync
-// replica.
-func (f *failoverRun) semiSyncRepointed(ctx context.Context) bool {
+// semiSyncRepointed returns the first repointed replica that is a
+// semi-sync replica, "" when none is.
+func (f *failoverRun) semiSyncRepointed(ctx context.Context) string {
 	for _, name := range f.repointed {
 		if n := f.cl.Node(name); n != nil {
 			if pr, err := f.t.c.prober(f.cfg, f.cl, n); err == nil && pr.SemiSyncReplica(ctx) {
-				return true
+				return name
 			}
 		}
 	}
-	return false
+	return ""
 }

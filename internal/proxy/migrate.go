@@ -262,8 +262,8 @@ func (s *session) reroute(cmd byte) (answered bool, reason string) {
 			if _, merr := s.awaitPrimary(hp.from); merr != nil {
 				return s.answerCommand(cmd, merr)
 			}
-			s.detached = s.be != nil && s.be.t.node == hp.from && s.l.route.snap.Load().primary != nil &&
-				s.l.route.snap.Load().primary.node != hp.from
+			// The next loop follows the snapshot it returned (a move when
+			// the primary changed).
 		}
 	}
 }
