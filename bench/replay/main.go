@@ -37,10 +37,13 @@
 // errors the proxy gave until then; 1105 lets the run go on and count
 // every error the proxy gives for what it cannot hide.
 // -commit-outcome unknown turns the marker off (the behaviour before it).
+// -replay-checksum no_consistent_reads does not compare the replayed plain
+// consistent reads (failover.replay_checksum); each trial then prints how
+// many replayed reads returned a different result and were let through.
 //
 // Usage: go run ./bench/replay [-trials 5] [-threads 16] [-seconds 30] [-kill-at 10s]
 // [-tables 4] [-table-size 10000] [-interval 1s] [-ignore-errors none|1105]
-// [-commit-outcome marker|unknown] [-max-hold D] [-parallel-replication N] [-v]
+// [-commit-outcome marker|unknown] [-replay-checksum full|no_consistent_reads] [-max-hold D] [-parallel-replication N] [-v]
 //
 // -parallel-replication N gives the replicas N optimistic parallel
 // appliers (failover.replica_parallel_threads N), which keeps the relay
@@ -81,7 +84,7 @@ type options struct {
 	trials, threads, seconds, tables, tableSize int
 	parallel                                    int // slave_parallel_threads on the replicas (0: the sandbox's single SQL thread)
 	killAt, interval, maxHold                   time.Duration
-	ignoreErrors, commitOutcome                 string
+	ignoreErrors, commitOutcome, replayChecksum string
 	verbose                                     bool
 }
 
@@ -91,6 +94,7 @@ type trial struct {
 	transactions                      int
 	sysbenchErrors                    int
 	attempts, replayed, unknown, fail float64
+	readsDiffered                     float64 // switchyard_proxy_replay_reads_differed_total
 	failed                            map[string]float64
 	classes                           map[string]int // client errors by class (the proxy's log)
 	// COMMITs in flight at the kill, by resolution (the proxy's log and
@@ -115,6 +119,7 @@ func main() {
 	flag.DurationVar(&o.maxHold, "max-hold", 0, "failover.max_hold (0: the default)")
 	flag.StringVar(&o.ignoreErrors, "ignore-errors", "none", "sysbench --mysql-ignore-errors: none (any client error is fatal) or 1105 (count the errors the proxy cannot hide)")
 	flag.StringVar(&o.commitOutcome, "commit-outcome", config.CommitOutcomeMarker, "failover.commit_outcome: marker or unknown")
+	flag.StringVar(&o.replayChecksum, "replay-checksum", config.ReplayChecksumFull, "failover.replay_checksum: full or no_consistent_reads")
 	flag.IntVar(&o.parallel, "parallel-replication", -1, "slave_parallel_threads on the replicas (slave_parallel_mode optimistic): set before the run and kept by the controller (failover.replica_parallel_threads); -1: the default (4); 0: leave the servers' setting")
 	flag.BoolVar(&o.verbose, "v", false, "print the controller's events after the kill in every trial (else only when the failover took over 3 s)")
 	flag.Parse()
@@ -124,6 +129,10 @@ func main() {
 	}
 	if o.commitOutcome != config.CommitOutcomeMarker && o.commitOutcome != config.CommitOutcomeUnknown {
 		fmt.Fprintln(os.Stderr, "replay: -commit-outcome must be marker or unknown")
+		os.Exit(2)
+	}
+	if o.replayChecksum != config.ReplayChecksumFull && o.replayChecksum != config.ReplayChecksumNoConsistentReads {
+		fmt.Fprintln(os.Stderr, "replay: -replay-checksum must be full or no_consistent_reads")
 		os.Exit(2)
 	}
 	if o.parallel < -1 || o.parallel > 256 {
@@ -145,8 +154,8 @@ func main() {
 	if o.parallel > 0 {
 		repl = fmt.Sprintf("replicas with slave_parallel_threads=%d optimistic", o.parallel)
 	}
-	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s, --mysql-ignore-errors=%s, commit_outcome %s, %s\n",
-		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval, o.ignoreErrors, o.commitOutcome, repl)
+	fmt.Printf("transaction replay through a crash failover: %d trial(s), sysbench oltp_read_write %d threads, %d s, %d×%d rows, kill -9 at %s, probe interval %s, --mysql-ignore-errors=%s, commit_outcome %s, replay_checksum %s, %s\n",
+		o.trials, o.threads, o.seconds, o.tables, o.tableSize, o.killAt, o.interval, o.ignoreErrors, o.commitOutcome, o.replayChecksum, repl)
 	var all []trial
 	for i := 1; i <= o.trials; i++ {
 		tr, err := runTrial(o)
@@ -167,7 +176,7 @@ func main() {
 		if tr.fatal != "" {
 			fatal = "yes (" + tr.fatal + ")"
 		}
-		fmt.Printf("trial %d: %s; mismatches %d; sysbench FATAL: %s\n", i, tr.errorLine(), tr.mismatchCount(), fatal)
+		fmt.Printf("trial %d: %s; mismatches %d; replayed reads that differed, not compared %v; sysbench FATAL: %s\n", i, tr.errorLine(), tr.mismatchCount(), tr.readsDiffered, fatal)
 		causes := map[string]int{}
 		for _, m := range tr.mismatches {
 			causes[m.cause]++
@@ -183,7 +192,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	var att, rep, fl float64
+	var att, rep, fl, differed float64
 	var inFlight, committed, absent, absentReplayed, unresolved, fatals int
 	classes, causes := map[string]int{}, map[string]int{}
 	early := 0
@@ -193,6 +202,7 @@ func main() {
 			causes[m.cause]++
 		}
 		att, rep, fl = att+tr.attempts, rep+tr.replayed, fl+tr.fail
+		differed += tr.readsDiffered
 		inFlight, committed, absent, absentReplayed, unresolved = inFlight+tr.inFlight, committed+tr.committed, absent+tr.absent,
 			absentReplayed+tr.absentReplayed, unresolved+tr.unresolved
 		if tr.fatal != "" {
@@ -203,8 +213,8 @@ func main() {
 		}
 	}
 	fmt.Printf("total: %v replays attempted, %v replayed (%.0f %%), %v rolled back; COMMITs in flight %d: committed %d, not committed %d (replayed %d), unresolved %d; "+
-		"client errors by class %v; rolled-back replays by cause %v; released before every snapshot %d; sysbench FATAL in %d of %d trials\n",
-		att, rep, 100*rep/max(att, 1), fl, inFlight, committed, absent, absentReplayed, unresolved, classes, causes, early, fatals, len(all))
+		"client errors by class %v; rolled-back replays by cause %v; replayed reads that differed, not compared %v; released before every snapshot %d; sysbench FATAL in %d of %d trials\n",
+		att, rep, 100*rep/max(att, 1), fl, inFlight, committed, absent, absentReplayed, unresolved, classes, causes, differed, early, fatals, len(all))
 }
 
 // Client error classes.
@@ -558,6 +568,8 @@ func (tr *trial) gather(reg *prometheus.Registry) error {
 				tr.attempts += v
 			case "switchyard_proxy_commit_outcome_unknown_total":
 				tr.unknown += v
+			case "switchyard_proxy_replay_reads_differed_total":
+				tr.readsDiffered += v
 			case "switchyard_proxy_commit_outcome_resolved_total":
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "outcome" && l.GetValue() == "replayed" {
@@ -647,6 +659,7 @@ func startStack(ctx context.Context, o options, reg prometheus.Registerer) (_ *s
 	cfg.Clusters[0].Failover.Mode = config.FailoverAuto
 	cfg.Clusters[0].Failover.TransactionReplay = true
 	cfg.Clusters[0].Failover.CommitOutcome = o.commitOutcome
+	cfg.Clusters[0].Failover.ReplayChecksum = o.replayChecksum
 	if o.maxHold > 0 {
 		cfg.Clusters[0].Failover.MaxHold = config.Duration(o.maxHold)
 	}

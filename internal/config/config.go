@@ -698,7 +698,30 @@ type FailoverConfig struct {
 	// unknown. Ignored while transaction_replay is off.
 	// Type: string ("marker" or "unknown"). Default: "marker".
 	CommitOutcome string `yaml:"commit_outcome"`
+	// ReplayChecksum says which replayed statements must return what they
+	// returned the first time, with transaction_replay on. "full": every
+	// one (MaxScale's transaction_replay_checksum=full). "no_consistent_reads":
+	// every one except a plain consistent read — a SELECT with no locking
+	// clause (FOR UPDATE, LOCK IN SHARE MODE, FOR SHARE), no INTO, no
+	// variable, no sequence, calling only built-in functions without side
+	// effects — in a transaction that is not SERIALIZABLE. Such a read
+	// changes nothing and locks nothing: its result reaches only the
+	// client, which already has it, while every write and locking read is
+	// still compared, so the replayed transaction commits what the
+	// original would have. The cost: under REPEATABLE READ the
+	// transaction's reads after the failover may see rows committed by
+	// others after its earlier reads (as under READ COMMITTED), instead of
+	// the transaction being rolled back; under READ COMMITTED and READ
+	// UNCOMMITTED nothing changes. Ignored while transaction_replay is off.
+	// Type: string ("full" or "no_consistent_reads"). Default: "full".
+	ReplayChecksum string `yaml:"replay_checksum"`
 }
+
+// Replay checksum modes (failover.replay_checksum).
+const (
+	ReplayChecksumFull              = "full"
+	ReplayChecksumNoConsistentReads = "no_consistent_reads"
+)
 
 // Commit outcome modes (failover.commit_outcome).
 const (
@@ -1342,6 +1365,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if f.CommitOutcome == "" {
 			f.CommitOutcome = CommitOutcomeMarker
+		}
+		if f.ReplayChecksum == "" {
+			f.ReplayChecksum = ReplayChecksumFull
 		}
 	}
 	if c.Probe.Interval == 0 {

@@ -721,6 +721,9 @@ func validateFailover(v *validator, f string, fo FailoverConfig, interval time.D
 	if fo.CommitOutcome != CommitOutcomeMarker && fo.CommitOutcome != CommitOutcomeUnknown {
 		v.add(f+".commit_outcome", "%q is not one of marker, unknown", fo.CommitOutcome)
 	}
+	if fo.ReplayChecksum != ReplayChecksumFull && fo.ReplayChecksum != ReplayChecksumNoConsistentReads {
+		v.add(f+".replay_checksum", "%q is not one of full, no_consistent_reads", fo.ReplayChecksum)
+	}
 }
 
 // validateDurability checks a cluster's durability mode: a known name, and

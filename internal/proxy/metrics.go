@@ -69,6 +69,7 @@ type metrics struct {
 	// Transaction replay (replay.go).
 	replayAttempts *prometheus.CounterVec
 	replays        *prometheus.CounterVec
+	replayReadsNew *prometheus.CounterVec
 	outcomeUnknown *prometheus.CounterVec
 	// outcomeResolved counts COMMITs in flight resolved by their commit
 	// marker (outcome.go), by listener and outcome.
@@ -160,6 +161,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_transaction_replays_total",
 			Help: "Outcomes of transaction replays, by listener and result: replayed (the transaction continues on the new primary), or why it was rolled back instead (not_replayable, limit, mismatch, no_primary, connect, lost_again).",
 		}, []string{"listener", "result"}),
+		replayReadsNew: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_proxy_replay_reads_differed_total",
+			Help: "Plain consistent reads that returned a different result when their transaction was replayed and were not compared (failover.replay_checksum no_consistent_reads): the replay went on, by listener.",
+		}, []string{"listener"}),
 		outcomeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_commit_outcome_unknown_total",
 			Help: "Statements ending a transaction (COMMIT, XA, implicit commits) or autocommit writes in flight when their primary was lost, answered with the outcome-unknown error instead of being replayed, by listener.",
@@ -287,6 +292,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.primaryLostRerun)
 	reg1(&m.replayAttempts)
 	reg1(&m.replays)
+	reg1(&m.replayReadsNew)
 	reg1(&m.outcomeUnknown)
 	reg1(&m.outcomeResolved)
 	reg2(&m.poolConns)

@@ -44,6 +44,9 @@ import (
 // replayLog is what one session recorded of its open transaction.
 type replayLog struct {
 	maxBytes, maxStmts int
+	// relaxReads: failover.replay_checksum is no_consistent_reads (a
+	// replayed plain consistent read is not compared, replay_reads.go).
+	relaxReads bool
 
 	// The recorded response's results so far and, when the first was an
 	// OK, its last insert id (sumFirst; kept in the entry by recordEnd).

@@ -22,13 +22,16 @@ type replayHarness struct {
 	root *sql.DB // root on the current primary
 }
 
-func newReplayHarness(t *testing.T, maxStmts int) *replayHarness {
+func newReplayHarness(t *testing.T, maxStmts int, mut ...func(*config.Config)) *replayHarness {
 	h := newHarness(t, func(c *config.Config) {
 		c.Clusters[0].Failover.TransactionReplay = true
 		c.Clusters[0].Failover.ReplayMaxStatements = maxStmts
 		// No commit marker: a COMMIT in flight keeps the outcome-unknown
 		// error (TestCommitOutcomeResolved resolves it).
 		c.Clusters[0].Failover.CommitOutcome = config.CommitOutcomeUnknown
+		for _, m := range mut {
+			m(c)
+		}
 	})
 	rh := &replayHarness{harness: h, root: h.direct(0)}
 	mustExec(t, rh.root, "CREATE TABLE sbtest.rp_t (id INT PRIMARY KEY, v INT NOT NULL)")
