@@ -400,10 +400,12 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 				return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
 			}
 		}
-		if sum != e.sum && relax && consistentRead(r.entryText(e)) {
+		if sum != e.sum && relax && r.errCode == 0 && status&mysql.SERVER_STATUS_IN_TRANS != 0 && consistentRead(r.entryText(e)) {
 			// A plain consistent read (failover.replay_checksum
 			// no_consistent_reads): its client already has its
-			// result, and nothing else depends on it.
+			// result, and nothing else depends on it. Not one that
+			// failed now, or after which the transaction is no longer
+			// open (the statements after it would run outside it).
 			differed++
 			s.srv.metrics.replayReadsNew.WithLabelValues(s.l.name).Inc()
 			sum = e.sum
