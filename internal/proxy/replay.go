@@ -20,7 +20,9 @@ import (
 // connection broke, it was cut, or the route moved), the session waits for
 // the primary (awaitPrimary), logs into it with its state rebuilt (as a
 // move does, migrate.go), re-executes the recorded statements one by one
-// and goes on only if every one returns the same checksum; the statement in
+// and goes on only if every one returns the same checksum (with
+// failover.replay_checksum no_consistent_reads, plain consistent reads
+// excepted: replay_reads.go); the statement in
 // flight, if any, then runs there and its answer is relayed as usual. This
 // follows MaxScale's readwritesplit transaction_replay (the checksum of
 // each result, the replay after a reconnection, the limit on the

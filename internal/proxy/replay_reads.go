@@ -40,11 +40,11 @@ func (s *session) relaxedReads(br *bufio.Reader, be *backend, n int) (relax bool
 	if !r.relaxReads {
 		return false, ""
 	}
-	any := false
-	for i := 0; i < n && !any; i++ {
-		any = consistentRead(r.entryText(&r.entries[i]))
+	seen := false
+	for i := 0; i < n && !seen; i++ {
+		seen = consistentRead(r.entryText(&r.entries[i]))
 	}
-	if !any {
+	if !seen {
 		return false, ""
 	}
 	if n > 0 && r.entries[0].st == nil {
