@@ -29,39 +29,141 @@ import (
 // consistentRead below; and not in a SERIALIZABLE transaction, where
 // InnoDB makes plain SELECTs locking reads (relaxedReads).
 
-// relaxedReads reports whether the replay of the first n recorded
-// statements skips comparing plain consistent reads: the mode is on, one of
-// them is such a read, and the transaction is not SERIALIZABLE (its SET
-// TRANSACTION, or the session's isolation level read on the new primary
-// connection be, whose state was rebuilt). why is set when the connection
-// failed.
-func (s *session) relaxedReads(br *bufio.Reader, be *backend, n int) (relax bool, why string) {
+// Isolation levels as @@tx_isolation spells them.
+const (
+	isoSerializable   = "SERIALIZABLE"
+	isoRepeatableRead = "REPEATABLE-READ"
+	isoReadCommitted  = "READ-COMMITTED"
+	isoReadUncommit   = "READ-UNCOMMITTED"
+)
+
+// replayChecks looks at the first n recorded statements before they are
+// replayed on be (the new primary connection, its state rebuilt). It
+// reports whether plain consistent reads are not compared (relax: the mode
+// is on, one of them is such a read, and the transaction is not
+// SERIALIZABLE), or why the transaction must not be replayed at all
+// (refuse): under READ COMMITTED or READ UNCOMMITTED a write that reads
+// other rows (INSERT … SELECT, a subquery, a join, a multi-table UPDATE or
+// DELETE) reads them without locking, so run again it can write other
+// values with the same affected rows, which no checksum sees. why is set
+// when the connection failed.
+func (s *session) replayChecks(br *bufio.Reader, be *backend, n int) (relax bool, refuse, why string) {
 	r := s.rlog
-	if !r.relaxReads {
-		return false, ""
+	reads, writeAt := false, -1
+	var fl flight
+	for i := 0; i < n; i++ {
+		t := r.entryText(&r.entries[i])
+		if r.relaxReads && !reads {
+			reads = consistentRead(t)
+		}
+		if writeAt < 0 && txKind(t, &fl) == kindWrite && writeReadsRows(t) {
+			writeAt = i
+		}
 	}
-	seen := false
-	for i := 0; i < n && !seen; i++ {
-		seen = consistentRead(r.entryText(&r.entries[i]))
+	if !reads && writeAt < 0 {
+		return false, "", ""
 	}
-	if !seen {
-		return false, ""
+	level, why := s.replayIsolation(br, be, n)
+	if why != "" {
+		return false, "", why
 	}
+	if writeAt >= 0 && level != isoRepeatableRead && level != isoSerializable {
+		if level == "" {
+			level = "an unknown isolation level"
+		}
+		return false, fmt.Sprintf("statement %d of the transaction (%s) writes values it reads from other rows, which under %s it reads without locking them: run again, it could write other values than it wrote the first time",
+			writeAt+1, r.describe(s, &r.entries[writeAt]), strings.ReplaceAll(level, "-", " ")), ""
+	}
+	return reads && level != "" && level != isoSerializable, "", ""
+}
+
+// replayIsolation returns the isolation level of the transaction recorded:
+// the one its SET TRANSACTION (or unscoped SET @@tx_isolation) gave it,
+// else the session's, read on be; "" when unknown.
+func (s *session) replayIsolation(br *bufio.Reader, be *backend, n int) (level, why string) {
+	r := s.rlog
 	if n > 0 && r.entries[0].st == nil {
-		if t := r.entryText(&r.entries[0]); isSetTx(t) && strings.Contains(strings.ToUpper(string(t)), "SERIALIZABLE") {
-			return false, ""
+		if t := r.entryText(&r.entries[0]); isSetTx(t) {
+			u := strings.NewReplacer("-", " ", "_", " ").Replace(strings.ToUpper(string(t)))
+			switch {
+			case strings.Contains(u, "SERIALIZABLE"):
+				return isoSerializable, ""
+			case strings.Contains(u, "READ UNCOMMITTED"):
+				return isoReadUncommit, ""
+			case strings.Contains(u, "READ COMMITTED"):
+				return isoReadCommitted, ""
+			case strings.Contains(u, "REPEATABLE READ"):
+				return isoRepeatableRead, ""
+			}
 		}
 	}
 	for _, q := range []string{"SELECT @@SESSION.tx_isolation", "SELECT @@SESSION.transaction_isolation"} {
 		v, found, code, _, err := s.queryOne(br, be, []byte(q))
 		if err != nil {
-			return false, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+			return "", fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
 		}
 		if code == 0 && found {
-			return !strings.EqualFold(v, "SERIALIZABLE"), ""
+			return strings.ToUpper(v), ""
 		}
 	}
-	return false, "" // the level is unknown: compare everything
+	return "", ""
+}
+
+// writeReadsRows reports whether write statement q may read rows other
+// than those it changes: it has a SELECT (INSERT … SELECT, a subquery) or
+// a JOIN, is an UPDATE of several tables (a comma before SET) or a DELETE
+// with USING or several tables, or has an executable comment (whose
+// content is not looked at). Stored functions and triggers it runs are
+// not seen.
+func writeReadsRows(q []byte) bool {
+	first, _ := firstWord(q)
+	update, del := eqFold(first, "update"), eqFold(first, "delete")
+	seenSet := false
+	depth := 0
+	for i := 0; i < len(q); {
+		c := q[i]
+		switch {
+		case c == '/' && i+1 < len(q) && q[i+1] == '*':
+			if i+2 < len(q) && (q[i+2] == '!' || q[i+2] == 'M') {
+				return true
+			}
+			end := bytes.Index(q[i+2:], []byte("*/"))
+			if end < 0 {
+				return true
+			}
+			i += 2 + end + 2
+		case c == '#' || c == '-' && i+2 < len(q) && q[i+1] == '-' && q[i+2] <= ' ':
+			for i < len(q) && q[i] != '\n' {
+				i++
+			}
+		case c == '\'' || c == '"' || c == '`':
+			j := closeQuote(q, i)
+			if j < 0 || c != '`' && bytes.IndexByte(q[i:j], '\\') >= 0 {
+				return true // where it ends depends on NO_BACKSLASH_ESCAPES
+			}
+			i = j + 1
+		case c == '(':
+			depth++
+			i++
+		case c == ')':
+			depth--
+			i++
+		case c == ',' && depth == 0 && (update && !seenSet || del):
+			return true
+		case nameByte(c):
+			w := wordAt(q, i)
+			switch {
+			case eqFold(w, "select"), eqFold(w, "join"), del && eqFold(w, "using"):
+				return true
+			case eqFold(w, "set"):
+				seenSet = true
+			}
+			i += len(w)
+		default:
+			i++
+		}
+	}
+	return false
 }
 
 // consistentRead reports whether statement text q is a plain consistent
@@ -121,7 +223,9 @@ func consistentRead(q []byte) bool {
 		switch {
 		case c == '\'' || c == '"':
 			j := closeQuote(q, i)
-			if j < 0 {
+			if j < 0 || bytes.IndexByte(q[i:j], '\\') >= 0 {
+				// Not closed, or a backslash: an escape, or not
+				// (NO_BACKSLASH_ESCAPES), so where it ends is unknown.
 				return false
 			}
 			i, word, prevDot = j+1, nil, false

@@ -45,9 +45,36 @@ func TestConsistentRead(t *testing.T) {
 		"INSERT INTO t SELECT * FROM u":                                      false,
 		"SELECT v FROM t PROCEDURE ANALYSE()":                                false,
 		"":                                                                   false,
+		// Under NO_BACKSLASH_ESCAPES 'a\' ends at its backslash.
+		"SELECT 'a\\', v FROM t WHERE id = 1 FOR UPDATE -- '": false,
+		"SELECT 'it\\'s' FROM t":                              false,
 	} {
 		if got := consistentRead([]byte(q)); got != want {
 			t.Errorf("consistentRead(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+func TestWriteReadsRows(t *testing.T) {
+	for q, want := range map[string]bool{
+		"INSERT INTO t (a, b) VALUES (?, ?), (3, 4)":                           false,
+		"INSERT INTO t VALUES (1, 'select')":                                   false,
+		"UPDATE t SET a = a + 1, b = 2 WHERE id = ?":                           false,
+		"DELETE FROM t WHERE id IN (1, 2)":                                     false,
+		"REPLACE INTO t VALUES (1, 2)":                                         false,
+		"INSERT INTO dst SELECT id, v FROM src":                                true,
+		"insert into dst (id) (select id from src)":                            true,
+		"UPDATE t SET v = (SELECT MAX(v) FROM u) WHERE id = 1":                 true,
+		"UPDATE t JOIN u ON t.id = u.id SET t.v = u.v":                         true,
+		"UPDATE t, u SET t.v = u.v WHERE t.id = u.id":                          true,
+		"DELETE t FROM t, u WHERE t.id = u.id":                                 true,
+		"DELETE FROM t USING t, u WHERE t.id = u.id":                           true,
+		"DELETE FROM t WHERE id IN (SELECT id FROM u)":                         true,
+		"INSERT INTO t VALUES (1) /*!ON DUPLICATE KEY UPDATE v = (SELECT 1)*/": true,
+		"INSERT INTO t VALUES ('a\\', 1) -- ', (SELECT 1)":                     true,
+	} {
+		if got := writeReadsRows([]byte(q)); got != want {
+			t.Errorf("writeReadsRows(%q) = %v, want %v", q, got, want)
 		}
 	}
 }

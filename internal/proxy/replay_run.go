@@ -333,9 +333,12 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 	// it ran again (the caller's snapTaken).
 	opener, csText, found, cs := r.snapshotOpener(n)
 	r.snapGTID, r.mismatchArgs = "", ""
-	relax, why := s.relaxedReads(br, be, n)
+	relax, refuse, why := s.replayChecks(br, be, n)
 	if why != "" {
 		return replayLostAgain, why
+	}
+	if refuse != "" {
+		return replayNotReplayable, refuse
 	}
 	differed := 0
 	var buf []byte

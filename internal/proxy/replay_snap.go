@@ -257,11 +257,9 @@ func (r *replayLog) entryText(e *replayEntry) []byte {
 	return r.payload(e)[1:]
 }
 
-func isSetTx(q []byte) bool {
-	w, rest := firstWord(q)
-	w2, _ := firstWord(rest)
-	return eqFold(w, "set") && eqFold(w2, "transaction")
-}
+// isSetTx reports whether q sets the next transaction's characteristics
+// only (SET TRANSACTION, SET @@tx_isolation, ...: classSetTx).
+func isSetTx(q []byte) bool { return classify(q) == classSetTx }
 
 // lockingRead reports whether q has a locking clause (FOR UPDATE, LOCK IN
 // SHARE MODE, FOR SHARE) or reads into variables or a file: not a plain

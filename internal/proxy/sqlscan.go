@@ -37,7 +37,10 @@ func classify(q []byte) sqlClass {
 	case 3:
 		switch {
 		case eqFold(w, "set"):
-			return classifySet(rest)
+			if c := classifySet(rest); c != classSet || !nextTxVars(rest) {
+				return c
+			}
+			return classSetTx
 		case eqFold(w, "use"):
 			return classUse
 		}
@@ -83,6 +86,41 @@ func classify(q []byte) sqlClass {
 		}
 	}
 	return classOther
+}
+
+// nextTxVars reports whether the assignments of a SET statement (rest: what
+// follows SET) are all to @@tx_isolation or @@tx_read_only without a scope:
+// like SET TRANSACTION, they set the next transaction's characteristics
+// only (checked on 10.11.19: the session value stays, and the next
+// transaction, or autocommit statement, uses and consumes it; MySQL
+// documents the same for @@transaction_isolation).
+func nextTxVars(rest []byte) bool {
+	n := 0
+	for len(rest) > 0 {
+		item, tail, ok := splitTop(rest)
+		if !ok {
+			return false
+		}
+		rest = tail
+		item = item[skipSpace(item):]
+		if len(item) < 3 || item[0] != '@' || item[1] != '@' {
+			return false
+		}
+		j := 2
+		for j < len(item) && isIdent(item[j]) {
+			j++
+		}
+		switch name := string(bytes.ToLower(item[2:j])); name {
+		case "tx_isolation", "transaction_isolation", "tx_read_only", "transaction_read_only":
+		default:
+			return false
+		}
+		if !assigns(item[j:]) {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // classifySet refines a SET statement by its second word.
