@@ -170,8 +170,12 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 			s.st.setVar("collation_connection", coll)
 		}
 	case classUse, classSetTx, classSetStmt, classSetStmtState:
+	case classSelect:
+		// MariaDB reports only "changed": a stored function may have
+		// made anything; SELECT … NOWAIT / WAIT n is reported so too.
+		s.st.markOpaque("ran a SELECT that changed its session state in a way the server does not detail (a stored function, or NOWAIT / WAIT n)")
 	default:
-		s.st.markOpaque("created temporary tables, user variables or SQL prepared statements")
+		s.st.markOpaque("changed its session state in a way the server does not detail (temporary tables, user variables, SQL prepared statements, or variables set inside a stored program)")
 	}
 }
 
