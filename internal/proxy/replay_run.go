@@ -139,6 +139,22 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 		(len(r.entries) == 0 || r.entries[len(r.entries)-1].done)
 	s.l.route.replaying.Add(1)
 	result, why := s.replayTx(lost, inflight && !prepInFlight, absent)
+	// A replay whose connection was lost too committed nothing (its
+	// statements ran in a transaction that died with it): it runs again
+	// on the primary the controller names, within failover.max_hold —
+	// the first connect may reach the dying primary itself, whose
+	// listening socket outlives its connections by a few milliseconds.
+	hold := s.srv.rc.Load().maxHold(s.l.cluster)
+	for try := 1; result == replayLostAgain && try <= replayRetries && time.Since(start) < hold; try++ {
+		again := nodeName(s.be)
+		if again == "" {
+			again = lost
+		}
+		s.log.Info("connection lost during the replay; replaying again", "lost", lost, "node", again, "why", why, "attempt", try+1)
+		s.pendSnapshot()
+		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+		result, why = s.replayTx(again, inflight && !prepInFlight, false)
+	}
 	s.snapTaken()
 	s.l.route.replaying.Add(-1)
 	reran := false
@@ -441,6 +457,10 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 	}
 	return replayOK, ""
 }
+
+// replayRetries bounds how many times a replay whose connection was lost
+// runs again (within failover.max_hold).
+const replayRetries = 3
 
 // replayLockWait bounds how long a replayed statement waits for a row
 // lock (innodb_lock_wait_timeout, whole seconds, for the replay only).
