@@ -458,6 +458,10 @@ func (s *session) rerunExecute(lost string) string {
 		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, lost))
 		return ""
 	}
+	// An autocommit statement: it runs after the replays of the cluster
+	// have taken their snapshots, as a new one would (rerunStatement).
+	s.cls = st.class
+	s.rerunRecord(mysql.COM_STMT_EXECUTE, id, st)
 	p := s.rerun
 	binary.LittleEndian.PutUint32(p[1:], st.backendID)
 	if st.rebind {
@@ -472,9 +476,6 @@ func (s *session) rerunExecute(lost string) string {
 		}
 		st.rebind = false
 	}
-	// An autocommit statement: it runs after the replays of the cluster
-	// have taken their snapshots, as a new one would (rerunStatement).
-	s.awaitSnapshots()
 	if !s.beginRelay() {
 		s.writeError(1, errLostInFlight(s.lostKeyword(), s.l.cluster, lost))
 		return ""
@@ -494,6 +495,9 @@ func (s *session) rerunExecute(lost string) string {
 	}
 	if err != nil {
 		return s.failCommand(mysql.COM_STMT_EXECUTE, err)
+	}
+	if s.rlog != nil {
+		s.recordEnd()
 	}
 	if s.lastOK {
 		s.st.afterStatement(st.class)
@@ -529,7 +533,8 @@ func (s *session) rerunStatement(lost string, cls sqlClass) string {
 	// have taken their snapshots, as a new one would (recordBegin,
 	// replay_snap.go) — an INSERT sent first would take the
 	// auto-increment ids a replayed transaction's client was told.
-	s.awaitSnapshots()
+	s.cls = cls
+	s.rerunRecord(mysql.COM_QUERY, 0, nil)
 	if !s.beginRelay() {
 		s.writeError(1, errReadAbandoned(s.l.cluster, lost, "the route changed again"))
 		return ""
@@ -550,8 +555,27 @@ func (s *session) rerunStatement(lost string, cls sqlClass) string {
 	if err != nil {
 		return s.failCommand(mysql.COM_QUERY, err)
 	}
+	if s.rlog != nil {
+		s.recordEnd()
+	}
 	s.srv.metrics.primaryLostRerun.WithLabelValues(s.l.cluster).Inc()
 	return ""
+}
+
+// rerunRecord is recordBegin for a statement sent again by the proxy
+// (s.rerun: its payload, the client's statement id for an execute) after
+// the lost primary never ran it: the record the first send made (a BEGIN,
+// counted among the transactions open on the lost node, which the other
+// sessions' statements would wait for) is replaced by this one, after the
+// cluster's replays have taken their snapshots. Without transaction
+// replay, it only waits for them.
+func (s *session) rerunRecord(cmd byte, stmtID uint32, st *stmtInfo) {
+	if s.rlog == nil {
+		s.awaitSnapshots()
+		return
+	}
+	s.rlog.reset()
+	s.recordBegin(cmd, s.rerun, stmtID, st)
 }
 
 // rerunPrepareLost sends the COM_STMT_PREPARE in flight outside a
