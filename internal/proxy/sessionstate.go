@@ -60,6 +60,10 @@ type sessState struct {
 	locked   bool            // LOCK TABLES in effect
 	userLock bool            // GET_LOCK was called
 	txChars  bool            // SET TRANSACTION waits for the next transaction
+	// lockWaitEcho: a SELECT … NOWAIT / WAIT n ran; the next statement's
+	// report of lock_wait_timeout and innodb_lock_wait_timeout is MariaDB
+	// restoring the session's own values (lockWaitClause).
+	lockWaitEcho bool
 }
 
 func (st *sessState) reset() { *st = sessState{} }
@@ -116,6 +120,17 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 	}
 	changed := false
 	b := ok.SessionState
+	echo := s.st.lockWaitEcho
+	s.st.lockWaitEcho = false
+	if lockWaitClause(b) && (cls == classSelect || echo && cls == classOther) {
+		s.st.lockWaitEcho = cls == classSelect
+		// SELECT … NOWAIT / WAIT n: MariaDB reports the statement's own
+		// lock_wait_timeout and innodb_lock_wait_timeout (0 or n) and a
+		// state change, as for SET STATEMENT … FOR, and the session's
+		// own values again with the next statement; neither changes
+		// the session's values (checked on 10.11.19).
+		return
+	}
 	for len(b) > 0 {
 		typ := b[0]
 		n, k, good := mysqlproto.ReadLenEnc(b[1:])
@@ -177,6 +192,43 @@ func (s *session) trackOK(payload []byte, cls sqlClass, setText []byte) {
 	default:
 		s.st.markOpaque("changed its session state in a way the server does not detail (temporary tables, user variables, SQL prepared statements, or variables set inside a stored program)")
 	}
+}
+
+// lockWaitClause reports whether session-state block b holds only what a
+// SELECT … NOWAIT / WAIT n, or the statement after it, makes MariaDB
+// report: lock_wait_timeout and innodb_lock_wait_timeout, and the
+// state-change flag. (A stored function called by a SELECT that sets just
+// these two would be missed: its SET is taken for such a report.)
+func lockWaitClause(b []byte) bool {
+	var lwt, ilwt string
+	for len(b) > 0 {
+		typ := b[0]
+		n, k, good := mysqlproto.ReadLenEnc(b[1:])
+		if !good || uint64(len(b)-1-k) < n {
+			return false
+		}
+		data := b[1+k : 1+k+int(n)]
+		b = b[1+k+int(n):]
+		switch typ {
+		case mysqlproto.SessionTrackSystemVariables:
+			name, value, good := lenencPair(data)
+			switch {
+			case !good:
+				return false
+			case name == "lock_wait_timeout":
+				lwt = value
+			case name == "innodb_lock_wait_timeout":
+				ilwt = value
+			case ignoredVar(name): // last_gtid, ...
+			default:
+				return false
+			}
+		case mysqlproto.SessionTrackStateChange:
+		default:
+			return false
+		}
+	}
+	return lwt != "" || ilwt != ""
 }
 
 // trackingValue reports whether a tracking variable has the value the
