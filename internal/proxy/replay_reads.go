@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -28,6 +29,24 @@ import (
 // A read qualifies only when nothing of it can reach the server's state:
 // consistentRead below; and not in a SERIALIZABLE transaction, where
 // InnoDB makes plain SELECTs locking reads (relaxedReads).
+
+// handlerWrites returns the rows the connection be has written, updated
+// and deleted (Handler_write + Handler_update + Handler_delete, session
+// status; internal temporary tables count in Handler_tmp_* instead), ok
+// false when the server did not say; why is set when the connection
+// failed.
+func (s *session) handlerWrites(br *bufio.Reader, be *backend) (n uint64, ok bool, why string) {
+	v, found, code, _, err := s.queryOne(br, be, []byte("SELECT SUM(VARIABLE_VALUE) FROM information_schema.SESSION_STATUS "+
+		"WHERE VARIABLE_NAME IN ('HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE')"))
+	if err != nil {
+		return 0, false, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+	}
+	if code != 0 || !found {
+		return 0, false, ""
+	}
+	n, perr := strconv.ParseUint(v, 10, 64)
+	return n, perr == nil, ""
+}
 
 // Isolation levels as @@tx_isolation spells them.
 const (
@@ -227,6 +246,9 @@ func consistentRead(q []byte) bool {
 				// Not closed, or a backslash: an escape, or not
 				// (NO_BACKSLASH_ESCAPES), so where it ends is unknown.
 				return false
+			}
+			if k := skipSpace(q[j+1:]); j+1+k < len(q) && q[j+1+k] == '(' {
+				return false // "f"(…) under ANSI_QUOTES: a call
 			}
 			i, word, prevDot = j+1, nil, false
 		case c == '`':

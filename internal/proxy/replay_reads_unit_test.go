@@ -48,6 +48,8 @@ func TestConsistentRead(t *testing.T) {
 		// Under NO_BACKSLASH_ESCAPES 'a\' ends at its backslash.
 		"SELECT 'a\\', v FROM t WHERE id = 1 FOR UPDATE -- '": false,
 		"SELECT 'it\\'s' FROM t":                              false,
+		`SELECT "f1"(1)`:                                      false, // ANSI_QUOTES: a call
+		`SELECT "a" (1)`:                                      false,
 	} {
 		if got := consistentRead([]byte(q)); got != want {
 			t.Errorf("consistentRead(%q) = %v, want %v", q, got, want)

@@ -357,11 +357,27 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 		return replayNotReplayable, refuse
 	}
 	differed := 0
+	// Rows the connection wrote so far (handlerWrites), known before a
+	// plain read that may be let through: a read that wrote (a view or
+	// a quoted name calling a stored function) is compared.
+	var wrote uint64
+	wroteKnown := false
 	var buf []byte
 	for i := 0; i < n; i++ {
 		e := &r.entries[i]
 		if !e.done {
 			return replayNotReplayable, "a statement of the transaction had not completed"
+		}
+		plainRead := relax && consistentRead(r.entryText(e))
+		if plainRead && !wroteKnown {
+			v, ok, why := s.handlerWrites(br, be)
+			if why != "" {
+				return replayLostAgain, why
+			}
+			wrote, wroteKnown = v, ok
+		}
+		if !plainRead {
+			wroteKnown = false
 		}
 		var err error
 		var id uint32
@@ -419,15 +435,25 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 				return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
 			}
 		}
-		if sum != e.sum && relax && r.errCode == 0 && status&mysql.SERVER_STATUS_IN_TRANS != 0 && consistentRead(r.entryText(e)) {
+		if sum != e.sum && plainRead && wroteKnown && r.errCode == 0 && status&mysql.SERVER_STATUS_IN_TRANS != 0 {
 			// A plain consistent read (failover.replay_checksum
 			// no_consistent_reads): its client already has its
 			// result, and nothing else depends on it. Not one that
-			// failed now, or after which the transaction is no longer
-			// open (the statements after it would run outside it).
-			differed++
-			s.srv.metrics.replayReadsNew.WithLabelValues(s.l.name).Inc()
-			sum = e.sum
+			// failed now, after which the transaction is no longer
+			// open (the statements after it would run outside it), or
+			// that wrote rows.
+			after, ok, why := s.handlerWrites(br, be)
+			if why != "" {
+				return replayLostAgain, why
+			}
+			if ok && after == wrote {
+				differed++
+				s.srv.metrics.replayReadsNew.WithLabelValues(s.l.name).Inc()
+				sum = e.sum
+			}
+			wrote, wroteKnown = after, ok
+		} else if plainRead {
+			wroteKnown = false
 		}
 		if sum != e.sum {
 			r.mismatchArgs = r.describeArgs(e)
