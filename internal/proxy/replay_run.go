@@ -138,6 +138,10 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	prepInFlight := inflight && fl.cmd == mysql.COM_STMT_PREPARE && len(s.prepPacket) > 0 &&
 		(len(r.entries) == 0 || r.entries[len(r.entries)-1].done)
 	s.l.route.replaying.Add(1)
+	recorded := len(r.entries) // for the log: the COMMIT run again resets the record
+	if inflight && recorded > 0 && !r.entries[recorded-1].done {
+		recorded-- // the statement in flight, run again after the replay
+	}
 	result, why := s.replayTx(lost, inflight && !prepInFlight, absent)
 	// A replay whose connection was lost too committed nothing (its
 	// statements ran in a transaction that died with it): it runs again
@@ -178,7 +182,7 @@ func (s *session) replayOnLoss(cmd byte, inflight, wrote bool, lost, cause strin
 	if result == replayOK {
 		r.replayed = true
 		s.log.Info("transaction replayed on the primary", "lost", lost, "node", nodeName(s.be),
-			"statements", len(r.entries), "in_flight", inflight, "took", time.Since(start))
+			"statements", recorded, "in_flight", inflight, "took", time.Since(start))
 		if inflight {
 			return true, true, ""
 		}
