@@ -146,7 +146,17 @@ func (t *term) enforceDurability(ctx context.Context, cfg *config.Config, cl *co
 				t.reportFallback(ctx, cl, st, n.Name, p.SemiSync)
 			}
 			if !t.durabilityCheck(ctx, cfg, cl, cr, *n, topo.RolePrimary, drift, func(pr *nodeProber, ctx context.Context) error {
-				return pr.ApplySemiSyncPrimary(ctx, durableSettings(mode))
+				set := durableSettings(mode)
+				if mode == config.DurabilitySemiSync && !p.SemiSync.MasterEnabled && !semiSyncAttached(*n, p, probes) {
+					// Switched on with no replica attached and
+					// wait_no_slave ON (a replica's default), a commit
+					// waits rpl_semi_sync_master_timeout for nobody, and
+					// switching wait_no_slave off after that does not
+					// release it: off first (alignWaitNoSlave).
+					off := false
+					set.WaitNoSlave = &off
+				}
+				return pr.ApplySemiSyncPrimary(ctx, set)
 			}) {
 				allOK = false
 			}
@@ -368,6 +378,22 @@ func (t *term) applyDurability(ctx context.Context, cfg *config.Config, cl *conf
 	_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Code: "durability", Node: primary, Epoch: epochOf(cr), Message: msg})
 }
 
+// semiSyncAttached reports whether a semi-sync replica is attached to
+// primary n (probe p: Rpl_semi_sync_master_clients), or replicates from it
+// with its IO thread running or reconnecting (probes).
+func semiSyncAttached(n config.Node, p topo.Probe, probes map[string]topo.Probe) bool {
+	if p.SemiSync != nil && p.SemiSync.Clients > 0 {
+		return true
+	}
+	for name, rp := range probes {
+		if name != n.Name && complete(rp) && rp.Replicating && rp.IORunning != "No" && rp.SemiSync != nil &&
+			rp.SemiSync.SlaveEnabled && sameAddress(rp.SourceHost, rp.SourcePort, n.Address) {
+			return true
+		}
+	}
+	return false
+}
+
 // alignWaitNoSlave keeps, in durability semi_sync, the primary's
 // rpl_semi_sync_master_wait_no_slave ON while a semi-sync replica is
 // attached to it (or replicates from it and is reconnecting) and OFF while
@@ -380,14 +406,7 @@ func (t *term) applyDurability(ctx context.Context, cfg *config.Config, cl *conf
 // or quarantined). semi_sync_durable keeps the switch ON (its commits wait
 // for a replica, by design).
 func (t *term) alignWaitNoSlave(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, n config.Node, p topo.Probe, probes map[string]topo.Probe) {
-	attached := p.SemiSync.Clients > 0
-	for name, rp := range probes {
-		if attached {
-			break
-		}
-		attached = name != n.Name && complete(rp) && rp.Replicating && rp.IORunning != "No" && rp.SemiSync != nil &&
-			rp.SemiSync.SlaveEnabled && sameAddress(rp.SourceHost, rp.SourcePort, n.Address)
-	}
+	attached := semiSyncAttached(n, p, probes)
 	if attached == p.SemiSync.WaitNoSlave {
 		return
 	}

@@ -60,6 +60,48 @@ func TestSemiSyncNoReplicaNoWait(t *testing.T) {
 	if took > time.Duration(timeoutMS)*time.Millisecond/2 {
 		t.Fatalf("5 writes with no replica took %s (rpl_semi_sync_master_timeout %d ms): they waited for a replica", took, timeoutMS)
 	}
+	// A primary whose semi-sync primary side is off and wait_no_slave ON
+	// (a replica's settings, as on a node just promoted with no replica
+	// left): the controller switches it on without making a commit wait
+	// for nobody — wait_no_slave goes off first. Writes run throughout.
+	for _, q := range []string{"SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON", "SET GLOBAL rpl_semi_sync_master_enabled = OFF"} {
+		if _, err := s.root(0).Exec(q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	stop := make(chan struct{})
+	slowest := make(chan time.Duration, 1)
+	go func() {
+		var worst time.Duration
+		for i := 100; ; i++ {
+			select {
+			case <-stop:
+				slowest <- worst
+				return
+			default:
+			}
+			st := time.Now()
+			if _, err := db.Exec("INSERT INTO sbtest.nw VALUES (?)", i); err != nil {
+				t.Error(err)
+			}
+			worst = max(worst, time.Since(st))
+		}
+	}()
+	master := func() int64 { return s.rootInt(0, "SELECT @@GLOBAL.rpl_semi_sync_master_enabled") }
+	deadline = time.Now().Add(20 * time.Second)
+	for master() != 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	worst := <-slowest
+	if v := master(); v != 1 {
+		t.Fatalf("rpl_semi_sync_master_enabled %d, want the controller to switch it on\n%s", v, s.eventText())
+	}
+	if worst > time.Duration(timeoutMS)*time.Millisecond/2 {
+		t.Fatalf("a write took %s while the controller switched semi-sync on with no replica (timeout %d ms): it waited for nobody", worst, timeoutMS)
+	}
+	t.Logf("slowest write while semi-sync was switched on with no replica: %s", worst.Round(time.Millisecond))
 	if err := s.sb.StartNode(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
