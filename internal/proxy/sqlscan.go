@@ -102,23 +102,12 @@ func nextTxVars(rest []byte) bool {
 			return false
 		}
 		rest = tail
-		item = item[skipSpace(item):]
-		if len(item) < 3 || item[0] != '@' || item[1] != '@' {
-			return false
-		}
-		j := 2
-		for j < len(item) && isIdent(item[j]) {
-			j++
-		}
-		switch name := string(bytes.ToLower(item[2:j])); name {
+		switch unscopedAssign(item) {
 		case "tx_isolation", "transaction_isolation", "tx_read_only", "transaction_read_only":
+			n++
 		default:
 			return false
 		}
-		if !assigns(item[j:]) {
-			return false
-		}
-		n++
 	}
 	return n > 0
 }

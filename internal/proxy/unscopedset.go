@@ -27,21 +27,30 @@ func unscopedSysVars(q []byte) []string {
 			return nil
 		}
 		rest = tail
-		item = item[skipSpace(item):]
-		if len(item) < 3 || item[0] != '@' || item[1] != '@' {
-			continue
+		if name := unscopedAssign(item); name != "" && !trackingVar(name) {
+			out = append(out, name)
 		}
-		j := 2
-		for j < len(item) && isIdent(item[j]) {
-			j++
-		}
-		name := strings.ToLower(string(item[2:j]))
-		if name == "" || (j < len(item) && item[j] == '.') || !assigns(item[j:]) || trackingVar(name) {
-			continue // @@global.x, @@session.x, @@local.x, or not an assignment
-		}
-		out = append(out, name)
 	}
 	return out
+}
+
+// unscopedAssign returns, lower case, the system variable that the item
+// of a SET statement assigns as @@name without a scope; "" for anything
+// else (@@global.x, @@session.x, @@local.x, a user variable, not an
+// assignment).
+func unscopedAssign(item []byte) string {
+	item = item[skipSpace(item):]
+	if len(item) < 3 || item[0] != '@' || item[1] != '@' {
+		return ""
+	}
+	j := 2
+	for j < len(item) && isIdent(item[j]) {
+		j++
+	}
+	if j == 2 || (j < len(item) && item[j] == '.') || !assigns(item[j:]) {
+		return ""
+	}
+	return strings.ToLower(string(item[2:j]))
 }
 
 // readBackUnscoped records the session values of the system variables the
