@@ -704,7 +704,8 @@ type FailoverConfig struct {
 	// every one except a plain consistent read — a SELECT with no locking
 	// clause (FOR UPDATE, LOCK IN SHARE MODE, FOR SHARE), no INTO, no
 	// variable, no sequence, calling only built-in functions without side
-	// effects — in a transaction that is not SERIALIZABLE. Such a read
+	// effects — in a transaction that is not SERIALIZABLE, and whose replay
+	// wrote no rows (session Handler_write/update/delete). Such a read
 	// changes nothing and locks nothing: its result reaches only the
 	// client, which already has it, while every write and locking read is
 	// still compared, so the replayed transaction commits what the
