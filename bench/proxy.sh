@@ -60,9 +60,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Below the kernel's ephemeral range: a port picked there can be taken, before
+# `switchyard up` binds it minutes later, by a client connection's local
+# port (sysbench opens thousands).
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 freeport() {
   while :; do
-    p=$(shuf -i 20000-45000 -n 1)
+    p=$(shuf -i "10000-$((EPHEMERAL_LOW - 1))" -n 1)
     ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return; }
   done
 }
