@@ -86,6 +86,10 @@ func durableSettings(mode string) probe.SemiSyncSettings {
 	if mode == config.DurabilitySemiSyncDurable {
 		to := probe.DurableSemiSyncTimeoutMS
 		s.TimeoutMS, s.WaitNoSlave = &to, &on
+	} else {
+		// No commit waits the timeout for a replica that is not there
+		// (alignWaitNoSlave switches it ON once one attaches).
+		s.NoWaitAlone = true
 	}
 	return s
 }
@@ -146,17 +150,9 @@ func (t *term) enforceDurability(ctx context.Context, cfg *config.Config, cl *co
 				t.reportFallback(ctx, cl, st, n.Name, p.SemiSync)
 			}
 			if !t.durabilityCheck(ctx, cfg, cl, cr, *n, topo.RolePrimary, drift, func(pr *nodeProber, ctx context.Context) error {
-				set := durableSettings(mode)
-				if mode == config.DurabilitySemiSync && !p.SemiSync.MasterEnabled && !semiSyncAttached(*n, p, probes) {
-					// Switched on with no replica attached and
-					// wait_no_slave ON (a replica's default), a commit
-					// waits rpl_semi_sync_master_timeout for nobody, and
-					// switching wait_no_slave off after that does not
-					// release it: off first (alignWaitNoSlave).
-					off := false
-					set.WaitNoSlave = &off
-				}
-				return pr.ApplySemiSyncPrimary(ctx, set)
+				// semi_sync: wait_no_slave OFF first when no replica
+				// is connected (durableSettings, NoWaitAlone).
+				return pr.ApplySemiSyncPrimary(ctx, durableSettings(mode))
 			}) {
 				allOK = false
 			}

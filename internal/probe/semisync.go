@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -92,6 +93,13 @@ type SemiSyncSettings struct {
 	WaitPoint     string // "" leaves it
 	TimeoutMS     *uint64
 	WaitNoSlave   *bool
+	// NoWaitAlone, with MasterEnabled ON and WaitNoSlave nil: when no
+	// semi-sync replica is connected (Rpl_semi_sync_master_clients 0),
+	// rpl_semi_sync_master_wait_no_slave is set OFF before the master
+	// switch. Switched on with it ON and no replica, every commit waits
+	// rpl_semi_sync_master_timeout for nobody, and turning it OFF after
+	// that does not release the waiting commits (checked on 10.11.19).
+	NoWaitAlone bool
 }
 
 // ApplySemiSyncPrimary sets the semi-sync master variables on the node
@@ -104,6 +112,16 @@ func (p *Prober) ApplySemiSyncPrimary(ctx context.Context, s SemiSyncSettings) e
 			return "ON"
 		}
 		return "OFF"
+	}
+	if s.NoWaitAlone && s.MasterEnabled != nil && *s.MasterEnabled && s.WaitNoSlave == nil {
+		clients, err := p.semiSyncClients(ctx)
+		if err != nil {
+			return err
+		}
+		if clients == 0 {
+			off := false
+			s.WaitNoSlave = &off
+		}
 	}
 	var stmts []string
 	if s.WaitPoint != "" {
@@ -158,4 +176,25 @@ func (p *Prober) EnableSemiSyncReplica(ctx context.Context, restartIO bool) erro
 		return err
 	}
 	return p.exec(ctx, "START SLAVE IO_THREAD", "START SLAVE IO_THREAD")
+}
+
+// semiSyncClients returns Rpl_semi_sync_master_clients: the semi-sync
+// replicas connected to the node (0 when the server does not report it).
+func (p *Prober) semiSyncClients(ctx context.Context) (int64, error) {
+	db, err := p.admin()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := p.adminDeadline(ctx, 0)
+	defer cancel()
+	var name string
+	var n int64
+	err = db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'").Scan(&name, &n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, p.wrap("read Rpl_semi_sync_master_clients", err)
+	}
+	return n, nil
 }
