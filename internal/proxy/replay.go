@@ -271,10 +271,11 @@ func (s *session) recordBegin(cmd byte, p []byte, stmtID uint32, st *stmtInfo) (
 	if !inTx && autocommit && kind != kindBegin {
 		// Outside a transaction only a statement that may open one is
 		// kept; SET TRANSACTION gives the next one its characteristics.
+		// It is kept until a transaction begins: MariaDB keeps it over
+		// statements that open none (SET autocommit=0, SELECT 1), and
+		// one kept too long only makes the replay stricter.
 		if cmd == mysql.COM_QUERY && s.cls == classSetTx && p != nil {
 			r.pre = append(r.pre[:0], p...)
-		} else {
-			r.pre = r.pre[:0]
 		}
 		return false
 	}

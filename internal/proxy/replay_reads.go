@@ -172,7 +172,7 @@ func writeReadsRows(q []byte) bool {
 		case nameByte(c):
 			w := wordAt(q, i)
 			switch {
-			case eqFold(w, "select"), eqFold(w, "join"), del && eqFold(w, "using"):
+			case eqFold(w, "select"), eqFold(w, "join"), bytes.EqualFold(w, []byte("straight_join")), del && eqFold(w, "using"):
 				return true
 			case eqFold(w, "set"):
 				seenSet = true

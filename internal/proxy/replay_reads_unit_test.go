@@ -68,6 +68,7 @@ func TestWriteReadsRows(t *testing.T) {
 		"insert into dst (id) (select id from src)":                            true,
 		"UPDATE t SET v = (SELECT MAX(v) FROM u) WHERE id = 1":                 true,
 		"UPDATE t JOIN u ON t.id = u.id SET t.v = u.v":                         true,
+		"UPDATE t STRAIGHT_JOIN u ON t.id = u.id SET t.v = u.v":                true,
 		"UPDATE t, u SET t.v = u.v WHERE t.id = u.id":                          true,
 		"DELETE t FROM t, u WHERE t.id = u.id":                                 true,
 		"DELETE FROM t USING t, u WHERE t.id = u.id":                           true,

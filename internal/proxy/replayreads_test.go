@@ -82,6 +82,10 @@ func TestReplayConsistentReadsNotCompared(t *testing.T) {
 			"UPDATE sbtest.rp_t SET v = 21 WHERE id = 2", "statement 2", ""},
 		{"SET TRANSACTION SERIALIZABLE", []string{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "BEGIN", "SELECT v FROM rp_t WHERE id = 2"},
 			"UPDATE sbtest.rp_t SET v = 21 WHERE id = 2", "statement 3", ""},
+		// SET TRANSACTION holds over statements that open no
+		// transaction (here SET autocommit = 0).
+		{"SET TRANSACTION SERIALIZABLE, then autocommit=0", []string{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET autocommit = 0", "SELECT v FROM rp_t WHERE id = 2"},
+			"UPDATE sbtest.rp_t SET v = 21 WHERE id = 2", "statement 2", ""},
 		{"session SERIALIZABLE", []string{"SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE", "BEGIN", "SELECT v FROM rp_t WHERE id = 2"},
 			"UPDATE sbtest.rp_t SET v = 21 WHERE id = 2", "statement 2", ""},
 		{"a stored function", []string{"BEGIN", "SELECT rp_get(2)"},
@@ -138,6 +142,7 @@ func TestReplayConsistentReadsNotCompared(t *testing.T) {
 			}
 			t.Logf("refused: %s", msg)
 			// The session goes on at its default level.
+			mustExec(t, conn, "SET autocommit = 1")
 			mustExec(t, conn, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 		})
 	}
