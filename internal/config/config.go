@@ -703,7 +703,7 @@ type FailoverConfig struct {
 	// one (MaxScale's transaction_replay_checksum=full). "no_consistent_reads":
 	// every one except a plain consistent read — a SELECT with no locking
 	// clause (FOR UPDATE, LOCK IN SHARE MODE, FOR SHARE), no INTO, no
-	// variable, no sequence, calling only built-in functions without side
+	// variable assignment, no sequence, calling only built-in functions without side
 	// effects — in a transaction that is not SERIALIZABLE, and whose replay
 	// wrote no rows (session Handler_write/update/delete). Such a read
 	// changes nothing and locks nothing: its result reaches only the

@@ -326,7 +326,7 @@ func (s *session) afterCut(cmd byte, why string, lost, wrote bool) string {
 		return s.rerunPrepareLost(node)
 	}
 	if s.l.role == rolePrimary && !inTx && s.cls == classSelect && len(s.rerun) > 1 && s.rerun[0] == mysql.COM_QUERY &&
-		!s.rerunning && replaySafe(s.rerun[1:]) && oneStatement(s.rerun[1:]) {
+		!s.rerunning && rerunnableRead(s.rerun[1:]) {
 		// A plain autocommit read (text protocol, no locking clause)
 		// changes nothing: it runs again on the primary the controller
 		// names, as one whose connection died (primaryBackendLost).
@@ -336,7 +336,7 @@ func (s *session) afterCut(cmd byte, why string, lost, wrote bool) string {
 	if s.l.role == rolePrimary && !inTx && cmd == mysql.COM_STMT_EXECUTE && len(s.rerun) >= execHeader &&
 		s.rerun[0] == mysql.COM_STMT_EXECUTE && !s.rerunning {
 		if st := s.stmts[binary.LittleEndian.Uint32(s.rerun[1:])]; st != nil && st.class == classSelect &&
-			replaySafe(st.text) && oneStatement(st.text) {
+			rerunnableRead(st.text) {
 			// The same for a prepared plain read: executed again on
 			// the next primary, its statement prepared again there.
 			s.log.Info("running a prepared read cut in flight again on the next primary", "node", node, "why", why)
@@ -423,5 +423,14 @@ func (s *session) plainReadInFlight() bool {
 			text = st.text
 		}
 	}
-	return text != nil && !lockingRead(text) && !containsFold(text, "benchmark")
+	return text != nil && consistentRead(text)
 }
+
+// rerunnableRead reports whether autocommit read q may run again on the
+// next primary when its answer was lost: a plain consistent read
+// (consistentRead: no locking clause, no variable, only built-in
+// functions that change nothing, one statement) that replaySafe also
+// accepts. A SELECT calling a stored function may have written on the lost
+// primary: run again, it would write twice. (A view whose column calls
+// such a function is not seen.)
+func rerunnableRead(q []byte) bool { return replaySafe(q) && consistentRead(q) }

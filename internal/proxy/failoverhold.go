@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -369,7 +368,7 @@ func (s *session) primaryBackendLost(cmd byte, err error) string {
 	}
 	if s.cls == classSelect && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
 		switch {
-		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && replaySafe(s.rerun[1:]) && oneStatement(s.rerun[1:]):
+		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && rerunnableRead(s.rerun[1:]):
 			return s.rerunRead(node)
 		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning:
 			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write: check before retrying"))
@@ -633,14 +632,6 @@ func (s *session) keepForLoss(p []byte) {
 		// if the lost primary provably never ran it (notExecuted).
 		s.rerun = append(s.rerun, p...)
 	}
-}
-
-// oneStatement reports whether q holds a single statement: no ';' but
-// trailing ones (a ';' inside a literal makes it look like several, which
-// only means it is not run again).
-func oneStatement(q []byte) bool {
-	q = bytes.TrimRight(q, " \t\r\n;")
-	return bytes.IndexByte(q, ';') < 0
 }
 
 // peerGone reports, without blocking or allocating, whether the server

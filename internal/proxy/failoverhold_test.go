@@ -69,9 +69,11 @@ func TestLostStatementScanners(t *testing.T) {
 			t.Errorf("isCommit(%q) = %v, want %v", q, got, want)
 		}
 	}
-	for q, want := range map[string]bool{"SELECT 1": true, "SELECT 1;": true, "SELECT 1 ; \n": true, "SELECT 1; DELETE FROM t": false, "SELECT ';'": false} {
-		if got := oneStatement([]byte(q)); got != want {
-			t.Errorf("oneStatement(%q) = %v, want %v", q, got, want)
+	for q, want := range map[string]bool{"SELECT 1": true, "SELECT 1;": true, "SELECT 1 ; \n": true, "SELECT 1; DELETE FROM t": false,
+		"SELECT ';'": true, "SELECT f_w(1)": false, "SELECT COUNT(*) FROM t": true, "SELECT v FROM t FOR UPDATE": false,
+		"SELECT SLEEP(1)": false, "SELECT GET_LOCK('a', 1)": false} {
+		if got := rerunnableRead([]byte(q)); got != want {
+			t.Errorf("rerunnableRead(%q) = %v, want %v", q, got, want)
 		}
 	}
 }

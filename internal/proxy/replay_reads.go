@@ -187,8 +187,8 @@ func writeReadsRows(q []byte) bool {
 
 // consistentRead reports whether statement text q is a plain consistent
 // read: a SELECT (possibly parenthesized) with no locking clause (FOR
-// UPDATE, FOR SHARE, LOCK IN SHARE MODE), no INTO, no PROCEDURE, no user
-// or system variable, no sequence function, no executable comment, a
+// UPDATE, FOR SHARE, LOCK IN SHARE MODE), no INTO, no PROCEDURE, no
+// variable assignment (:=), no sequence function, no executable comment, a
 // single statement, and calling only the built-in functions and keywords
 // of readFuncs (a stored function could write, or read into its own
 // variables). Anything it cannot tell is not one.
@@ -267,7 +267,9 @@ func consistentRead(q []byte) bool {
 			}
 			i = len(q)
 		case c == '@':
-			return false
+			// A variable read (@x, @@x): harmless; an assignment is
+			// refused at its := (or its INTO).
+			i, word, prevDot = i+1, nil, false
 		case c == ':' && i+1 < len(q) && q[i+1] == '=':
 			return false
 		case c == '.':
