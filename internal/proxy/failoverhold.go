@@ -180,6 +180,14 @@ func (s *session) lostKeyword() string {
 	return "the statement"
 }
 
+// errMaybeWrote is the error of an autocommit SELECT whose answer was lost
+// with its primary and that is not run again because it may lock or write
+// (a locking clause, a stored function): it may have run there.
+func errMaybeWrote(cluster, node string) *mysql.MyError {
+	return errUnknown(fmt.Sprintf("switchyard: the connection to primary %s of cluster %s was lost while this statement ran and it was not run again: "+
+		"it may lock or write (a locking clause, a stored function), and it may have run there; check before retrying, the session continues", node, cluster))
+}
+
 // errReadAbandoned is the error of a read in flight when its primary's
 // connection died that could not be run again: MySQL error 1105.
 func errReadAbandoned(cluster, node, why string) *mysql.MyError {
@@ -371,7 +379,7 @@ func (s *session) primaryBackendLost(cmd byte, err error) string {
 		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning && rerunnableRead(s.rerun[1:]):
 			return s.rerunRead(node)
 		case cmd == mysql.COM_QUERY && len(s.rerun) > 1 && !s.rerunning:
-			s.writeError(1, errReadAbandoned(s.l.cluster, node, "it may lock or write: check before retrying"))
+			s.writeError(1, errMaybeWrote(s.l.cluster, node))
 		case cmd == mysql.COM_STMT_EXECUTE:
 			s.writeError(1, errReadAbandoned(s.l.cluster, node, "prepared reads are not run again"))
 		default:
