@@ -308,7 +308,10 @@ func nameByte(c byte) bool { return isWordByte(c) || c == '$' || c >= 0x80 }
 
 // readFuncs are the words that may precede '(' in a plain consistent
 // read: keywords, type names (CAST(x AS DECIMAL(10,2))) and built-in
-// functions that neither write nor set anything. Not here, so such a read
+// functions that neither write nor set anything (an unqualified name that
+// is a built-in function's calls the built-in, never a stored function of
+// that name; words that are neither are left out: a stored function may
+// bear them). Not here, so such a read
 // is compared: LAST_INSERT_ID (with an argument it sets the value),
 // GET_LOCK and the other lock functions, SLEEP, BENCHMARK, sequence
 // functions, MASTER_POS_WAIT / MASTER_GTID_WAIT, LOAD_FILE, and every
@@ -318,8 +321,8 @@ var readFuncs = func() map[string]bool {
 	for _, w := range strings.Fields(`
 in exists and or not xor on using over from join straight_join where select as by when then else case
 any all some union except intersect is like rlike regexp between having distinct interval row index key
-partition window order group with rollup div mod null binary escape left right inner outer cross natural
-char character varchar decimal dec numeric signed unsigned integer int double float real date datetime time timestamp json
+partition order group with div mod null binary left right inner outer cross natural
+char character varchar decimal dec numeric signed unsigned integer int double float real date datetime time timestamp
 count sum min max avg group_concat bit_and bit_or bit_xor std stddev stddev_pop stddev_samp var_pop var_samp variance
 json_arrayagg json_objectagg
 concat concat_ws substring substr substring_index mid length octet_length char_length character_length bit_length
