@@ -112,7 +112,7 @@ func BuildState(in BuildInput) (topo.ClusterState, []Finding) {
 		switch {
 		case !pp.Reachable:
 			findings = append(findings, Finding{Code: FindingPrimaryUnreachable, Node: st.Primary,
-				Message: fmt.Sprintf("primary %s unreachable: %s (no automatic failover; primary kept)", st.Primary, pp.Error)})
+				Message: fmt.Sprintf("primary %s unreachable: %s (it stays the routed primary until the failure analysis confirms it dead: see the next findings)", st.Primary, pp.Error)})
 		case pp.Error != "":
 			// Reachable but the probe was incomplete; nothing more to say.
 		case pp.Replicating:
