@@ -67,10 +67,10 @@ type metrics struct {
 	primaryLostInFlight *prometheus.CounterVec
 	primaryLostRerun    *prometheus.CounterVec
 	// Transaction replay (replay.go).
-	replayAttempts *prometheus.CounterVec
-	replays        *prometheus.CounterVec
-	replayReadsNew *prometheus.CounterVec
-	outcomeUnknown *prometheus.CounterVec
+	replayAttempts      *prometheus.CounterVec
+	replays             *prometheus.CounterVec
+	replayReadsDiffered *prometheus.CounterVec
+	outcomeUnknown      *prometheus.CounterVec
 	// outcomeResolved counts COMMITs in flight resolved by their commit
 	// marker (outcome.go), by listener and outcome.
 	outcomeResolved *prometheus.CounterVec
@@ -161,7 +161,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "switchyard_proxy_transaction_replays_total",
 			Help: "Outcomes of transaction replays, by listener and result: replayed (the transaction continues on the new primary), or why it was rolled back instead (not_replayable, limit, mismatch, no_primary, connect, lost_again).",
 		}, []string{"listener", "result"}),
-		replayReadsNew: prometheus.NewCounterVec(prometheus.CounterOpts{
+		replayReadsDiffered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_proxy_replay_reads_differed_total",
 			Help: "Plain consistent reads that returned a different result when their transaction was replayed and were not compared (failover.replay_checksum no_consistent_reads): the replay went on, by listener.",
 		}, []string{"listener"}),
@@ -292,7 +292,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg1(&m.primaryLostRerun)
 	reg1(&m.replayAttempts)
 	reg1(&m.replays)
-	reg1(&m.replayReadsNew)
+	reg1(&m.replayReadsDiffered)
 	reg1(&m.outcomeUnknown)
 	reg1(&m.outcomeResolved)
 	reg2(&m.poolConns)

@@ -28,7 +28,7 @@ import (
 //
 // A read qualifies only when nothing of it can reach the server's state:
 // consistentRead below; and not in a SERIALIZABLE transaction, where
-// InnoDB makes plain SELECTs locking reads (relaxedReads).
+// InnoDB makes plain SELECTs locking reads (replayChecks).
 
 // handlerWrites returns the rows the connection be has written, updated
 // and deleted (Handler_write + Handler_update + Handler_delete, session
@@ -39,7 +39,7 @@ func (s *session) handlerWrites(br *bufio.Reader, be *backend) (n uint64, ok boo
 	v, found, code, _, err := s.queryOne(br, be, []byte("SELECT SUM(VARIABLE_VALUE) FROM information_schema.SESSION_STATUS "+
 		"WHERE VARIABLE_NAME IN ('HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE')"))
 	if err != nil {
-		return 0, false, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+		return 0, false, lostInReplay(be, err)
 	}
 	if code != 0 || !found {
 		return 0, false, ""
@@ -119,7 +119,7 @@ func (s *session) replayIsolation(br *bufio.Reader, be *backend, n int) (level, 
 	for _, q := range []string{"SELECT @@SESSION.tx_isolation", "SELECT @@SESSION.transaction_isolation"} {
 		v, found, code, _, err := s.queryOne(br, be, []byte(q))
 		if err != nil {
-			return "", fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+			return "", lostInReplay(be, err)
 		}
 		if code == 0 && found {
 			return strings.ToUpper(v), ""
@@ -141,20 +141,14 @@ func writeReadsRows(q []byte) bool {
 	depth := 0
 	for i := 0; i < len(q); {
 		c := q[i]
+		if next, comment, ok := skipComment(q, i); comment {
+			if !ok {
+				return true // executable or not closed: not looked at
+			}
+			i = next
+			continue
+		}
 		switch {
-		case c == '/' && i+1 < len(q) && q[i+1] == '*':
-			if i+2 < len(q) && (q[i+2] == '!' || q[i+2] == 'M') {
-				return true
-			}
-			end := bytes.Index(q[i+2:], []byte("*/"))
-			if end < 0 {
-				return true
-			}
-			i += 2 + end + 2
-		case c == '#' || c == '-' && i+2 < len(q) && q[i+1] == '-' && q[i+2] <= ' ':
-			for i < len(q) && q[i] != '\n' {
-				i++
-			}
 		case c == '\'' || c == '"' || c == '`':
 			j := closeQuote(q, i)
 			if j < 0 || c != '`' && bytes.IndexByte(q[i:j], '\\') >= 0 {
@@ -203,25 +197,12 @@ func consistentRead(q []byte) bool {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
 			i++
 			continue
-		case c == '#':
-			for i < len(q) && q[i] != '\n' {
-				i++
+		}
+		if next, comment, ok := skipComment(q, i); comment {
+			if !ok {
+				return false // executable or not closed
 			}
-			continue
-		case c == '-' && i+1 < len(q) && q[i+1] == '-' && (i+2 == len(q) || q[i+2] <= ' '):
-			for i < len(q) && q[i] != '\n' {
-				i++
-			}
-			continue
-		case c == '/' && i+1 < len(q) && q[i+1] == '*':
-			if i+2 < len(q) && (q[i+2] == '!' || q[i+2] == 'M' && i+3 < len(q) && q[i+3] == '!') {
-				return false // executable comment
-			}
-			end := strings.Index(string(q[i+2:]), "*/")
-			if end < 0 {
-				return false
-			}
-			i += 2 + end + 2
+			i = next
 			continue
 		}
 		if !seenSelect {
@@ -292,6 +273,36 @@ func consistentRead(q []byte) bool {
 		}
 	}
 	return seenSelect
+}
+
+// skipComment reports whether a comment (#, -- , /* */) starts at q[i]
+// and, when it does, the index just past it; ok is false for one the
+// scanners cannot skip: an executable comment (/*! */, /*M! */, whose
+// content MariaDB runs) or one not closed.
+func skipComment(q []byte, i int) (next int, comment, ok bool) {
+	switch {
+	case q[i] == '#' || q[i] == '-' && i+1 < len(q) && q[i+1] == '-' && (i+2 == len(q) || q[i+2] <= ' '):
+		for i < len(q) && q[i] != '\n' {
+			i++
+		}
+		return i, true, true
+	case q[i] == '/' && i+1 < len(q) && q[i+1] == '*':
+		if i+2 < len(q) && (q[i+2] == '!' || q[i+2] == 'M' && i+3 < len(q) && q[i+3] == '!') {
+			return i, true, false
+		}
+		end := bytes.Index(q[i+2:], []byte("*/"))
+		if end < 0 {
+			return i, true, false
+		}
+		return i + 2 + end + 2, true, true
+	}
+	return i, false, false
+}
+
+// lostInReplay says that the new primary connection be failed with err
+// during a replay.
+func lostInReplay(be *backend, err error) string {
+	return fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
 }
 
 // wordAt returns the word (letters, digits, '_', '$', bytes past ASCII)

@@ -401,7 +401,7 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 			err = s.sendRecorded(be, e, id)
 		}
 		if err != nil {
-			return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+			return replayLostAgain, lostInReplay(be, err)
 		}
 		sum, status, b, err := s.readSum(br, buf)
 		buf = b
@@ -436,7 +436,7 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 			cl[0] = mysql.COM_STMT_CLOSE
 			binary.LittleEndian.PutUint32(cl[1:], id)
 			if _, err := mysqlproto.WritePacket(be.conn, 0, cl[:]); err != nil {
-				return replayLostAgain, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+				return replayLostAgain, lostInReplay(be, err)
 			}
 		}
 		if sum != e.sum && plainRead && wroteKnown && r.errCode == 0 && status&mysql.SERVER_STATUS_IN_TRANS != 0 {
@@ -452,7 +452,7 @@ func (s *session) replayTx(lost string, inflight, connected bool) (string, strin
 			}
 			if ok && after == wrote {
 				differed++
-				s.srv.metrics.replayReadsNew.WithLabelValues(s.l.name).Inc()
+				s.srv.metrics.replayReadsDiffered.WithLabelValues(s.l.name).Inc()
 				sum = e.sum
 			}
 			wrote, wroteKnown = after, ok
@@ -503,7 +503,7 @@ const replayLockWait = time.Second
 func (s *session) boundLockWait(br *bufio.Reader, be *backend) (restore []byte, why string) {
 	v, found, code, _, err := s.queryOne(br, be, []byte("SELECT @@SESSION.innodb_lock_wait_timeout"))
 	if err != nil {
-		return nil, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+		return nil, lostInReplay(be, err)
 	}
 	cur, perr := strconv.ParseUint(v, 10, 64)
 	if code != 0 || !found || perr != nil || cur <= uint64(replayLockWait/time.Second) {
@@ -511,7 +511,7 @@ func (s *session) boundLockWait(br *bufio.Reader, be *backend) (restore []byte, 
 	}
 	_, _, code, _, err = s.queryOne(br, be, []byte("SET SESSION innodb_lock_wait_timeout = "+strconv.Itoa(int(replayLockWait/time.Second))))
 	if err != nil {
-		return nil, fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+		return nil, lostInReplay(be, err)
 	}
 	if code != 0 {
 		return nil, ""
@@ -534,7 +534,7 @@ func (s *session) forceInsertID(br *bufio.Reader, be *backend, id uint64) string
 	_, _, code, _, err := s.queryOne(br, be, strconv.AppendUint([]byte("SET insert_id = "), id, 10))
 	switch {
 	case err != nil:
-		return fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err)
+		return lostInReplay(be, err)
 	case code != 0:
 		return fmt.Sprintf("the new primary %s refused SET insert_id during the replay (error %d)", be.t.node, code)
 	}
@@ -602,7 +602,7 @@ func (s *session) replayStmtID(br *bufio.Reader, be *backend, e *replayEntry) (i
 		return cur.backendID, false, nil
 	}
 	if err := writePacket(be.conn, 0, append([]byte{mysql.COM_STMT_PREPARE}, e.st.text...)); err != nil {
-		return 0, false, errUnknown(fmt.Sprintf("the new primary %s was lost during the replay: %v", be.t.node, err))
+		return 0, false, errUnknown(lostInReplay(be, err))
 	}
 	// The client closed it: no definitions to give it.
 	id, _, merr = s.readPrepared(br, be, e.st)

@@ -26,7 +26,7 @@ func TestReplayConsistentReadsNotCompared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	db := rh.db("rw", "sbtest", func(c *mysql.Config) { c.InterpolateParams = false })
-	differed := func() float64 { return ctrValue(rh.srv.metrics.replayReadsNew.WithLabelValues("rw")) }
+	differed := func() float64 { return ctrValue(rh.srv.metrics.replayReadsDiffered.WithLabelValues("rw")) }
 
 	t.Run("plain reads differ, replayed", func(t *testing.T) {
 		rh.reset(3)
