@@ -31,6 +31,13 @@
 # BENCH_ROUNDS=N alternates the direct, HAProxy and Switchyard runs N times
 # per workload and prints each round's Switchyard/HAProxy ratios and their
 # median (default 1).
+# BENCH_GOMAXPROCS="1 2" runs the Switchyard proxy once per listed value in
+# each round, its process restarted with that GOMAXPROCS ("switchyard-p1",
+# "switchyard-p2"), and prints each round's ratios per value.
+# Every run also prints, for the whole machine, how busy it was, its CPU per
+# query (client, servers and proxy), the primary mariadbd's and sysbench's
+# CPU per query (sysbench's needs /usr/bin/time), and context switches and
+# rescheduling interrupts (a wake-up sent to another CPU) per query.
 # SWITCHYARD_BIN runs another build (default bin/switchyard), to compare two.
 # Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
@@ -171,6 +178,13 @@ fi
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # The machine's busy and total clock ticks (all CPUs, from /proc/stat).
 machine() { awk '/^cpu / {t=0; for (i=2; i<=NF; i++) t+=$i; print t-$5-$6, t; exit}' /proc/stat; }
+# Context switches (all tasks) and rescheduling interrupts (all CPUs: a
+# wake-up of a task on another CPU that must preempt or leave idle there),
+# from /proc/stat and /proc/interrupts.
+switches() {
+  awk '/^ctxt / {print $2; exit}' /proc/stat
+  awk '$1 == "RES:" {t=0; for (i=2; i<=NF && $i ~ /^[0-9]+$/; i++) t+=$i; print t; f=1} END {if (!f) print 0}' /proc/interrupts
+}
 # The primary's mariadbd: the process listening on its port.
 SERVERPID=$(ss -Hltnp "sport = :${SWITCHYARD_PRIMARY##*:}" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
 usys() { awk '{print $14, $15}' "/proc/$1/stat"; }
@@ -222,14 +236,16 @@ run() {
   c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
   local us0="0 0" us1="0 0" t0 t1; t0=$(date +%s.%N)
   [ -n "$pid" ] && us0=$(usys "$pid")
-  local m0 m1 sv0=0 sv1=0; m0=$(machine); [ -n "$SERVERPID" ] && sv0=$(cpu "$SERVERPID")
+  local m0 m1 sv0=0 sv1=0 x0 x1; m0=$(machine); x0=$(switches | tr '\n' ' '); [ -n "$SERVERPID" ] && sv0=$(cpu "$SERVERPID")
   [ "$PROFILE" = 1 ] && [ -n "$pid" ] && profile_start "$name" "$wl" "$pid"
-  out=$(sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
-        --mysql-ignore-errors=none --report-interval=0 run)
+  # /usr/bin/time (when installed) gives the client's own CPU time.
+  local timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "client-cpu %U %S")
+  out=$(${timer[@]+"${timer[@]}"} sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
+        --mysql-ignore-errors=none --report-interval=0 run 2>&1) || { echo "sysbench $wl through $name failed:" >&2; echo "$out" >&2; exit 1; }
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
   t1=$(date +%s.%N)
   [ -n "$pid" ] && us1=$(usys "$pid")
-  m1=$(machine); [ -n "$SERVERPID" ] && sv1=$(cpu "$SERVERPID")
+  m1=$(machine); x1=$(switches | tr '\n' ' '); [ -n "$SERVERPID" ] && sv1=$(cpu "$SERVERPID")
   q=$(awk '/queries:/ {print $2; exit}' <<<"$out")
   QPS[$name/$wl]=$(awk -F'[(]' '/queries:/ {split($2,a," "); print a[1]; exit}' <<<"$out")
   P95[$name/$wl]=$(awk '/95th percentile:/ {print $3; exit}' <<<"$out")
@@ -253,10 +269,14 @@ run() {
   if [ "$q" -gt 0 ]; then
     # Where the whole machine's CPU went: how busy it was, its CPU per
     # query (client, servers and proxy together) and the primary's share.
-    awk -v a="$m0" -v b="$m1" -v s0="$sv0" -v s1="$sv1" -v hz="$HZ" -v q="$q" -v name="$name" 'BEGIN {
-      split(a, x, " "); split(b, y, " ")
-      printf "    %-13s machine busy %.0f %%, machine CPU %.1f us per query, primary mariadbd %.1f us per query\n",
-        name, 100 * (y[1] - x[1]) / (y[2] - x[2]), (y[1] - x[1]) / hz * 1e6 / q, (s1 - s0) / hz * 1e6 / q }'
+    awk -v a="$m0" -v b="$m1" -v s0="$sv0" -v s1="$sv1" -v hz="$HZ" -v q="$q" -v name="$name" -v c0="$x0" -v c1="$x1" \
+        -v client="$(awk '/^client-cpu / {print $2 + $3}' <<<"$out")" 'BEGIN {
+      split(a, x, " "); split(b, y, " "); split(c0, u, " "); split(c1, v, " ")
+      printf "    %-13s machine busy %.0f %%, machine CPU %.1f us per query, primary mariadbd %.1f us per query",
+        name, 100 * (y[1] - x[1]) / (y[2] - x[2]), (y[1] - x[1]) / hz * 1e6 / q, (s1 - s0) / hz * 1e6 / q
+      if (client != "") printf ", sysbench %.1f us per query", client * 1e6 / q
+      printf "\n    %-13s per query, whole machine: context switches %.2f, rescheduling interrupts %.2f\n",
+        name, (v[1] - u[1]) / q, (v[2] - u[2]) / q }'
   fi
   if [ "$PROFILE" = 1 ] && [ -n "$pid" ]; then profile_end "$name" "$wl" "$q"; fi
 }
@@ -279,13 +299,32 @@ echo "== $SECS s per run, $THREADS threads, --db-ps-mode=$PS_MODE, clients: $mod
 # N times in turn per workload: a disturbance of the shared machine then
 # lands in one round, and the ratios of each round are printed with their
 # median (the final ratios below are the last round's).
-declare -A RQPS RCPU
+declare -A RQPS RCPU RP
+# BENCH_GOMAXPROCS="1 2" runs the Switchyard proxy once per value in each
+# round (the `switchyard proxy` process restarted with that GOMAXPROCS:
+# "switchyard-p1", "switchyard-p2"), to compare processor counts in one run.
+PROCS_LIST=${BENCH_GOMAXPROCS:-}
+start_proxy() { # GOMAXPROCS
+  kill "$SYPID" 2>/dev/null || true
+  wait "$SYPID" 2>/dev/null || true
+  GOMAXPROCS=$1 $SY proxy --config "$SWITCHYARD_CONFIG" "${EXT[@]}" --log-level warn >"$WORK/switchyard-p$1.log" 2>&1 &
+  SYPID=$!
+  wait_proxy "$SYPID" "$WORK/switchyard-p$1.log" "${EXT[@]}"
+}
 for wl in oltp_point_select oltp_read_write; do
   for round in $(seq 1 "$ROUNDS"); do
     [ "$ROUNDS" -gt 1 ] && echo "  -- $wl round $round of $ROUNDS"
     run direct "$PRIMARY_PORT" "$wl" ""
     run haproxy "$HAPORT" "$wl" "$HAPID"
     [ "$GO_L4" = 1 ] && run go-l4 "$L4PORT" "$wl" "$L4PID"
+    if [ -n "$PROCS_LIST" ]; then
+      for v in $PROCS_LIST; do
+        start_proxy "$v"
+        run "switchyard-p$v" "$RW_PORT" "$wl" "$SYPID"
+        RP[$v/$wl]+="$(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard-p$v/$wl]}" -v hc="${CPUUS[haproxy/$wl]}" -v sc="${CPUUS[switchyard-p$v/$wl]}" 'BEGIN {printf "%.3f/%.3f", s/h, sc/hc}') "
+      done
+      continue
+    fi
     run switchyard "$RW_PORT" "$wl" "$SYPID"
     RQPS[$wl]+="$(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" 'BEGIN {printf "%.3f", s/h}') "
     RCPU[$wl]+="$(awk -v h="${CPUUS[haproxy/$wl]}" -v s="${CPUUS[switchyard/$wl]}" 'BEGIN {printf "%.3f", s/h}') "
@@ -307,12 +346,18 @@ done
 echo
 echo "== ratios (qps)"
 for wl in oltp_point_select oltp_read_write; do
-  awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" \
+  awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]:-0}" \
     -v u="${QPS[switchyard-up/$wl]:-0}" \
     -v g="${QPS[go-l4/$wl]:-0}" \
     'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f  switchyard-up/haproxy %.3f  go-l4/haproxy %.3f\n", w, h/d, s/d, s/h, u/h, g/h}'
 done
-if [ "$ROUNDS" -gt 1 ]; then
+if [ -n "$PROCS_LIST" ]; then
+  echo "== switchyard-pN/haproxy per round (qps ratio/cpu-per-query ratio), by GOMAXPROCS"
+  for wl in oltp_point_select oltp_read_write; do
+    for v in $PROCS_LIST; do printf '  %-17s GOMAXPROCS=%s  %s\n' "$wl" "$v" "${RP[$v/$wl]}"; done
+  done
+fi
+if [ "$ROUNDS" -gt 1 ] && [ -z "$PROCS_LIST" ]; then
   echo "== switchyard/haproxy per round (qps; cpu per query), median of $ROUNDS rounds"
   med() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
   for wl in oltp_point_select oltp_read_write; do

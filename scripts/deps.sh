@@ -6,7 +6,7 @@
 # proxy: PyMySQL and mysqlclient for Debian's /usr/bin/python3, Node.js and
 # npm (mysql2 and mariadb come from the npm registry at run time, npm ci of
 # tools/compat/checks/node's lock file), mariadb-test (mariadb-test-run,
-# mariadb-client-test), and prometheus for promtool (the alert rules' tests). Debian/Ubuntu only; run as root (or with sudo available).
+# mariadb-client-test), prometheus for promtool (the alert rules' tests), and time (/usr/bin/time: bench/proxy.sh's client CPU). Debian/Ubuntu only; run as root (or with sudo available).
 set -euo pipefail
 
 need=()
@@ -22,6 +22,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/bin/time ] || need+=(time) # bench/proxy.sh: the client's CPU time
 command -v mariadb-client-test >/dev/null 2>&1 || [ -x /usr/share/mysql/mysql-test/mariadb-test-run ] || need+=(mariadb-test)
 
 if [ ${#need[@]} -eq 0 ]; then

@@ -19,7 +19,7 @@
 // it prints the candidate's warmth at promotion and the read latency on the
 // new primary in the seconds right after the switchover.
 //
-// Usage: go run ./bench/switchover [-part all|pause|warm] [-switchovers 20] [-writers 8] [-sysbench=true] [-parallel-replication 0]
+// Usage: go run ./bench/switchover [-part all|pause|warm] [-switchovers 20] [-writers 8] [-sysbench=true] [-parallel-replication 0] [-cpuprofile FILE]
 package main
 
 import (
@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +62,7 @@ type options struct {
 	readers     int
 	parallel    int
 	verbose     bool
+	cpuprofile  string
 }
 
 func main() {
@@ -74,12 +76,44 @@ func main() {
 	flag.IntVar(&o.readers, "readers", 8, "concurrent readers (part warm)")
 	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on every node (optimistic mode), set after discovery; 0 leaves the sandbox's single SQL thread to the controller, which gives a replica with none 4")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (proxy, controller and embedded etcd; not the mariadbd nodes or sysbench) for the whole run to this file; read it with go tool pprof")
 	flag.Parse()
 	_ = mysql.SetLogger(&mysql.NopLogger{})
-	if err := run(o); err != nil {
+	stop, err := startCPUProfile(o.cpuprofile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/switchover:", err)
+		os.Exit(2)
+	}
+	err = run(o)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/switchover:", err)
 		os.Exit(1)
 	}
+}
+
+// startCPUProfile starts a CPU profile written to path ("" for none) and
+// returns the function that stops it and says where it is.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/switchover: -cpuprofile:", err)
+			return
+		}
+		fmt.Printf("CPU profile: %s (go tool pprof -top %s)\n", path, path)
+	}, nil
 }
 
 func run(o options) error {
