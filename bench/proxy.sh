@@ -195,7 +195,7 @@ SYSCALLS=(raw_syscalls:sys_enter syscalls:sys_enter_read syscalls:sys_enter_writ
 mallocs() { curl -sf "http://$SWITCHYARD_ADMIN/metrics" | awk '/^go_memstats_mallocs_total / {printf "%d", $2}'; }
 # profile_start NAME WL PID: perf stat on the proxy; for Switchyard a
 # malloc count and a CPU profile of the middle of the run.
-PERFPID=""; PPROFPID=""; RECPID=""; M0=0
+PERFPID=""; PPROFPID=""; RECPID=""; SCHEDPID=""; M0=0
 profile_start() {
   local name=$1 wl=$2 pid=$3 ev
   ev=$(IFS=,; echo "${SYSCALLS[*]}")
@@ -204,6 +204,9 @@ profile_start() {
   # Where the proxy's CPU goes, kernel included, in the middle of the run.
   (sleep $((SECS / 4)); perf record -q -F 499 -p "$pid" -o "$PROFILE_DIR/perf-$name-$wl.data" -- sleep $((SECS / 2 > 0 ? SECS / 2 : 1)) >/dev/null 2>&1) &
   RECPID=$!
+  # Every CPU's task switches for 1 s, to see what ran while a CPU idled.
+  (sleep $((SECS / 4)); perf record -q -e sched:sched_switch -a -o "$PROFILE_DIR/sched-$name-$wl.data" -- sleep 1 >/dev/null 2>&1) &
+  SCHEDPID=$!
   if [ "$name" = switchyard ]; then
     M0=$(mallocs)
     local d=$((SECS / 2)); [ "$d" -lt 1 ] && d=1
@@ -213,11 +216,40 @@ profile_start() {
     PPROFPID=$!
   fi
 }
+# idle_share NAME FILE: from a system-wide sched_switch record, the share
+# of CPU time spent idle, the time every CPU idled at once, and what the
+# busy CPUs ran meanwhile: a proxy that serialises the work shows up there,
+# the other CPU waiting for it.
+idle_share() {
+  [ -s "$2" ] || return 0
+  perf script -i "$2" -F cpu,time,trace 2>/dev/null | awk -v name="$1" '
+    match($0, /next_comm=.* next_pid=[0-9]+/) {
+      cpu = $1; gsub(/[^0-9]/, "", cpu); t = $2; sub(/:$/, "", t); t += 0
+      f = substr($0, RSTART, RLENGTH); pid = f; sub(/.* next_pid=/, "", pid)
+      comm = f; sub(/^next_comm=/, "", comm); sub(/ next_pid=[0-9]+$/, "", comm)
+      if (last != "") {
+        dt = t - last; nidle = 0; nbusy = 0
+        for (c in cur) { if (cur[c] == "") nidle++; else nbusy++ }
+        idle += dt * nidle; total += dt * (nidle + nbusy)
+        if (nidle > 0 && nbusy == 0) allidle += dt
+        if (nidle > 0 && nbusy > 0) for (c in cur) if (cur[c] != "") ran[cur[c]] += dt * nidle / nbusy
+      }
+      last = t; cur[cpu] = (pid == 0) ? "" : comm
+    }
+    END {
+      if (total == 0) exit
+      printf "    %-13s CPU idle %.0f %% of CPU time (all CPUs at once %.1f %%); meanwhile the busy CPUs ran:", name, 100 * idle / total, 100 * allidle * length(cur) / total
+      n = 0; for (k in ran) n++
+      for (i = 0; i < 4 && n > 0; i++) { b = ""; for (k in ran) if (b == "" || ran[k] > ran[b]) b = k; if (ran[b] <= 0) break; printf " %s %.0f %%", b, 100 * ran[b] / (idle - allidle * length(cur)); ran[b] = -1 }
+      printf "\n" }'
+}
 # profile_end NAME WL QUERIES: per-query figures.
 profile_end() {
   local name=$1 wl=$2 q=$3 line
   kill -INT "$PERFPID" 2>/dev/null || true; wait "$PERFPID" 2>/dev/null || true
   wait "$RECPID" 2>/dev/null || true
+  wait "$SCHEDPID" 2>/dev/null || true
+  idle_share "$name" "$PROFILE_DIR/sched-$name-$wl.data"
   line=$(awk -F, -v q="$q" '$3 ~ /sys_enter|context-switches|cpu-migrations/ && $1 ~ /^[0-9]+$/ && $1 > 0 {
       n=$3; sub(/^(raw_)?syscalls:sys_enter_?/, "", n); if (n == "") n="all";
       printf "%s %.2f  ", n, $1 / q }' "$PROFILE_DIR/syscalls-$name-$wl.csv")
@@ -371,7 +403,7 @@ if [ "$PROFILE" = 1 ]; then
     [ -s "$f" ] || continue
     echo
     echo "== perf, top symbols (kernel and user): $f"
-    perf report -q -i "$f" --no-children --sort sym 2>/dev/null | grep -v '^$' | head -22
+    perf report -q -i "$f" --no-children --sort sym 2>/dev/null | grep -v '^$' | head -22 || true # head closes the pipe early (pipefail)
   done
   for wl in idle oltp_point_select oltp_read_write; do
     [ -s "$PROFILE_DIR/cpu-$wl.pprof" ] || continue
