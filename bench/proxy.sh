@@ -26,22 +26,35 @@
 # allocations per query (go_memstats_mallocs_total from /metrics) and a CPU
 # profile of the middle of the run plus an allocation profile from the
 # admin endpoint's /debug/pprof (the sandbox config gets admin.pprof: true).
-# The profiles are kept in PROFILE_DIR (default /tmp/sy-profile.PID) and
-# their top functions printed (go tool pprof -top).
+# The profiles are kept in PROFILE_DIR (default /tmp/sy-profile.PID; 30-60
+# MB a run, not removed; the files of an earlier run there are removed
+# first) and their top functions printed (go tool pprof -top). On a machine
+# without hardware counters perf samples on a timer, so the kernel's
+# wake-up and task-switch symbols lead its tops for every process.
 # BENCH_ROUNDS=N alternates the direct, HAProxy and Switchyard runs N times
 # per workload and prints each round's Switchyard/HAProxy ratios and their
 # median (default 1).
-# BENCH_GOMAXPROCS="1 2" runs the Switchyard proxy once per listed value in
-# each round, its process restarted with that GOMAXPROCS ("switchyard-p1",
-# "switchyard-p2"), and prints each round's ratios per value.
+# BENCH_GOMAXPROCS="1 2" runs the Switchyard proxy once per listed value
+# (whole numbers above 0; each value once, in the order given) in each
+# round, in place of the plain "switchyard" run: its process restarted
+# with that GOMAXPROCS ("switchyard-p1", "switchyard-p2"), and prints each
+# round's ratios per value (instead of the medians of BENCH_ROUNDS).
 # Every run also prints, for the whole machine, how busy it was, its CPU per
 # query (client, servers and proxy), the primary mariadbd's and sysbench's
 # CPU per query (sysbench's needs /usr/bin/time), and context switches and
 # rescheduling interrupts (a wake-up sent to another CPU) per query.
 # SWITCHYARD_BIN runs another build (default bin/switchyard), to compare two.
+# BENCH_SECONDS is the length of each run (default 20; the positional
+# argument wins), BENCH_THREADS sysbench's threads (default 8),
+# BENCH_IDLE_SECONDS how long Switchyard's CPU with no client is measured
+# before the runs (default 5; at 100 clock ticks per second, 1 s gives 0 or
+# 10 ms/s). Ctrl-C (or SIGTERM) stops the benchmark and everything it
+# started once the command in progress returns.
 # Usage: bench/proxy.sh [--tls] [seconds-per-run]   (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage() { sed -n '2,/^# Usage:/p' "$0" | sed 's/^# \{0,1\}//'; }
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 TLS=${BENCH_TLS:-0}
 if [ "${1:-}" = "--tls" ]; then TLS=1; shift; fi
 SECS=${1:-${BENCH_SECONDS:-20}}
@@ -51,21 +64,46 @@ PS_MODE=${BENCH_PS_MODE:-auto}
 ROUNDS=${BENCH_ROUNDS:-1}
 PROFILE=${PROFILE:-0}
 PROFILE_DIR=${PROFILE_DIR:-/tmp/sy-profile.$$}
+positive() { # NAME VALUE: VALUE must be a whole number above 0
+  [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || { echo "bench/proxy.sh: $1 must be a whole number above 0, not '$2'" >&2; exit 2; }
+}
+positive "seconds per run (BENCH_SECONDS or the argument)" "$SECS"
+positive BENCH_THREADS "$THREADS"
+positive BENCH_ROUNDS "$ROUNDS"
+positive BENCH_IDLE_SECONDS "${BENCH_IDLE_SECONDS:-5}"
+# BENCH_GOMAXPROCS: whole numbers above 0, each once, in the order given.
+PROCS_LIST=""
+for v in ${BENCH_GOMAXPROCS:-}; do
+  positive "each BENCH_GOMAXPROCS value" "$v"
+  case " $PROCS_LIST " in *" $v "*) ;; *) PROCS_LIST="${PROCS_LIST:+$PROCS_LIST }$v" ;; esac
+done
 SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
+# An absolute path: --tls changes directory, and cleanup needs the binary.
+SY=$(realpath -e "$SY" 2>/dev/null) || { echo "bench/proxy.sh: no switchyard binary at ${SWITCHYARD_BIN:-bin/switchyard} (make build)" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
-SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""
+SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""; PERFPID=""; RECPID=""; SCHEDPID=""; SBPID=""
 cleanup() {
-  [ -n "$SYPID" ] && kill "$SYPID" 2>/dev/null || true
-  [ -n "$CTLPID" ] && kill "$CTLPID" 2>/dev/null || true
-  [ -n "$ETCDPID" ] && kill "$ETCDPID" 2>/dev/null || true
-  [ -n "$HAPID" ] && kill "$HAPID" 2>/dev/null || true
-  [ -n "$L4PID" ] && kill "$L4PID" 2>/dev/null || true
-  sleep 0.5
+  trap '' INT TERM
+  local p pids=""
+  # The profilers' subshells: their perf and curl children first.
+  for p in $RECPID $SCHEDPID ${PPROFPID:-}; do pkill -P "$p" 2>/dev/null || true; done
+  for p in $SBPID $SYPID $CTLPID $ETCDPID $HAPID $L4PID $PERFPID $RECPID $SCHEDPID; do
+    kill "$p" 2>/dev/null && pids+=" $p"
+  done
+  # Wait (at most 10 s) until what was signalled has exited.
+  for i in $(seq 1 100); do
+    local left=""
+    for p in $pids; do kill -0 "$p" 2>/dev/null && left+=" $p"; done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
   $SY sandbox down --dir "$WORK/sb" --purge >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'echo "bench/proxy.sh: interrupted" >&2; exit 130' INT
+trap 'exit 143' TERM
 
 # Below the kernel's ephemeral range: a port picked there can be taken, before
 # `switchyard up` binds it minutes later, by a client connection's local
@@ -84,6 +122,9 @@ $SY sandbox up --dir "$WORK/sb" --rw-address "127.0.0.1:$(freeport)" --ro-addres
 eval "$($SY sandbox env --dir "$WORK/sb")"
 if [ "$PROFILE" = 1 ]; then
   mkdir -p "$PROFILE_DIR"
+  # A reused directory: drop the files of an earlier run, so that none of
+  # them is reported as this run's.
+  rm -f "$PROFILE_DIR"/syscalls-*.csv "$PROFILE_DIR"/perf-*.data "$PROFILE_DIR"/sched-*.data "$PROFILE_DIR"/cpu-*.pprof "$PROFILE_DIR"/allocs-*.pprof
   # admin.pprof: true, right after the admin section's address.
   awk '/^[^ ]/ {a=0} /^admin:/ {a=1} a && /^ +pprof:/ {next} {print}
        a && /^ +address:/ {match($0, /^ +/); printf "%*spprof: true\n", RLENGTH, ""}' \
@@ -201,18 +242,21 @@ profile_start() {
   ev=$(IFS=,; echo "${SYSCALLS[*]}")
   perf stat -x, -e "$ev" -p "$pid" -o "$PROFILE_DIR/syscalls-$name-$wl.csv" 2>/dev/null &
   PERFPID=$!
+  # perf stat takes a moment to attach; the run must not start before.
+  for i in $(seq 1 30); do [ -s "$PROFILE_DIR/syscalls-$name-$wl.csv" ] && break; sleep 0.1; done
+  sleep 0.3
   # Where the proxy's CPU goes, kernel included, in the middle of the run.
   (sleep $((SECS / 4)); perf record -q -F 499 -p "$pid" -o "$PROFILE_DIR/perf-$name-$wl.data" -- sleep $((SECS / 2 > 0 ? SECS / 2 : 1)) >/dev/null 2>&1) &
   RECPID=$!
   # Every CPU's task switches for 1 s, to see what ran while a CPU idled.
   (sleep $((SECS / 4)); perf record -q -e sched:sched_switch -a -o "$PROFILE_DIR/sched-$name-$wl.data" -- sleep 1 >/dev/null 2>&1) &
   SCHEDPID=$!
-  if [ "$name" = switchyard ]; then
+  if [[ "$name" == switchyard || "$name" == switchyard-p* ]]; then
     M0=$(mallocs)
     local d=$((SECS / 2)); [ "$d" -lt 1 ] && d=1
     (sleep $((SECS / 4))
-     curl -sf -o "$PROFILE_DIR/allocs-$wl.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/allocs?seconds=$d" &
-     curl -sf -o "$PROFILE_DIR/cpu-$wl.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$d"; wait) &
+     curl -sf -o "$PROFILE_DIR/allocs-$name-$wl.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/allocs?seconds=$d" &
+     curl -sf -o "$PROFILE_DIR/cpu-$name-$wl.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$d"; wait) &
     PPROFPID=$!
   fi
 }
@@ -238,8 +282,9 @@ idle_share() {
     }
     END {
       if (total == 0) exit
-      printf "    %-13s CPU idle %.0f %% of CPU time (all CPUs at once %.1f %%); meanwhile the busy CPUs ran:", name, 100 * idle / total, 100 * allidle * length(cur) / total
+      printf "    %-13s CPU idle %.0f %% of CPU time (all CPUs at once %.1f %%)", name, 100 * idle / total, 100 * allidle * length(cur) / total
       n = 0; for (k in ran) n++
+      if (n > 0 && idle - allidle * length(cur) > 0) printf "; meanwhile the busy CPUs ran:"; else n = 0
       for (i = 0; i < 4 && n > 0; i++) { b = ""; for (k in ran) if (b == "" || ran[k] > ran[b]) b = k; if (ran[b] <= 0) break; printf " %s %.0f %%", b, 100 * ran[b] / (idle - allidle * length(cur)); ran[b] = -1 }
       printf "\n" }'
 }
@@ -253,10 +298,10 @@ profile_end() {
   line=$(awk -F, -v q="$q" '$3 ~ /sys_enter|context-switches|cpu-migrations/ && $1 ~ /^[0-9]+$/ && $1 > 0 {
       n=$3; sub(/^(raw_)?syscalls:sys_enter_?/, "", n); if (n == "") n="all";
       printf "%s %.2f  ", n, $1 / q }' "$PROFILE_DIR/syscalls-$name-$wl.csv")
-  printf '    %-10s per query (syscalls by call, context switches, migrations): %s\n' "$name" "$line"
-  if [ "$name" = switchyard ]; then
+  printf '    %-13s per query (syscalls by call, context switches, migrations): %s\n' "$name" "$line"
+  if [[ "$name" == switchyard || "$name" == switchyard-p* ]]; then
     local m1; m1=$(mallocs)
-    awk -v a="$M0" -v b="$m1" -v q="$q" 'BEGIN {printf "    switchyard allocations/query: %.1f (whole process: proxy, controller, embedded etcd)\n", (b - a) / q}'
+    awk -v a="$M0" -v b="$m1" -v q="$q" -v name="$name" 'BEGIN {printf "    %-13s allocations/query: %.1f (the switchyard proxy process)\n", name, (b - a) / q}'
     wait "$PPROFPID" 2>/dev/null || true
   fi
 }
@@ -264,16 +309,25 @@ profile_end() {
 # run TARGET_NAME PORT WORKLOAD PID(or empty)
 declare -A QPS P95 CPUUS
 run() {
-  local name=$1 port=$2 wl=$3 pid=$4 out c0 c1 q
+  local name=$1 port=$2 wl=$3 pid=$4 out c0 c1 q rc=0
+  # The profilers first: the counts below start when the run does.
+  [ "$PROFILE" = 1 ] && [ -n "$pid" ] && profile_start "$name" "$wl" "$pid"
   c0=0; [ -n "$pid" ] && c0=$(cpu "$pid")
   local us0="0 0" us1="0 0" t0 t1; t0=$(date +%s.%N)
   [ -n "$pid" ] && us0=$(usys "$pid")
   local m0 m1 sv0=0 sv1=0 x0 x1; m0=$(machine); x0=$(switches | tr '\n' ' '); [ -n "$SERVERPID" ] && sv0=$(cpu "$SERVERPID")
-  [ "$PROFILE" = 1 ] && [ -n "$pid" ] && profile_start "$name" "$wl" "$pid"
   # /usr/bin/time (when installed) gives the client's own CPU time.
   local timer=(); [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "client-cpu %U %S")
-  out=$(${timer[@]+"${timer[@]}"} sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
-        --mysql-ignore-errors=none --report-interval=0 run 2>&1) || { echo "sysbench $wl through $name failed:" >&2; echo "$out" >&2; exit 1; }
+  # In the background and waited for: a Ctrl-C then interrupts the wait and
+  # runs its trap at once (a foreground sysbench that exits with an error
+  # after it would be taken for the failure).
+  ${timer[@]+"${timer[@]}"} sysbench "$wl" "${common[@]}" ${SSL[@]+"${SSL[@]}"} --mysql-port="$port" --threads="$THREADS" --time="$SECS" \
+        --mysql-ignore-errors=none --report-interval=0 run >"$WORK/sysbench.out" 2>&1 &
+  SBPID=$!
+  wait "$SBPID" || rc=$?
+  SBPID=""
+  out=$(cat "$WORK/sysbench.out")
+  if [ "$rc" -ne 0 ]; then echo "sysbench $wl through $name failed:" >&2; echo "$out" >&2; exit 1; fi
   c1=0; [ -n "$pid" ] && c1=$(cpu "$pid")
   t1=$(date +%s.%N)
   [ -n "$pid" ] && us1=$(usys "$pid")
@@ -313,12 +367,12 @@ run() {
   if [ "$PROFILE" = 1 ] && [ -n "$pid" ]; then profile_end "$name" "$wl" "$q"; fi
 }
 
-# Switchyard's CPU with no client: the controller's probes, the embedded
-# etcd and the proxy's own checks (ms of CPU per second).
+# The switchyard proxy process's CPU with no client: its backend checks and
+# etcd watch (ms of CPU per second).
 IDLE_SECS=${BENCH_IDLE_SECONDS:-5}
 i0=$(cpu "$SYPID")
 if [ "$PROFILE" = 1 ]; then
-  curl -sf -o "$PROFILE_DIR/cpu-idle.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$IDLE_SECS" || true
+  curl -sf -o "$PROFILE_DIR/cpu-switchyard-idle.pprof" "http://$SWITCHYARD_ADMIN/debug/pprof/profile?seconds=$IDLE_SECS" || true
 else
   sleep "$IDLE_SECS"
 fi
@@ -335,7 +389,6 @@ declare -A RQPS RCPU RP
 # BENCH_GOMAXPROCS="1 2" runs the Switchyard proxy once per value in each
 # round (the `switchyard proxy` process restarted with that GOMAXPROCS:
 # "switchyard-p1", "switchyard-p2"), to compare processor counts in one run.
-PROCS_LIST=${BENCH_GOMAXPROCS:-}
 start_proxy() { # GOMAXPROCS
   kill "$SYPID" 2>/dev/null || true
   wait "$SYPID" 2>/dev/null || true
@@ -378,10 +431,15 @@ done
 echo
 echo "== ratios (qps)"
 for wl in oltp_point_select oltp_read_write; do
-  awk -v w="$wl" -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]:-0}" \
-    -v u="${QPS[switchyard-up/$wl]:-0}" \
-    -v g="${QPS[go-l4/$wl]:-0}" \
-    'BEGIN {printf "  %-17s haproxy/direct %.3f  switchyard/direct %.3f  switchyard/haproxy %.3f  switchyard-up/haproxy %.3f  go-l4/haproxy %.3f\n", w, h/d, s/d, s/h, u/h, g/h}'
+  # A target that did not run (go-l4 with BENCH_GO_L4=0, switchyard with
+  # BENCH_GOMAXPROCS: see its own lines) is left out.
+  line="  $(printf '%-17s' "$wl") haproxy/direct $(awk -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" 'BEGIN {printf "%.3f", h/d}')"
+  for t in switchyard switchyard-up go-l4; do
+    [ -n "${QPS[$t/$wl]:-}" ] || continue
+    [ "$t" = switchyard ] && line+="  switchyard/direct $(awk -v d="${QPS[direct/$wl]}" -v s="${QPS[$t/$wl]}" 'BEGIN {printf "%.3f", s/d}')"
+    line+="  $t/haproxy $(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[$t/$wl]}" 'BEGIN {printf "%.3f", s/h}')"
+  done
+  echo "$line"
 done
 if [ -n "$PROCS_LIST" ]; then
   echo "== switchyard-pN/haproxy per round (qps ratio/cpu-per-query ratio), by GOMAXPROCS"
@@ -391,7 +449,7 @@ if [ -n "$PROCS_LIST" ]; then
 fi
 if [ "$ROUNDS" -gt 1 ] && [ -z "$PROCS_LIST" ]; then
   echo "== switchyard/haproxy per round (qps; cpu per query), median of $ROUNDS rounds"
-  med() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+  med() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {printf "%.3f\n", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
   for wl in oltp_point_select oltp_read_write; do
     printf '  %-17s qps %s (median %s)  cpu/query %s (median %s)\n' "$wl" "${RQPS[$wl]}" "$(med <<<"${RQPS[$wl]}")" \
       "${RCPU[$wl]}" "$(med <<<"${RCPU[$wl]}")"
@@ -405,14 +463,19 @@ if [ "$PROFILE" = 1 ]; then
     echo "== perf, top symbols (kernel and user): $f"
     perf report -q -i "$f" --no-children --sort sym 2>/dev/null | grep -v '^$' | head -22 || true # head closes the pipe early (pipefail)
   done
-  for wl in idle oltp_point_select oltp_read_write; do
-    [ -s "$PROFILE_DIR/cpu-$wl.pprof" ] || continue
+  for f in "$PROFILE_DIR"/cpu-*.pprof; do
+    [ -s "$f" ] || continue
+    b=$(basename "$f" .pprof); b=${b#cpu-}
     echo
-    echo "== switchyard CPU profile, $wl ($PROFILE_DIR/cpu-$wl.pprof; allocations: allocs-$wl.pprof)"
-    go tool pprof -top -nodecount=25 "$SY" "$PROFILE_DIR/cpu-$wl.pprof" 2>/dev/null | sed -n '1,32p'
-    if [ -s "$PROFILE_DIR/allocs-$wl.pprof" ]; then
+    if [ -s "$PROFILE_DIR/allocs-$b.pprof" ]; then
+      echo "== CPU profile, $b ($f; allocations: allocs-$b.pprof)"
+    else
+      echo "== CPU profile, $b ($f)"
+    fi
+    go tool pprof -top -nodecount=25 "$SY" "$f" 2>/dev/null | sed -n '1,32p'
+    if [ -s "$PROFILE_DIR/allocs-$b.pprof" ]; then
       echo "-- allocations (objects) in the same window"
-      go tool pprof -top -sample_index=alloc_objects -nodecount=12 "$SY" "$PROFILE_DIR/allocs-$wl.pprof" 2>/dev/null | sed -n '1,18p'
+      go tool pprof -top -sample_index=alloc_objects -nodecount=12 "$SY" "$PROFILE_DIR/allocs-$b.pprof" 2>/dev/null | sed -n '1,18p'
     fi
   done
 fi

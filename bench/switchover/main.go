@@ -33,12 +33,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -76,9 +78,13 @@ func main() {
 	flag.IntVar(&o.readers, "readers", 8, "concurrent readers (part warm)")
 	flag.IntVar(&o.parallel, "parallel-replication", 0, "slave_parallel_threads on every node (optimistic mode), set after discovery; 0 leaves the sandbox's single SQL thread to the controller, which gives a replica with none 4")
 	flag.BoolVar(&o.verbose, "v", false, "log the controller and proxy (warnings)")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (proxy, controller and embedded etcd; not the mariadbd nodes or sysbench) for the whole run to this file; read it with go tool pprof")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process for the whole run to this file (the proxy, controller and embedded etcd, and the benchmark's own ledger writers and readers; not the mariadbd nodes or sysbench); read it with go tool pprof")
 	flag.Parse()
 	_ = mysql.SetLogger(&mysql.NopLogger{})
+	if o.switchovers < 1 || o.writers < 1 || o.readers < 1 || o.rows < 1 || o.rangeRows < 1 {
+		fmt.Fprintln(os.Stderr, "bench/switchover: -switchovers, -writers, -readers, -rows and -range must be at least 1")
+		os.Exit(2)
+	}
 	stop, err := startCPUProfile(o.cpuprofile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/switchover:", err)
@@ -106,7 +112,18 @@ func startCPUProfile(path string) (func(), error) {
 		f.Close()
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
+	// Ctrl-C: the profile so far is written before the process ends.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		pprof.StopCPUProfile()
+		f.Close()
+		fmt.Fprintf(os.Stderr, "bench/switchover: %v: CPU profile so far in %s\n", s, path)
+		os.Exit(130)
+	}()
 	return func() {
+		signal.Stop(sig)
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/switchover: -cpuprofile:", err)
