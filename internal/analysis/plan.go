@@ -239,7 +239,32 @@ func Plan(in PlanInput) topo.FailoverPlan {
 	plan.Candidate = chosen.n.Name
 	plan.Forced = chosen.reject != ""
 	plan.Lost, plan.LostCount, plan.Ahead = in.loss(chosen, cands, floor)
+	plan.Unseen = in.unseen()
 	return plan
+}
+
+// unseen words the commits of the old primary that no probe saw and no
+// replica acknowledged ("" when there are none to fear): when its last
+// complete probe shows it replicating asynchronously (no semi-sync, or
+// semi-sync fallen back: Rpl_semi_sync_master_status OFF or no semi-sync
+// replica connected), a commit acknowledged to its client after that
+// probe was on the old primary alone. The estimate (loss) cannot include
+// them.
+func (in PlanInput) unseen() string {
+	old := in.OldPrimaryLast
+	if !complete(old) || old.At.IsZero() {
+		return ""
+	}
+	why := "replication was asynchronous"
+	if ss := old.SemiSync; ss != nil && ss.MasterEnabled {
+		if ss.MasterStatus && ss.Clients > 0 {
+			return ""
+		}
+		why = "semi-sync had fallen back to asynchronous: no semi-sync replica was attached"
+	}
+	return fmt.Sprintf("commits %s acknowledged after it was last read (%s) are not known and may be lost (%s there); "+
+		"compare its binlog (mariadb-binlog) with the new primary when it returns",
+		in.OldPrimary, old.At.UTC().Format("15:04:05.000 UTC"), why)
 }
 
 // hardReject says why n can never be promoted now ("" when it may be),
@@ -413,6 +438,9 @@ func FormatPlan(p topo.FailoverPlan) string {
 		} else {
 			fmt.Fprintf(&b, "  estimated data loss: %d transaction(s), up to GTIDs %s (held by the old primary or other replicas, not by %s)\n",
 				p.LostCount, p.Lost, p.Candidate)
+		}
+		if p.Unseen != "" {
+			fmt.Fprintf(&b, "  not in the estimate: %s\n", p.Unseen)
 		}
 		if len(p.Ahead) > 0 {
 			fmt.Fprintf(&b, "  replicas ahead of the candidate (reported and quarantined, never reset): %s\n", strings.Join(p.Ahead, ", "))

@@ -194,3 +194,54 @@ func TestPlanFence(t *testing.T) {
 		t.Errorf("reachable old primary: fence %q, want read_only", p.Fence)
 	}
 }
+
+// TestPlanUnseen: commits an asynchronous old primary acknowledged after its
+// last probe are named as outside the estimate; a primary whose commits
+// waited for a semi-sync replica at its last probe has none.
+func TestPlanUnseen(t *testing.T) {
+	at := time.Date(2026, 12, 7, 12, 0, 1, 234e6, time.UTC)
+	base := with(primaryOK("0-1-120"), func(p *topo.Probe) { p.At = at })
+	nodes := planNodes(replicaOK(2, "0-1-120"), replicaOK(3, "0-1-120"), replicaOK(4, "0-1-120"))
+	tests := []struct {
+		name string
+		last topo.Probe
+		want string // substring of Unseen; "" for none
+	}{
+		{"asynchronous replication", base, "replication was asynchronous"},
+		{"semi-sync with a replica attached", with(base, func(p *topo.Probe) {
+			p.SemiSync = &topo.SemiSync{MasterEnabled: true, MasterStatus: true, Clients: 1}
+		}), ""},
+		{"semi-sync fallen back", with(base, func(p *topo.Probe) {
+			p.SemiSync = &topo.SemiSync{MasterEnabled: true, MasterStatus: false, Clients: 0}
+		}), "semi-sync had fallen back"},
+		{"semi-sync on, no replica connected", with(base, func(p *topo.Probe) {
+			p.SemiSync = &topo.SemiSync{MasterEnabled: true, MasterStatus: true, Clients: 0}
+		}), "no semi-sync replica was attached"},
+		{"semi-sync not enabled on the primary", with(base, func(p *topo.Probe) {
+			p.SemiSync = &topo.SemiSync{SlaveEnabled: true}
+		}), "replication was asynchronous"},
+		{"never probed", topo.Probe{}, ""},
+		{"last probe failed", with(base, func(p *topo.Probe) { p.Error = "i/o timeout" }), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Plan(PlanInput{Cluster: "main", OldPrimary: "db1", OldPrimaryLast: tc.last, Nodes: nodes, MaxLag: 10 * time.Second})
+			if p.Candidate == "" {
+				t.Fatalf("no candidate: %s", p.Refusal)
+			}
+			text := FormatPlan(p)
+			if tc.want == "" {
+				if p.Unseen != "" || strings.Contains(text, "not in the estimate") {
+					t.Errorf("unseen %q, want none\n%s", p.Unseen, text)
+				}
+				return
+			}
+			if !strings.Contains(p.Unseen, tc.want) || !strings.Contains(p.Unseen, "12:00:01.234 UTC") || !strings.Contains(p.Unseen, "db1") {
+				t.Errorf("unseen %q, want it to name db1, its last read at 12:00:01.234 UTC and %q", p.Unseen, tc.want)
+			}
+			if !strings.Contains(text, "estimated data loss: none known") || !strings.Contains(text, "not in the estimate: "+p.Unseen) {
+				t.Errorf("plan text lacks the estimate or what it leaves out:\n%s", text)
+			}
+		})
+	}
+}

@@ -366,6 +366,9 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	if f.plan.Lost != "" {
 		msg += "; estimated lost GTIDs: " + f.plan.Lost
 	}
+	if f.plan.Unseen != "" {
+		msg += "; not in the estimate: " + f.plan.Unseen
+	}
 	if len(f.plan.Ahead) > 0 {
 		msg += "; quarantined (ahead of the new primary): " + strings.Join(f.plan.Ahead, ", ")
 	}

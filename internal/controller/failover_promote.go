@@ -341,7 +341,7 @@ func (f *failoverRun) publishInto(st *topo.ClusterState, now time.Time) {
 	st.FailoverBlock = &topo.FailoverBlock{Until: now.Add(f.cl.Failover.BlockPeriod.D()),
 		Reason: fmt.Sprintf("%s failover %s → %s at %s", modeLabel(f.o.auto), f.old, cand, now.UTC().Format(time.RFC3339))}
 	st.LastFailover = &topo.FailoverRecord{From: f.old, To: cand, Epoch: f.toEpoch, At: now, Auto: f.o.auto,
-		Lost: f.plan.Lost, DurationMS: now.Sub(f.start).Milliseconds()}
+		Lost: f.plan.Lost, Unseen: f.plan.Unseen, DurationMS: now.Sub(f.start).Milliseconds()}
 	q := map[string]string{}
 	for k, v := range st.Quarantined {
 		q[k] = v

@@ -280,6 +280,9 @@ func (t *term) rejoin(ctx context.Context, cfg *config.Config, cl *config.Cluste
 			if lf.Lost != "" {
 				est = lf.Lost
 			}
+			if lf.Unseen != "" {
+				est += "; not in that estimate: " + lf.Unseen
+			}
 			why += fmt.Sprintf("; it was the primary until the failover of %s to %s (epoch %d), so these are most likely commits it acknowledged "+
 				"that never reached %s: they are missing from the cluster (the failover's estimate of lost GTIDs was: %s) — "+
 				"compare them (mariadb-binlog on %s) and re-apply what must be kept",

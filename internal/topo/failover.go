@@ -94,6 +94,9 @@ type FailoverRecord struct {
 	// Lost is the estimated set of GTIDs the old primary had that the new
 	// primary lacks ("" when none are known to be lost).
 	Lost string `json:"lost,omitempty"`
+	// Unseen is the plan's FailoverPlan.Unseen: commits the estimate
+	// cannot cover ("" when none).
+	Unseen string `json:"unseen,omitempty"`
 	// DurationMS is from the decision to the verified, published primary.
 	DurationMS int64 `json:"duration_ms"`
 }
@@ -178,6 +181,12 @@ type FailoverPlan struct {
 	// LostCount is how many transactions Lost stands for (MariaDB: the
 	// seqno gaps per domain; MySQL: the GTIDs in the set).
 	LostCount uint64 `json:"lost_count,omitempty"`
+	// Unseen says which commits of the old primary the estimate cannot
+	// cover: those it acknowledged after its last complete probe while no
+	// semi-sync replica acknowledged them (asynchronous replication, or
+	// semi-sync fallen back to it). "" when its last probe showed commits
+	// waiting for a replica's acknowledgement, or there was no probe.
+	Unseen string `json:"unseen,omitempty"`
 	// Ahead names replicas holding transactions the candidate lacks; they
 	// are reported and quarantined, never reset.
 	Ahead []string `json:"ahead,omitempty"`
