@@ -82,12 +82,12 @@ SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
 SY=$(realpath -e "$SY" 2>/dev/null) || { echo "bench/proxy.sh: no switchyard binary at ${SWITCHYARD_BIN:-bin/switchyard} (make build)" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
-SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""; PERFPID=""; RECPID=""; SCHEDPID=""; SBPID=""
+SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""; PERFPID=""; RECPID=""; SCHEDPID=""; PPROFPID=""; SBPID=""; M0=0
 cleanup() {
   trap '' INT TERM
   local p pids=""
   # The profilers' subshells: their perf and curl children first.
-  for p in $RECPID $SCHEDPID ${PPROFPID:-}; do pkill -P "$p" 2>/dev/null || true; done
+  for p in $RECPID $SCHEDPID $PPROFPID; do pkill -P "$p" 2>/dev/null || true; done
   for p in $SBPID $SYPID $CTLPID $ETCDPID $HAPID $L4PID $PERFPID $RECPID $SCHEDPID; do
     kill "$p" 2>/dev/null && pids+=" $p"
   done
@@ -233,10 +233,14 @@ usys() { awk '{print $14, $15}' "/proc/$1/stat"; }
 SYSCALLS=(raw_syscalls:sys_enter syscalls:sys_enter_read syscalls:sys_enter_write syscalls:sys_enter_recvfrom
           syscalls:sys_enter_sendto syscalls:sys_enter_epoll_pwait syscalls:sys_enter_epoll_wait syscalls:sys_enter_futex
           context-switches cpu-migrations)
+# switchyard_proxy NAME: the run is of the `switchyard proxy` process
+# (allocations and Go profiles are read from its admin endpoint).
+switchyard_proxy() { [[ "$1" == switchyard || "$1" == switchyard-p* ]]; }
+# ratio A B: A/B to 3 decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 mallocs() { curl -sf "http://$SWITCHYARD_ADMIN/metrics" | awk '/^go_memstats_mallocs_total / {printf "%d", $2}'; }
 # profile_start NAME WL PID: perf stat on the proxy; for Switchyard a
 # malloc count and a CPU profile of the middle of the run.
-PERFPID=""; PPROFPID=""; RECPID=""; SCHEDPID=""; M0=0
 profile_start() {
   local name=$1 wl=$2 pid=$3 ev
   ev=$(IFS=,; echo "${SYSCALLS[*]}")
@@ -251,7 +255,7 @@ profile_start() {
   # Every CPU's task switches for 1 s, to see what ran while a CPU idled.
   (sleep $((SECS / 4)); perf record -q -e sched:sched_switch -a -o "$PROFILE_DIR/sched-$name-$wl.data" -- sleep 1 >/dev/null 2>&1) &
   SCHEDPID=$!
-  if [[ "$name" == switchyard || "$name" == switchyard-p* ]]; then
+  if switchyard_proxy "$name"; then
     M0=$(mallocs)
     local d=$((SECS / 2)); [ "$d" -lt 1 ] && d=1
     (sleep $((SECS / 4))
@@ -299,7 +303,7 @@ profile_end() {
       n=$3; sub(/^(raw_)?syscalls:sys_enter_?/, "", n); if (n == "") n="all";
       printf "%s %.2f  ", n, $1 / q }' "$PROFILE_DIR/syscalls-$name-$wl.csv")
   printf '    %-13s per query (syscalls by call, context switches, migrations): %s\n' "$name" "$line"
-  if [[ "$name" == switchyard || "$name" == switchyard-p* ]]; then
+  if switchyard_proxy "$name"; then
     local m1; m1=$(mallocs)
     awk -v a="$M0" -v b="$m1" -v q="$q" -v name="$name" 'BEGIN {printf "    %-13s allocations/query: %.1f (the switchyard proxy process)\n", name, (b - a) / q}'
     wait "$PPROFPID" 2>/dev/null || true
@@ -386,10 +390,9 @@ echo "== $SECS s per run, $THREADS threads, --db-ps-mode=$PS_MODE, clients: $mod
 # lands in one round, and the ratios of each round are printed with their
 # median (the final ratios below are the last round's).
 declare -A RQPS RCPU RP
-# BENCH_GOMAXPROCS="1 2" runs the Switchyard proxy once per value in each
-# round (the `switchyard proxy` process restarted with that GOMAXPROCS:
-# "switchyard-p1", "switchyard-p2"), to compare processor counts in one run.
-start_proxy() { # GOMAXPROCS
+# start_proxy N: the `switchyard proxy` process again, with GOMAXPROCS=N
+# (BENCH_GOMAXPROCS).
+start_proxy() {
   kill "$SYPID" 2>/dev/null || true
   wait "$SYPID" 2>/dev/null || true
   GOMAXPROCS=$1 $SY proxy --config "$SWITCHYARD_CONFIG" "${EXT[@]}" --log-level warn >"$WORK/switchyard-p$1.log" 2>&1 &
@@ -406,13 +409,13 @@ for wl in oltp_point_select oltp_read_write; do
       for v in $PROCS_LIST; do
         start_proxy "$v"
         run "switchyard-p$v" "$RW_PORT" "$wl" "$SYPID"
-        RP[$v/$wl]+="$(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard-p$v/$wl]}" -v hc="${CPUUS[haproxy/$wl]}" -v sc="${CPUUS[switchyard-p$v/$wl]}" 'BEGIN {printf "%.3f/%.3f", s/h, sc/hc}') "
+        RP[$v/$wl]+="$(ratio "${QPS[switchyard-p$v/$wl]}" "${QPS[haproxy/$wl]}")/$(ratio "${CPUUS[switchyard-p$v/$wl]}" "${CPUUS[haproxy/$wl]}") "
       done
       continue
     fi
     run switchyard "$RW_PORT" "$wl" "$SYPID"
-    RQPS[$wl]+="$(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[switchyard/$wl]}" 'BEGIN {printf "%.3f", s/h}') "
-    RCPU[$wl]+="$(awk -v h="${CPUUS[haproxy/$wl]}" -v s="${CPUUS[switchyard/$wl]}" 'BEGIN {printf "%.3f", s/h}') "
+    RQPS[$wl]+="$(ratio "${QPS[switchyard/$wl]}" "${QPS[haproxy/$wl]}") "
+    RCPU[$wl]+="$(ratio "${CPUUS[switchyard/$wl]}" "${CPUUS[haproxy/$wl]}") "
   done
 done
 
@@ -433,11 +436,11 @@ echo "== ratios (qps)"
 for wl in oltp_point_select oltp_read_write; do
   # A target that did not run (go-l4 with BENCH_GO_L4=0, switchyard with
   # BENCH_GOMAXPROCS: see its own lines) is left out.
-  line="  $(printf '%-17s' "$wl") haproxy/direct $(awk -v d="${QPS[direct/$wl]}" -v h="${QPS[haproxy/$wl]}" 'BEGIN {printf "%.3f", h/d}')"
+  line="  $(printf '%-17s' "$wl") haproxy/direct $(ratio "${QPS[haproxy/$wl]}" "${QPS[direct/$wl]}")"
   for t in switchyard switchyard-up go-l4; do
     [ -n "${QPS[$t/$wl]:-}" ] || continue
-    [ "$t" = switchyard ] && line+="  switchyard/direct $(awk -v d="${QPS[direct/$wl]}" -v s="${QPS[$t/$wl]}" 'BEGIN {printf "%.3f", s/d}')"
-    line+="  $t/haproxy $(awk -v h="${QPS[haproxy/$wl]}" -v s="${QPS[$t/$wl]}" 'BEGIN {printf "%.3f", s/h}')"
+    [ "$t" = switchyard ] && line+="  switchyard/direct $(ratio "${QPS[$t/$wl]}" "${QPS[direct/$wl]}")"
+    line+="  $t/haproxy $(ratio "${QPS[$t/$wl]}" "${QPS[haproxy/$wl]}")"
   done
   echo "$line"
 done

@@ -276,17 +276,10 @@ func (t *term) rejoin(ctx context.Context, cfg *config.Config, cl *config.Cluste
 			// The old primary of the last failover: these are most likely
 			// commits it made (and acknowledged to clients) that never
 			// reached the promoted node, not a stray write on a replica.
-			est := "none known"
-			if lf.Lost != "" {
-				est = lf.Lost
-			}
-			if lf.Unseen != "" {
-				est += "; not in that estimate: " + lf.Unseen
-			}
 			why += fmt.Sprintf("; it was the primary until the failover of %s to %s (epoch %d), so these are most likely commits it acknowledged "+
 				"that never reached %s: they are missing from the cluster (the failover's estimate of lost GTIDs was: %s) — "+
 				"compare them (mariadb-binlog on %s) and re-apply what must be kept",
-				lf.At.UTC().Format(time.RFC3339), lf.To, lf.Epoch, lf.To, est, n.Name)
+				lf.At.UTC().Format(time.RFC3339), lf.To, lf.Epoch, lf.To, lf.Estimate(), n.Name)
 		}
 		if err := t.setQuarantine(ctx, cr, n.Name, "errant GTIDs: "+why); err != nil && ctx.Err() == nil {
 			t.log.Error("cannot record quarantine", "node", n.Name, "err", err)

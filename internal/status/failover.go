@@ -136,15 +136,8 @@ func writePolicy(w io.Writer, r *Report, cs topo.ClusterState) {
 		if f.Auto {
 			how = "auto"
 		}
-		lost := "none known"
-		if f.Lost != "" {
-			lost = f.Lost
-		}
-		if f.Unseen != "" {
-			lost += "; not in the estimate: " + f.Unseen
-		}
 		fmt.Fprintf(w, "last failover: %s %s -> %s, epoch %d, at %s, new primary published %dms after it began, estimated lost GTIDs: %s\n",
-			how, f.From, f.To, f.Epoch, f.At.UTC().Format(time.RFC3339), f.DurationMS, lost)
+			how, f.From, f.To, f.Epoch, f.At.UTC().Format(time.RFC3339), f.DurationMS, f.Estimate())
 	}
 	if len(evs) > 0 {
 		fmt.Fprintln(w, "recent events:")

@@ -101,6 +101,19 @@ type FailoverRecord struct {
 	DurationMS int64 `json:"duration_ms"`
 }
 
+// Estimate words the record's loss estimate for people: Lost, or "none
+// known", followed by Unseen when there is one.
+func (r FailoverRecord) Estimate() string {
+	est := "none known"
+	if r.Lost != "" {
+		est = r.Lost
+	}
+	if r.Unseen != "" {
+		est += "; not in the estimate: " + r.Unseen
+	}
+	return est
+}
+
 // BackendReach is one proxy's view of one node.
 type BackendReach struct {
 	Cluster string `json:"cluster"`
