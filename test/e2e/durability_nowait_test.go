@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -117,4 +119,54 @@ func TestSemiSyncNoReplicaNoWait(t *testing.T) {
 		t.Fatalf("primary %s phase %s", st.Primary, st.Phase)
 	}
 	t.Logf("5 writes with no replica attached took %s (timeout %d ms)", took.Round(time.Millisecond), timeoutMS)
+}
+
+// TestSemiSyncPrimaryStillShowingReplication: durability semi_sync, and
+// the published primary also shows a replication connection (as a node
+// just promoted by a failover does until its old replication is reset,
+// or after an operator's stray CHANGE MASTER). The controller never
+// treats the primary as a replica: its semi-sync primary side stays on
+// and its replica side is not switched on, round after round.
+func TestSemiSyncPrimaryStillShowingReplication(t *testing.T) {
+	s := startFO(t, foOpts{SemiSync: true, Mode: config.FailoverManual, Mutate: func(c *config.Config) {
+		c.Clusters[0].Durability = config.DurabilitySemiSync
+	}})
+	master := func() int64 { return s.rootInt(0, "SELECT @@GLOBAL.rpl_semi_sync_master_enabled") }
+	slave := func() int64 { return s.rootInt(0, "SELECT @@GLOBAL.rpl_semi_sync_slave_enabled") }
+	deadline := time.Now().Add(20 * time.Second)
+	for master() != 1 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v := master(); v != 1 {
+		t.Fatalf("rpl_semi_sync_master_enabled %d on the primary, want the controller to keep it on", v)
+	}
+	slave0 := slave()
+	// A replication connection to a port nothing listens on, never
+	// started: SHOW SLAVE STATUS has a row (the probe sees a replica),
+	// nothing is applied.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s.exec(0, fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER='nobody'", port))
+	t.Cleanup(func() { _, _ = s.root(0).Exec("RESET SLAVE ALL") })
+	s.waitState("node1 probed with a replication connection", 10*time.Second, func(st topo.ClusterState) bool {
+		return st.Node("node1").Probe.Replicating
+	})
+	// Many probe rounds: every one would have "fixed" node1 as a replica.
+	end := time.Now().Add(20 * foInterval)
+	for time.Now().Before(end) {
+		if v := master(); v != 1 {
+			t.Fatalf("rpl_semi_sync_master_enabled %d on the primary showing a replication connection: it was treated as a replica\n%s", v, s.eventText())
+		}
+		if v := slave(); v != slave0 {
+			t.Fatalf("rpl_semi_sync_slave_enabled %d on the primary, %d before: it was treated as a replica\n%s", v, slave0, s.eventText())
+		}
+		time.Sleep(foInterval / 4)
+	}
+	if st := s.state(); st.Primary != "node1" {
+		t.Fatalf("primary %q, want node1 (manual mode, nothing failed)", st.Primary)
+	}
 }
