@@ -85,6 +85,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench/switchover: -switchovers, -writers, -readers, -rows and -range must be at least 1")
 		os.Exit(2)
 	}
+	handleInterrupt()
 	stop, err := startCPUProfile(o.cpuprofile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/switchover:", err)
@@ -113,17 +114,13 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	// Ctrl-C: the profile so far is written before the process ends.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
+	undo := atInterrupt(func() {
 		pprof.StopCPUProfile()
 		f.Close()
-		fmt.Fprintf(os.Stderr, "bench/switchover: %v: CPU profile so far in %s\n", s, path)
-		os.Exit(130)
-	}()
+		fmt.Fprintf(os.Stderr, "bench/switchover: CPU profile so far in %s\n", path)
+	})
 	return func() {
-		signal.Stop(sig)
+		undo()
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/switchover: -cpuprofile:", err)
@@ -131,6 +128,55 @@ func startCPUProfile(path string) (func(), error) {
 		}
 		fmt.Printf("CPU profile: %s (go tool pprof -top %s)\n", path, path)
 	}, nil
+}
+
+// interrupt holds what Ctrl-C (or SIGTERM) runs before the process exits
+// with status 130, the latest registered first: the CPU profile is
+// written, the sandbox's servers are stopped and the temp dir removed.
+var interrupt struct {
+	mu    sync.Mutex
+	next  int
+	funcs map[int]func()
+}
+
+// atInterrupt registers f to run on Ctrl-C; the returned function
+// unregisters it (when what f cleans up was cleaned up the normal way).
+func atInterrupt(f func()) (undo func()) {
+	interrupt.mu.Lock()
+	defer interrupt.mu.Unlock()
+	if interrupt.funcs == nil {
+		interrupt.funcs = map[int]func(){}
+	}
+	id := interrupt.next
+	interrupt.next++
+	interrupt.funcs[id] = f
+	return func() {
+		interrupt.mu.Lock()
+		delete(interrupt.funcs, id)
+		interrupt.mu.Unlock()
+	}
+}
+
+// handleInterrupt makes Ctrl-C and SIGTERM run the registered cleanups and
+// exit 130. Children (sysbench) in the terminal's process group get the
+// Ctrl-C themselves; the mariadbd nodes also stop with their parent.
+func handleInterrupt() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "bench/switchover: %v: stopping\n", s)
+		interrupt.mu.Lock()
+		ids := make([]int, 0, len(interrupt.funcs))
+		for id := range interrupt.funcs {
+			ids = append(ids, id)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(ids)))
+		for _, id := range ids {
+			interrupt.funcs[id]()
+		}
+		os.Exit(130)
+	}()
 }
 
 func run(o options) error {
@@ -165,6 +211,16 @@ func withStack(o options, f func(*stack) error) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	var sbDir string // set once the sandbox is up (under interrupt.mu)
+	undo := atInterrupt(func() {
+		if sbDir != "" {
+			dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = sandbox.Down(dctx, sbDir, true)
+			dcancel()
+		}
+		os.RemoveAll(dir)
+	})
+	defer undo()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -181,6 +237,9 @@ func withStack(o options, f func(*stack) error) (err error) {
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	interrupt.mu.Lock()
+	sbDir = sb.Dir
+	interrupt.mu.Unlock()
 	defer func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer dcancel()
