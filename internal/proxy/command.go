@@ -195,6 +195,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		return s.processKill()
 	}
 	began := time.Now()
+	s.rewritten = nil
 	kind := kindOf(cmd)
 	if cmd == mysqlproto.ComStmtBulkExecute && s.ext&mysqlproto.MariaDBClientStmtBulkOperations == 0 {
 		kind = respRejected
@@ -290,6 +291,19 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	case mysql.COM_STMT_EXECUTE, mysql.COM_STMT_FETCH, mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET, mysql.COM_STMT_SEND_LONG_DATA,
 		mysqlproto.ComStmtBulkExecute:
 		p := s.peekPayload(h)
+		switch act, n := stmtShort(cmd, h.Len); act {
+		case shortMalformed:
+			return s.refuseCommand(errMalformedPacket())
+		case shortIgnored:
+			if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
+				return clientReason(err)
+			}
+			return ""
+		case shortPadded:
+			s.rewritten = make([]byte, n)
+			copy(s.rewritten, p)
+			p = s.rewritten
+		}
 		if p == nil {
 			// Only SEND_LONG_DATA, EXECUTE with long values and bulk
 			// executes get here; a bulk execute's parameter types are
@@ -307,7 +321,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 			s.execStmt, s.lastExec = stmt, stmt
 		}
 		if s.xlate {
-			s.translateID()
+			s.translateID(p)
 		}
 		if stmt != nil {
 			s.noteStmtCommand(cmd, stmtID, stmt, p)
@@ -332,7 +346,8 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		case mysql.COM_STMT_EXECUTE:
 			s.keepExecForLoss(payload, stmtID, stmt)
 			// Command byte, id (4), flags (1): the low three bits of the
-			// flags ask for a cursor (https://mariadb.com/kb/en/com_stmt_execute/).
+			// flags ask for a cursor (https://mariadb.com/kb/en/com_stmt_execute/);
+			// a shorter execute was refused above (stmtShort).
 			if fb, err := s.cr.Peek(mysqlproto.HeaderSize + 6); err == nil {
 				s.cursorReq = fb[mysqlproto.HeaderSize+5]&0x07 != 0
 			}
@@ -389,7 +404,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		err = s.forwardReboundBulk(stmt)
 	case long:
 		err = s.forwardRecorded()
-	case cmd == mysql.COM_QUERY && s.rewritten != nil:
+	case s.rewritten != nil:
 		err = s.forwardRewritten()
 	default:
 		plain = true

@@ -127,8 +127,10 @@ type session struct {
 	ran       bool
 	// rowCount is ROW_COUNT() after the session's last statement (the OK
 	// packet's affected rows, -1 after a result set), and rewritten the
-	// COM_QUERY payload sent in place of the client's one that reads it
-	// on another connection (txpool.go); nil otherwise.
+	// payload sent in place of the client's pending one: a COM_QUERY that
+	// reads it on another connection (txpool.go), or rewritten for other
+	// reasons (connid.go, trackvars.go), or a short COM_STMT_* padded
+	// (stmtShort); nil otherwise.
 	rowCount  int64
 	rewritten []byte
 	// foundRows is FOUND_ROWS() after the session's last statement that

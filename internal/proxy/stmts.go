@@ -79,28 +79,95 @@ func (s *session) readPrepare() error {
 	return nil
 }
 
-// translateID rewrites the statement id of the pending COM_STMT_* packet
-// (buffered in cr) from the client's id to the backend's. Called only while
+// translateID rewrites the statement id of the pending COM_STMT_* payload
+// p (its start, buffered in cr, or the padded copy the proxy forwards in
+// its place) from the client's id to the backend's. Called only while
 // s.xlate is set.
-func (s *session) translateID() {
-	b, err := s.cr.Peek(mysqlproto.HeaderSize + 5)
-	if err != nil {
+func (s *session) translateID(p []byte) {
+	if len(p) < 5 {
 		return
 	}
-	id := binary.LittleEndian.Uint32(b[mysqlproto.HeaderSize+1:])
+	id := binary.LittleEndian.Uint32(p[1:])
 	if st, ok := s.stmts[id]; ok && st.backendID != id {
-		binary.LittleEndian.PutUint32(b[mysqlproto.HeaderSize+1:], st.backendID)
+		binary.LittleEndian.PutUint32(p[1:], st.backendID)
 	}
 }
 
 // stmtOf returns the statement the pending COM_STMT_* packet names (by its
-// client-visible id; call before translateID), or nil.
+// client-visible id; call before translateID), or nil. An id cut short is
+// read as the server reads it on a fresh connection: the missing bytes
+// are zeros (stmtShort).
 func (s *session) stmtOf(p []byte) (uint32, *stmtInfo) {
-	if len(p) < 5 {
+	if len(p) < 2 {
 		return 0, nil
 	}
-	id := binary.LittleEndian.Uint32(p[1:])
+	var b [4]byte
+	copy(b[:], p[1:])
+	id := binary.LittleEndian.Uint32(b[:])
 	return id, s.stmts[id]
+}
+
+// shortAction is what the proxy does with a COM_STMT_* packet too short
+// for its fixed fields (stmtShort).
+type shortAction int
+
+const (
+	shortNone      shortAction = iota // long enough: handled as usual
+	shortMalformed                    // answered ER_MALFORMED_PACKET, not forwarded
+	shortIgnored                      // consumed without an answer, not forwarded
+	shortPadded                       // forwarded padded with zeros to the length returned
+)
+
+// stmtShort says what becomes of a COM_STMT_* command cmd whose payload
+// (command byte included) is n bytes long, as MariaDB treats one
+// (sql_prepare.cc; each checked on 10.11 by TestShortCommandsAnswerAsDirect):
+//
+//   - COM_STMT_EXECUTE shorter than its 10-byte header (command, id,
+//     flags, iteration count) and COM_STMT_BULK_EXECUTE shorter than 7
+//     (command, id, flags): the server answers ER_MALFORMED_PACKET (1835)
+//     and goes on; the proxy answers the same without forwarding it.
+//   - COM_STMT_SEND_LONG_DATA shorter than 7 (command, id, parameter):
+//     the server ignores it and sends nothing; the proxy drops it.
+//   - COM_STMT_CLOSE and COM_STMT_RESET shorter than 5 (command, id) and
+//     COM_STMT_FETCH shorter than 9 (command, id, rows): the server reads
+//     the missing bytes past the packet's end — zeros on a fresh
+//     connection, what an earlier packet left there otherwise. The proxy
+//     forwards the packet padded with zeros: the server acts on the id a
+//     fresh direct connection would, translated like any other id, never
+//     on bytes the proxy's own statements left on a pooled connection.
+//
+// Forwarded as they are, such packets had the proxy read past their end
+// (the next command taken for the rest of this one) or its statement
+// bookkeeping miss them.
+func stmtShort(cmd byte, n int) (shortAction, int) {
+	switch cmd {
+	case mysql.COM_STMT_EXECUTE:
+		if n < execHeader {
+			return shortMalformed, 0
+		}
+	case mysqlproto.ComStmtBulkExecute:
+		if n < bulkOff {
+			return shortMalformed, 0
+		}
+	case mysql.COM_STMT_SEND_LONG_DATA:
+		if n < 7 {
+			return shortIgnored, 0
+		}
+	case mysql.COM_STMT_CLOSE, mysql.COM_STMT_RESET:
+		if n < 5 {
+			return shortPadded, 5
+		}
+	case mysql.COM_STMT_FETCH:
+		if n < 9 {
+			return shortPadded, 9
+		}
+	}
+	return shortNone, 0
+}
+
+// errMalformedPacket is the server's ER_MALFORMED_PACKET.
+func errMalformedPacket() *mysql.MyError {
+	return mysqlproto.NewError(mysql.ER_MALFORMED_PACKET, "Malformed communication packet")
 }
 
 // clientID picks the id the client sees for a statement the backend

@@ -185,9 +185,9 @@ func okInsertID(p []byte) uint64 {
 	return id
 }
 
-// forwardRewritten sends s.rewritten (rewriteDiagnostics, rewriteTrackRefs) to the backend in
-// place of the pending COM_QUERY, which is read from the client and
-// dropped.
+// forwardRewritten sends s.rewritten (rewriteDiagnostics, rewriteTrackRefs,
+// a short COM_STMT_* padded by stmtShort) to the backend in place of the
+// pending command, which is read from the client and dropped.
 func (s *session) forwardRewritten() error {
 	q := s.rewritten
 	s.rewritten = nil
