@@ -144,7 +144,8 @@ func TestGarbageAndTruncatedPacketsCloseOnlyThatConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = rc.c.Write([]byte{0x05, 0x00, 0x00, 0x07, 'h', 'e', 'l', 'l', 'o', 0xde, 0xad, 0xbe, 0xef})
-	expectClosed(t, rc.c, "garbage command")
+	// As mariadbd answers it: 1156 as packet 0, then the close.
+	expectERRThenClosed(t, rc.c, "garbage command", mysql.ER_NET_PACKETS_OUT_OF_ORDER, 0)
 	rc.Close()
 
 	// 3. A truncated command packet, then the client hangs up.
@@ -164,13 +165,19 @@ func TestGarbageAndTruncatedPacketsCloseOnlyThatConnection(t *testing.T) {
 	_, _ = c.Write([]byte{200, 0, 0, 1, 0x85, 0xa6})
 	c.Close()
 
-	// 5. An empty command packet.
+	// 5. An empty command packet: as mariadbd answers it, 1047, and the
+	// session goes on.
 	rc, err = dialRaw(t, addr, h.c.AppUser, h.c.AppPassword, "", 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _ = rc.c.Write([]byte{0, 0, 0, 0})
-	expectClosed(t, rc.c, "empty command")
+	if p := rc.next(); p[0] != mysql.ERR_HEADER || mysqlproto.ParseERR(p).Code != mysql.ER_UNKNOWN_COM_ERROR {
+		t.Fatalf("empty command: %s, want error 1047", describe(p))
+	}
+	if rows := rc.query("SELECT 5"); rows[0][0] != "5" {
+		t.Fatalf("after an empty command: %v", rows)
+	}
 	rc.Close()
 
 	// The healthy session and new sessions are unaffected, and the broken

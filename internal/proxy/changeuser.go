@@ -22,7 +22,13 @@ import (
 // so does a change the server refuses after the proxy's verification (the
 // server's ERR, e.g. 1049 for a schema that does not exist or 1044 for one
 // the account may not use, is relayed).
-// Protocol or I/O failures during the exchange still close it.
+// A packet the proxy cannot parse (a user name without its NUL, auth data,
+// schema or attributes cut short) answers ER_UNKNOWN_COM_ERROR and resets
+// the session in the same way, as MariaDB does (sql_acl.cc
+// parse_com_change_user_packet, after THD::change_user; checked on
+// 10.11). An empty one too, where MariaDB starts a new handshake that no
+// client follows up. Protocol or I/O failures during the exchange still
+// close it.
 // https://dev.mysql.com/doc/dev/mysql-server/latest/page_protocol_com_change_user.html
 func (s *session) changeUser() string {
 	payload, _, err := mysqlproto.ReadPacket(s.cr, nil, handshakeMax)
@@ -30,13 +36,13 @@ func (s *session) changeUser() string {
 		s.logClientError("reading COM_CHANGE_USER", err)
 		return clientReason(err)
 	}
+	rc := s.srv.rc.Load()
 	cu, err := mysqlproto.ParseChangeUser(payload, s.caps)
 	if err != nil {
-		s.writeError(1, mysqlproto.NewError(mysql.ER_HANDSHAKE_ERROR, "Bad handshake"))
-		s.log.Info("closing client connection: bad COM_CHANGE_USER", "err", err)
-		return closeClientProtocol
+		s.writeError(1, mysqlproto.NewError(mysql.ER_UNKNOWN_COM_ERROR, "Unknown command"))
+		s.log.Info("malformed COM_CHANGE_USER refused; the session continues as the previous user", "user", s.user, "err", err)
+		return s.relogin(rc, 0, s.user, s.stage1, s.edKey, s.schema, 0, nil, false)
 	}
-	rc := s.srv.rc.Load()
 	auth, seq, reason := s.authClient(rc, cu.User, cu.AuthPlugin, cu.AuthResponse, s.scramble, 1, true)
 	if reason == closeAuthFailed {
 		// The ERR is written; the previous user gets its session reset on a

@@ -86,9 +86,21 @@ func (s *session) loop() string {
 			return clientReason(err)
 		}
 		h := mysqlproto.ParseHeader(hb)
-		if h.Seq != 0 || h.Len == 0 {
+		if h.Seq != 0 {
+			// As MariaDB answers a packet out of sequence (as packet 0),
+			// and closes.
+			s.writeError(0, mysqlproto.NewError(mysql.ER_NET_PACKETS_OUT_OF_ORDER, "Got packets out of order"))
 			s.log.Info("closing client connection: not a command packet", "seq", h.Seq, "len", h.Len)
 			return closeClientProtocol
+		}
+		if h.Len == 0 {
+			// An empty packet: MariaDB answers it as an unknown command
+			// and goes on.
+			if _, err := s.cr.Discard(mysqlproto.HeaderSize); err != nil {
+				return clientReason(err)
+			}
+			s.writeError(1, mysqlproto.NewError(mysql.ER_UNKNOWN_COM_ERROR, "Unknown command"))
+			continue
 		}
 		if hb, err = s.cr.Peek(mysqlproto.HeaderSize + 1); err != nil {
 			s.logClientError("reading a command", err)
@@ -192,7 +204,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 	case mysql.COM_CHANGE_USER:
 		return s.changeUser()
 	case mysql.COM_PROCESS_KILL:
-		return s.processKill()
+		return s.processKill(h)
 	}
 	began := time.Now()
 	s.rewritten = nil

@@ -246,18 +246,20 @@ func (s *session) killQuery(q []byte) (answered bool, reason string) {
 	return true, s.kill(k)
 }
 
-// processKill handles COM_PROCESS_KILL (a 4-byte connection id): KILL
-// CONNECTION by id.
-func (s *session) processKill() string {
-	p, _, err := mysqlproto.ReadPacket(s.cr, nil, 64)
-	if err != nil {
+// processKill handles COM_PROCESS_KILL (a 4-byte connection id; header h):
+// KILL CONNECTION by id. As MariaDB reads it (checked on 10.11): bytes
+// after the id are ignored, and an id cut short is read with zeros for
+// the missing bytes, as on a fresh connection (1094 "Unknown thread id: 1"
+// for the one byte 1).
+func (s *session) processKill(h mysqlproto.Header) string {
+	var id [4]byte
+	if b, err := s.cr.Peek(mysqlproto.HeaderSize + min(h.Len, 5)); err == nil {
+		copy(id[:], b[mysqlproto.HeaderSize+1:])
+	}
+	if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
 		return clientReason(err)
 	}
-	if len(p) < 5 {
-		s.writeError(1, mysqlproto.NewError(mysql.ER_MALFORMED_PACKET, "Malformed communication packet"))
-		return ""
-	}
-	return s.kill(killStmt{id: binary.LittleEndian.Uint32(p[1:])})
+	return s.kill(killStmt{id: binary.LittleEndian.Uint32(id[:])})
 }
 
 // kill carries out k for this session's user and answers the client.
