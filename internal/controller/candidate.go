@@ -82,6 +82,9 @@ func checkCandidate(cl *config.Cluster, st *topo.ClusterState, name string) erro
 	if why := notPromotable(cl.Name, name, n.Promotion); why != "" {
 		return errors.New(why)
 	}
+	if why := st.Quarantined[name]; why != "" {
+		return fmt.Errorf("%s is quarantined (%s): never promoted; it is released once it replicates cleanly from the primary", name, why)
+	}
 	ns := st.Node(name)
 	if ns == nil {
 		return fmt.Errorf("%s has no probe yet", name)

@@ -19,10 +19,20 @@ func TestChooseCandidate(t *testing.T) {
 		name    string
 		rules   map[string]string
 		probes  map[string]topo.Probe
+		quar    map[string]string // quarantined nodes
 		target  string
 		want    string
 		wantErr string
 	}{
+		{
+			name:   "quarantined target named as such",
+			probes: healthy(), quar: map[string]string{"node2": "errant GTIDs: 0-9-1"},
+			target: "node2", wantErr: "node2 is quarantined (errant GTIDs: 0-9-1)",
+		},
+		{
+			name:   "quarantined node never chosen",
+			probes: healthy(), quar: map[string]string{"node2": "ahead of new primary"}, want: "node3",
+		},
 		{name: "most advanced GTID wins", probes: healthy(), want: "node2"},
 		{
 			name:   "most advanced GTID wins (other order)",
@@ -99,6 +109,7 @@ func TestChooseCandidate(t *testing.T) {
 				}
 			}
 			st := built(t, cl, tc.probes)
+			st.Quarantined = tc.quar
 			got, err := chooseCandidate(&cl, st, tc.target)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -38,6 +38,12 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// StepHook, when set, runs before each step of a switchover or
+	// failover this controller runs, with the step's name as events show
+	// it ("fence node1", "promote node2", ...), in the goroutine that runs
+	// the step: fault-injection tests stall a node or stop the leader at a
+	// chosen step. nil in production.
+	StepHook func(ctx context.Context, step string)
 }
 
 // Registration is what a running controller writes, under a lease, at
@@ -73,7 +79,8 @@ type Controller struct {
 	probersMu sync.Mutex
 	probers   map[string]*nodeProber // by cluster + "/" + node
 
-	// stepHook, when set (tests only), runs before each failover step.
+	// stepHook, when set (tests only), runs before each failover and
+	// switchover step.
 	stepHook func(ctx context.Context, step string)
 
 	// handled is the memory of the operator requests handled within
@@ -140,6 +147,7 @@ func New(o Options) (*Controller, error) {
 		id:          o.ID,
 		log:         log,
 		now:         now,
+		stepHook:    o.StepHook,
 		metrics:     m,
 		hookMetrics: hm,
 		cfg:         o.Config,

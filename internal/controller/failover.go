@@ -426,7 +426,16 @@ func (f *failoverRun) refreshAndPlan(ctx context.Context, st *topo.ClusterState)
 		f.plan.Warning = strings.TrimSuffix(healthy+"; "+f.plan.Warning, "; ")
 	}
 	if healthy != "" && !f.o.forceReachable {
-		f.plan.Override = analysis.OverrideForceReachable
+		switch {
+		case f.plan.Candidate == "" && f.plan.Override == "":
+			// No flag gives a candidate (an errant or unreachable
+			// target): --force would only lead to that refusal.
+			healthy += "; and no flag makes a candidate: " + f.plan.Refusal
+		case f.plan.Override == analysis.OverrideForceStale:
+			f.plan.Override = "--force --force-stale --reason TEXT"
+		default:
+			f.plan.Override = analysis.OverrideForceReachable
+		}
 	}
 	if healthy != "" && !f.o.planOnly {
 		if !f.o.forceReachable || strings.TrimSpace(f.o.reason) == "" {
@@ -496,6 +505,7 @@ func (f *failoverRun) publishFailoverPhase(ctx context.Context) (string, error) 
 			return fmt.Errorf("cluster state changed meanwhile (primary %s, epoch %d, phase %s)", st.Primary, st.Epoch, st.Phase)
 		}
 		st.Primary, st.OldPrimary, st.Phase, st.Target, st.Epoch = "", f.old, topo.PhaseFailover, f.plan.Candidate, f.fromEpoch+1
+		st.TargetAuto, st.Repoint = f.o.auto, f.toRepoint()
 		return nil
 	})
 	if err != nil {
@@ -503,6 +513,21 @@ func (f *failoverRun) publishFailoverPhase(ctx context.Context) (string, error) 
 	}
 	f.published, f.toEpoch = true, st.Epoch
 	return fmt.Sprintf("epoch %d, %s → %s, no primary routed until published", st.Epoch, f.old, f.plan.Candidate), nil
+}
+
+// toRepoint are the replicas this failover stops and must leave
+// replicating from the new primary (ClusterState.Repoint): every replica
+// receiving and applying at the plan, the candidate included (it may be
+// replaced at the re-plan), in config order.
+func (f *failoverRun) toRepoint() []string {
+	var out []string
+	for _, n := range f.cl.Nodes {
+		p := f.probes[n.Name]
+		if n.Name != f.old && complete(p) && p.Replicating && f.opStopped[n.Name] == "" {
+			out = append(out, n.Name)
+		}
+	}
+	return out
 }
 
 // catchUpFenced waits (bounded by switchover.catchup_timeout) until the

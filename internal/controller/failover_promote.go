@@ -337,7 +337,7 @@ func (f *failoverRun) publishPrimary(ctx context.Context) (string, error) {
 // publishInto writes the outcome of a completed failover into st.
 func (f *failoverRun) publishInto(st *topo.ClusterState, now time.Time) {
 	cand := f.plan.Candidate
-	st.Primary, st.Phase, st.Target, st.OldPrimary = cand, topo.PhaseStable, "", ""
+	st.Primary, st.Phase, st.Target, st.OldPrimary, st.TargetAuto = cand, topo.PhaseStable, "", "", false
 	st.FailoverBlock = &topo.FailoverBlock{Until: now.Add(f.cl.Failover.BlockPeriod.D()),
 		Reason: fmt.Sprintf("%s failover %s → %s at %s", modeLabel(f.o.auto), f.old, cand, now.UTC().Format(time.RFC3339))}
 	st.LastFailover = &topo.FailoverRecord{From: f.old, To: cand, Epoch: f.toEpoch, At: now, Auto: f.o.auto,
@@ -472,7 +472,7 @@ func (f *failoverRun) rollback(ctx context.Context, reason string) (string, stri
 				if st.Phase != topo.PhaseFailover || st.Epoch != f.toEpoch {
 					return fmt.Errorf("cluster state changed meanwhile (phase %s, epoch %d)", st.Phase, st.Epoch)
 				}
-				st.Primary, st.Phase, st.Target, st.OldPrimary = f.old, topo.PhaseStable, "", ""
+				st.Primary, st.Phase, st.Target, st.OldPrimary, st.TargetAuto, st.Repoint = f.old, topo.PhaseStable, "", "", false, nil
 				return nil
 			})
 			return fmt.Sprintf("primary %s, epoch %d", f.old, f.toEpoch), err

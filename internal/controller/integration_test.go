@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,7 +339,19 @@ func TestSwitchoverRefusedAndRolledBack(t *testing.T) {
 	st := topotest.NewStore(t)
 	cfg := testConfig(c)
 	cfg.Switchover.CatchupTimeout = config.Duration(time.Second)
-	runController(t, cfg, st, "ctl-a")
+	ctl, err := New(Options{Config: cfg, Store: st, Keys: testKeys, ID: "ctl-a", Log: testLogger(t).With("ctl", "ctl-a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Armed for the last part: at the fence, a row lock stalls the
+	// candidate (set before the controller runs: it reads the hook).
+	var atFence atomic.Pointer[func(context.Context)]
+	ctl.stepHook = func(ctx context.Context, step string) {
+		if f := atFence.Load(); f != nil && strings.HasPrefix(step, "fence ") {
+			(*f)(ctx)
+		}
+	}
+	runControllerCancel(t, ctl)
 	waitState(t, st, 15*time.Second, "discovery", discovered)
 
 	app := sandboxtest.DB(t, c, 0, c.AppUser, c.AppPassword, "sbtest")
@@ -358,9 +371,9 @@ func TestSwitchoverRefusedAndRolledBack(t *testing.T) {
 	mustExec(t, node2, "START SLAVE SQL_THREAD")
 	waitState(t, st, 20*testInterval, "node2 serving", func(s topo.ClusterState) bool { return s.Node("node2").Serving })
 
-	// A candidate that cannot apply the primary's last transaction (a row
-	// lock held on it blocks its SQL thread) makes the catch-up time out:
-	// the switchover rolls back and the old primary is writable again.
+	// A candidate behind the primary that applies nothing (a row lock held
+	// on it blocks its SQL thread) is refused at the pre-catch-up, before
+	// anything is held or fenced.
 	lockConn, err := node2.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +382,37 @@ func TestSwitchoverRefusedAndRolledBack(t *testing.T) {
 	mustExecConn(t, lockConn, "BEGIN")
 	mustExecConn(t, lockConn, "SELECT * FROM sbtest.ctl_t WHERE id = 1 FOR UPDATE")
 	mustExec(t, app, "UPDATE ctl_t SET v = v + 1 WHERE id = 1")
+	req = doSwitchover(t, st, "node2")
+	if req.State != topo.RequestFailed || !strings.Contains(req.Message, "refused") || !strings.Contains(req.Message, "applied nothing") {
+		t.Fatalf("switchover to a stalled candidate: %s %q; want refused at the pre-catch-up", req.State, req.Message)
+	}
+	for _, ph := range req.Phases {
+		if ph.Phase == "fence" || ph.Phase == "prepare" {
+			t.Fatalf("switchover to a stalled candidate went as far as %s: %+v", ph.Phase, req.Phases)
+		}
+	}
+	mustExec(t, app, "INSERT INTO ctl_t VALUES (3, 0)") // never fenced: the same session still writes
+	mustExecConn(t, lockConn, "ROLLBACK")
+	waitRow(t, c, 1, 3)
 
+	// A candidate that stalls after the pre-catch-up (the row lock taken
+	// as the fence begins, the primary's last update blocked behind it)
+	// makes the catch-up time out: the switchover rolls back and the old
+	// primary is writable again.
+	var once sync.Once
+	stall := func(ctx context.Context) {
+		once.Do(func() {
+			for _, q := range []string{"BEGIN", "SELECT * FROM sbtest.ctl_t WHERE id = 1 FOR UPDATE"} {
+				if _, err := lockConn.ExecContext(ctx, q); err != nil {
+					t.Errorf("%s: %v", q, err)
+				}
+			}
+			if _, err := app.ExecContext(ctx, "UPDATE ctl_t SET v = v + 1 WHERE id = 1"); err != nil {
+				t.Errorf("update before the fence: %v", err)
+			}
+		})
+	}
+	atFence.Store(&stall)
 	req = doSwitchover(t, st, "node2")
 	if req.State != topo.RequestFailed || !strings.Contains(req.Message, "rolled back") || !strings.Contains(req.Message, "catchup_timeout") {
 		t.Fatalf("switchover that cannot catch up: %s %q; want failed and rolled back", req.State, req.Message)

@@ -45,24 +45,27 @@ type termFailover struct {
 type clusterMemory struct {
 	// mu guards ioSig, ioAt, lastLag and lastComplete: a failover run reads
 	// and refreshes them from its own goroutine while probe rounds go on.
-	mu                sync.Mutex
-	ioSig             map[string]string     // node → IO progress signature
-	ioAt              map[string]time.Time  // node → when the signature last changed
-	lastLag           map[string]int64      // node → last non-NULL lag
-	lastComplete      map[string]topo.Probe // node → last complete probe
-	deadRounds        int                   // consecutive rounds with DeadPrimary
-	deadRoundAt       time.Time             // start of the last round counted in deadRounds
-	trouble           bool                  // the last round saw trouble on the primary
-	repairAt          map[string]time.Time  // node → last repair attempt
-	alignAt           map[string]time.Time  // node → last replica-settings alignment (replicasettings.go)
-	primaryWritableAt time.Time             // last complete probe of the published primary with read_only=OFF
-	primaryWritable   string                // the primary primaryWritableAt is about
-	primaryUptime     int64                 // its Uptime (seconds) at primaryWritableAt
-	primaryDown       bool                  // a probe found it unreachable since primaryWritableAt
-	analysis          []topo.AnalysisEntry  // last published codes
-	analysisAt        time.Time             // when they were published
-	floor             floorMemory           // the promotion floor (floor.go)
-	quietKicked       bool                  // a round was started for the replicas' current silence (progress.go)
+	mu           sync.Mutex
+	ioSig        map[string]string     // node → IO progress signature
+	ioAt         map[string]time.Time  // node → when the signature last changed
+	lastLag      map[string]int64      // node → last non-NULL lag
+	lastComplete map[string]topo.Probe // node → last complete probe
+	deadRounds   int                   // consecutive rounds with DeadPrimary
+	deadRoundAt  time.Time             // start of the last round counted in deadRounds
+	trouble      bool                  // the last round saw trouble on the primary
+	repairAt     map[string]time.Time  // node → last repair attempt
+	// startedFor: node → the epoch of the interrupted failover for which
+	// finishFailover issued START SLAVE there (once per node and epoch).
+	startedFor        map[string]int64
+	alignAt           map[string]time.Time // node → last replica-settings alignment (replicasettings.go)
+	primaryWritableAt time.Time            // last complete probe of the published primary with read_only=OFF
+	primaryWritable   string               // the primary primaryWritableAt is about
+	primaryUptime     int64                // its Uptime (seconds) at primaryWritableAt
+	primaryDown       bool                 // a probe found it unreachable since primaryWritableAt
+	analysis          []topo.AnalysisEntry // last published codes
+	analysisAt        time.Time            // when they were published
+	floor             floorMemory          // the promotion floor (floor.go)
+	quietKicked       bool                 // a round was started for the replicas' current silence (progress.go)
 }
 
 func newTermFailover(t *term) *termFailover {

@@ -252,14 +252,29 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 	ev := func(msg string) {
 		_ = t.fo.events.emit(ctx, topo.Event{Cluster: cl.Name, Kind: topo.EventRecovery, Code: "failover_resumed", Node: target, Message: msg, Epoch: epoch})
 	}
-	if target != "" && complete(tp) && !tp.Replicating {
+	// Promoted: replication reset (the promotion's first change), or
+	// already writable (an emergency promotion makes the candidate
+	// writable first and resets its replication once its cut IO thread
+	// exited; nothing else makes a node writable during a failover).
+	if target != "" && complete(tp) && (!tp.Replicating || !tp.ReadOnly) {
 		n := cl.Node(target)
 		detail := ""
 		var err error
-		if n == nil {
+		var pr *nodeProber
+		switch {
+		case n == nil:
 			err = fmt.Errorf("%s is no longer in the config", target)
-		} else if tp.ReadOnly {
-			var pr *nodeProber
+		case tp.Replicating:
+			// Writable, its replication from the old primary not reset
+			// yet: STOP SLAVE waits for a cut IO thread's exit.
+			if pr, err = t.c.prober(cfg, cl, n); err == nil {
+				sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+				if err = pr.StopReplica(sctx); err == nil {
+					err = pr.ResetReplicaAll(sctx)
+				}
+				cancel()
+			}
+		case tp.ReadOnly:
 			if pr, err = t.c.prober(cfg, cl, n); err == nil {
 				err = pr.SetReadOnly(ctx, false)
 			}
@@ -273,7 +288,7 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 			return
 		}
 		f := &failoverRun{t: t, cfg: cfg, cl: cl, cr: cr, old: old, toEpoch: epoch, start: t.c.now(),
-			plan: topo.FailoverPlan{Candidate: target}}
+			plan: topo.FailoverPlan{Candidate: target}, o: failoverOptions{auto: st.TargetAuto}}
 		_, err = t.update(ctx, cr, func(s *topo.ClusterState) error {
 			if s.Phase != topo.PhaseFailover || s.Epoch != epoch || s.Target != target {
 				return errors.New("state changed meanwhile")
@@ -288,14 +303,30 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 		ev(fmt.Sprintf("a previous leader left a failover to %s after promotion: finished (%s) and published as primary of epoch %d", target, detail, epoch))
 		return
 	}
-	// Not promoted: restart IO threads stopped for the failover and publish
-	// the old primary again.
+	// Not promoted: restart what the failover stopped and publish the old
+	// primary again. The replicas it was to repoint (st.Repoint) were
+	// receiving and applying from the old primary: START SLAVE (a
+	// promotion stopped short after its STOP SLAVE leaves the candidate
+	// with both threads stopped). Without that list (a state written by
+	// an older controller), IO threads stopped while SQL threads run.
+	restart := map[string]bool{}
+	for _, name := range st.Repoint {
+		restart[name] = true
+	}
+	oldNode := cl.Node(old)
 	for _, n := range cl.Nodes {
 		p := probes[n.Name]
-		if n.Name == old || !complete(p) || !p.Replicating || p.IORunning != "No" || !p.SQLRunning {
+		if n.Name == old || !complete(p) || !p.Replicating || (p.IORunning != "No" && p.SQLRunning) {
 			continue
 		}
-		if pr, err := t.c.prober(cfg, cl, &n); err == nil {
+		pr, err := t.c.prober(cfg, cl, &n)
+		if err != nil {
+			continue
+		}
+		switch {
+		case restart[n.Name] && oldNode != nil && sameAddress(p.SourceHost, p.SourcePort, oldNode.Address):
+			_ = pr.StartReplica(ctx)
+		case len(st.Repoint) == 0 && p.IORunning == "No" && p.SQLRunning:
 			_ = pr.StartReplicaIO(ctx)
 		}
 	}
@@ -303,7 +334,7 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 		if s.Phase != topo.PhaseFailover || s.Epoch != epoch {
 			return errors.New("state changed meanwhile")
 		}
-		s.Primary, s.Phase, s.Target, s.OldPrimary = old, topo.PhaseStable, "", ""
+		s.Primary, s.Phase, s.Target, s.OldPrimary, s.TargetAuto, s.Repoint = old, topo.PhaseStable, "", "", false, nil
 		return nil
 	})
 	if err != nil {

@@ -24,6 +24,8 @@ const maxAlarms = 20
 // from the previous state into a rebuilt one.
 func carryPolicy(st, prev *topo.ClusterState) {
 	st.OldPrimary = prev.OldPrimary
+	st.TargetAuto = prev.TargetAuto
+	st.Repoint = prev.Repoint
 	st.Maintenance = prev.Maintenance
 	st.FailoverBlock = prev.FailoverBlock
 	st.AutoDisabled = prev.AutoDisabled
@@ -115,6 +117,7 @@ func (t *term) afterRound(ctx context.Context, cfg *config.Config, cl *config.Cl
 	m.trouble = res.Trouble
 	t.decideFailover(ctx, cl, cr, &st, res, m, start, confirmSpacing)
 	t.noWritablePrimary(ctx, cfg, cl, cr, &st, res, probes)
+	t.finishFailover(ctx, cfg, cl, cr, &st, probes, m)
 	t.repair(ctx, cfg, cl, cr, &st, probes, m)
 	t.alignReplicaSettings(ctx, cfg, cl, cr, &st, probes, res, m)
 }

@@ -98,6 +98,9 @@ func (t *term) runSwitchover(ctx context.Context, key string, req topo.Request, 
 // the request's steps, logs it, and queues an event and a save of the
 // request (so watchers see progress) on the progress writer.
 func (s *switchover) step(ctx context.Context, name string, fn func(ctx context.Context) (string, error)) error {
+	if h := s.t.c.stepHook; h != nil {
+		h(ctx, name)
+	}
 	begin := s.t.c.now()
 	sctx, cancel := context.WithTimeout(ctx, stepTimeout+s.cfg.Switchover.CatchupTimeout.D())
 	detail, err := fn(sctx)
@@ -458,6 +461,7 @@ func (s *switchover) preCatchUp(ctx context.Context) (string, error) {
 	}
 	timeout := s.cfg.Switchover.CatchupTimeout.D()
 	start := s.t.c.now()
+	before := s.appliedGTIDs(ctx)
 	var last time.Duration
 	rounds := 0
 	for {
@@ -470,7 +474,15 @@ func (s *switchover) preCatchUp(ctx context.Context) (string, error) {
 		last = s.t.c.now().Sub(waitStart)
 		took := s.t.c.now().Sub(start).Round(100 * time.Microsecond)
 		if res != 0 {
-			return fmt.Sprintf("still behind %s after %s; going on", pos, took), nil
+			// Behind and applying nothing (a lock or a long statement
+			// holds its SQL thread, or the thread stopped): holding
+			// writes for it would stall them for the catch-up bound and
+			// then roll back.
+			if after := s.appliedGTIDs(ctx); before != nil && after != nil && before.Contains(after) && after.Contains(before) {
+				return "", fmt.Errorf("%s applied nothing in %s while behind the primary's %s (at %s): its SQL thread is stalled or stopped; "+
+					"nothing was held or fenced — let it catch up (or fix it) and retry, or choose another --to", s.cand, took, pos, after)
+			}
+			return fmt.Sprintf("still behind %s after %s (applying); going on", pos, took), nil
 		}
 		// The candidate applied what the primary had written when the wait
 		// began; what was written meanwhile is still to apply. Wait again
@@ -483,6 +495,20 @@ func (s *switchover) preCatchUp(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+}
+
+// appliedGTIDs is the candidate's executed GTID set, nil when it cannot be
+// read.
+func (s *switchover) appliedGTIDs(ctx context.Context) gtid.Set {
+	p := s.candPr.Probe(ctx)
+	if !complete(p) {
+		return nil
+	}
+	set, err := executed(s.cl.Flavor, p)
+	if err != nil {
+		return nil
+	}
+	return set
 }
 
 // preCatchUpClose and preCatchUpRounds bound the pre-catch-up: it waits

@@ -118,6 +118,20 @@ type ClusterState struct {
 
 	// OldPrimary is the primary being replaced during PhaseFailover.
 	OldPrimary string `json:"old_primary,omitempty"`
+	// TargetAuto is true during PhaseFailover when the controller decided
+	// the failover (false for an operator's request), so that a leader
+	// that takes over and finishes it records it as it was.
+	TargetAuto bool `json:"target_auto,omitempty"`
+	// Repoint are the replicas a failover stops receiving from the old
+	// primary and must leave replicating from the new one (not those an
+	// operator had stopped before it). Set when the failover is announced
+	// (PhaseFailover) and kept after the publication until each
+	// replicates from the primary that failover published, or is
+	// quarantined or gone from the config: a leader that takes over from
+	// one that died in the middle finishes the repointing (nodes it
+	// repointed but had not started yet are started). Cleared once the
+	// epoch moves on.
+	Repoint []string `json:"repoint,omitempty"`
 	// Maintenance is set while maintenance mode is on: automatic failover
 	// is blocked, everything else goes on.
 	Maintenance *Maintenance `json:"maintenance,omitempty"`

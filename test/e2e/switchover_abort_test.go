@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,10 +12,12 @@ import (
 )
 
 // TestSwitchoverAbortRunsHeldOnOldPrimary: the candidate
-// cannot catch up (root holds LOCK TABLES ... WRITE on the table the writers
-// use, so its SQL thread waits), switchover.catchup_timeout 3s passes after
-// the old primary was fenced (read_only, client sessions killed) and the
-// switchover rolls back. The statements held meanwhile must run on the old
+// cannot catch up (root takes LOCK TABLES ... WRITE on the table the writers
+// use as the hold is prepared — after the pre-catch-up, which refuses a
+// candidate that already applies nothing — so its SQL thread waits at the
+// writes made until the hold),
+// switchover.catchup_timeout 3s passes after the old primary was fenced
+// (read_only, client sessions killed) and the switchover rolls back. The statements held meanwhile must run on the old
 // primary once it is writable again — not fail on the backend connections
 // the fence killed.
 func TestSwitchoverAbortRunsHeldOnOldPrimary(t *testing.T) {
@@ -35,13 +38,29 @@ func TestSwitchoverAbortRunsHeldOnOldPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Close()
-	if _, err := lock.ExecContext(ctx, "LOCK TABLES sbtest.abort_w WRITE"); err != nil {
-		t.Fatal(err)
+	locked := make(chan error, 1)
+	var once sync.Once
+	hook := func(hctx context.Context, step string) {
+		if step == "prepare" {
+			once.Do(func() {
+				_, err := lock.ExecContext(hctx, "LOCK TABLES sbtest.abort_w WRITE")
+				locked <- err
+			})
+		}
 	}
+	s.stepHook.Store(&hook)
 	errsBefore := writers.errs.Load()
 	start := time.Now()
 	out, err := s.switchover("node2")
 	took := time.Since(start)
+	select {
+	case err := <-locked:
+		if err != nil {
+			t.Fatalf("LOCK TABLES at the prepare step: %v", err)
+		}
+	default:
+		t.Fatalf("the switchover never reached the prepare step\n%s", out)
+	}
 	_, _ = lock.ExecContext(ctx, "UNLOCK TABLES")
 	if err == nil || !strings.Contains(out, "rolled back") || !strings.Contains(out, "catchup_timeout") {
 		t.Fatalf("switchover to a blocked candidate: err %v, want a rollback at the catch-up bound\n%s", err, out)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ type swStack struct {
 	*stack
 	ctrl    *controller.Controller
 	proxies []*proxy.Server
+	// stepHook, when set, runs before each switchover or failover step
+	// of the controller (controller.Options.StepHook).
+	stepHook atomic.Pointer[func(ctx context.Context, step string)]
 }
 
 // startSwitchStack brings up a 3-node sandbox, etcd, one controller and
@@ -49,7 +53,12 @@ func startSwitchStack(t *testing.T, nProxies int, mutate func(*config.Config)) *
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	log := topotest.Logger(t)
-	ctrl, err := controller.New(controller.Options{Config: cfg, Store: store, Keys: s.keys, ID: "ctrl-1", Log: log.With("role", "controller")})
+	ctrl, err := controller.New(controller.Options{Config: cfg, Store: store, Keys: s.keys, ID: "ctrl-1", Log: log.With("role", "controller"),
+		StepHook: func(ctx context.Context, step string) {
+			if h := s.stepHook.Load(); h != nil {
+				(*h)(ctx, step)
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,250 @@
+package controller
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/sandbox"
+	"github.com/switchyard-db/switchyard/internal/sandbox/sandboxtest"
+	"github.com/switchyard-db/switchyard/internal/topo"
+	"github.com/switchyard-db/switchyard/internal/topo/topotest"
+)
+
+// replStatus is node i's default replication connection as SHOW ALL
+// SLAVES STATUS shows it; ok is false when it has none.
+func replStatus(t *testing.T, c *sandbox.Cluster, i int) (ok bool, port, io, sqlRunning string) {
+	t.Helper()
+	rows, err := rootDB(t, c, i).Query("SHOW ALL SLAVES STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for j := range vals {
+		ptrs[j] = &vals[j]
+	}
+	if !rows.Next() {
+		return false, "", "", ""
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for j, col := range cols {
+		got[col] = vals[j].String
+	}
+	return true, got["Master_Port"], got["Slave_IO_Running"], got["Slave_SQL_Running"]
+}
+
+// TestLeaderLostMidFailoverFinishes: the leader dies at a step of an
+// automatic failover at or after the promotion — for a frozen semi-sync
+// primary (its replicas' IO threads are cut, the candidate is made
+// writable before its replication is reset) and for a killed asynchronous
+// one. Another controller takes over and the cluster ends as a finished
+// failover leaves it: one writable, published primary with no
+// replication left from the old one, the other replica replicating from
+// it (IO and SQL threads running, a new write arrives), the repoint list
+// cleared and the failover recorded as automatic.
+func TestLeaderLostMidFailoverFinishes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		freeze bool   // SIGSTOP the primary (semi-sync sandbox) instead of SIGKILL
+		atStep string // the leader stops when this step starts
+		// partial: the other replica was pointed at the candidate but
+		// not started when the leader stopped (CHANGE MASTER done, START
+		// SLAVE not).
+		partial bool
+		// stopCand: the promotion stopped right after the candidate's
+		// STOP SLAVE (before RESET SLAVE ALL): not promoted, the old
+		// primary is published again and failure detection decides again.
+		stopCand bool
+	}{
+		{"frozen semi-sync primary, at verify", true, "verify ", false, false},
+		{"frozen semi-sync primary, at repoint", true, "repoint replicas", false, false},
+		{"frozen semi-sync primary, at replication reset", true, "reset replication on ", false, false},
+		{"killed primary, in the middle of repointing", false, "repoint replicas", true, false},
+		{"killed primary, promotion after STOP SLAVE", false, "promote ", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sandboxtest.Start(t, sandbox.Options{Nodes: 3, SemiSync: tc.freeze})
+			endpoints := topotest.StartEtcd(t)
+			st1 := topotest.Connect(t, endpoints)
+			cfg := autoConfig(c)
+			ctl1, err := New(Options{Config: cfg, Store: st1, Keys: testKeys, ID: "ctl-1", Log: testLogger(t).With("ctl", "ctl-1")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var once sync.Once
+			var cancel1 func()
+			var steps []string
+			var mu sync.Mutex
+			stoppedAt := make(chan string, 1)
+			ctl1.stepHook = func(ctx context.Context, step string) {
+				mu.Lock()
+				steps = append(steps, step)
+				mu.Unlock()
+				if strings.HasPrefix(step, tc.atStep) {
+					once.Do(func() {
+						if tc.partial {
+							pointStopped(t, c, cfg, steps)
+						}
+						if tc.stopCand {
+							stopReplica(t, c, strings.TrimPrefix(step, "promote "))
+						}
+						stoppedAt <- step
+						cancel1() // leadership ends; the step then runs with a cancelled context
+						<-ctx.Done()
+					})
+				}
+			}
+			cancel1, _ = runControllerCancel(t, ctl1)
+			waitState(t, st1, 15*time.Second, "discovery", discovered)
+			st2 := topotest.Connect(t, endpoints)
+			runController(t, cfg, st2, "ctl-2")
+
+			if tc.freeze {
+				pid := c.PID(0)
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+			} else if err := c.KillNode(0); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case step := <-stoppedAt:
+				mu.Lock()
+				t.Logf("leader ctl-1 stopped at step %q after: %s", step, strings.Join(steps, " | "))
+				mu.Unlock()
+			case <-time.After(30 * time.Second):
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("the leader never reached step %q; steps: %s", tc.atStep, strings.Join(steps, " | "))
+			}
+			s := waitState(t, st2, 30*time.Second, "a primary published by ctl-2", func(s topo.ClusterState) bool {
+				return s.Leader == "ctl-2" && s.Primary != "" && s.Primary != "node1" && s.Phase == topo.PhaseStable
+			})
+			pi := 1
+			if s.Primary == "node3" {
+				pi = 2
+			}
+			ri := 3 - pi // the other surviving node
+			t.Logf("published: primary %s epoch %d", s.Primary, s.Epoch)
+			// Finished: within a few rounds the primary has no replication
+			// left and the other replica replicates from it.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				has, _, _, _ := replStatus(t, c, pi)
+				ok, port, io, sqlRunning := replStatus(t, c, ri)
+				cur := stateOf(t, st2)
+				if !has && ok && port == fmt.Sprint(c.Nodes[pi].Port) && io == "Yes" && sqlRunning == "Yes" && len(cur.Repoint) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not finished: primary %s has replication %v; %s replicates %v from port %s (IO %s, SQL %s; primary's port %d); repoint list %v\nevents:\n%s",
+						s.Primary, has, c.Nodes[ri].Name, ok, port, io, sqlRunning, c.Nodes[pi].Port, cur.Repoint, eventText(t, st2))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			writable := 0
+			for i := 1; i < 3; i++ {
+				if queryInt(t, rootDB(t, c, i), "SELECT @@read_only") == 0 {
+					writable++
+					if i != pi {
+						t.Fatalf("%s is writable but %s is published primary", c.Nodes[i].Name, s.Primary)
+					}
+				}
+			}
+			if writable != 1 {
+				t.Fatalf("%d writable nodes, want exactly 1", writable)
+			}
+			cur := stateOf(t, st2)
+			if lf := cur.LastFailover; lf == nil || !lf.Auto || lf.To != s.Primary {
+				t.Fatalf("last failover %+v, want the automatic one to %s", lf, s.Primary)
+			}
+			p := rootDB(t, c, pi)
+			mustExec(t, p, "CREATE TABLE IF NOT EXISTS sbtest.ctl_t (id INT PRIMARY KEY)")
+			mustExec(t, p, "INSERT INTO sbtest.ctl_t VALUES (77)")
+			waitRow(t, c, ri, 77)
+			t.Logf("events:\n%s", eventText(t, st2))
+		})
+	}
+}
+
+// pointStopped points the replica that is neither node1 nor the candidate
+// (the node of the "promote X" step in steps) at the candidate without
+// starting replication: what a leader that died between repointAll's
+// CHANGE MASTER and START SLAVE leaves. Runs in the controller's goroutine.
+func pointStopped(t *testing.T, c *sandbox.Cluster, cfg *config.Config, steps []string) {
+	cand := -1
+	for _, s := range steps {
+		if name, ok := strings.CutPrefix(s, "promote "); ok {
+			for i, n := range c.Nodes {
+				if n.Name == name {
+					cand = i
+				}
+			}
+		}
+	}
+	if cand < 1 {
+		t.Errorf("no promote step before the repointing: %v", steps)
+		return
+	}
+	other := 3 - cand
+	pw, err := cfg.Credentials.Replication.Resolve()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	db := rootDB(t, c, other)
+	for _, q := range []string{"STOP SLAVE", fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER='%s', MASTER_PASSWORD='%s', MASTER_USE_GTID=slave_pos",
+		c.Nodes[cand].Port, cfg.Credentials.Replication.User, pw)} {
+		if _, err := db.Exec(q); err != nil {
+			t.Errorf("%s on %s: %v", q, c.Nodes[other].Name, err)
+		}
+	}
+}
+
+// stopReplica runs STOP SLAVE on the node named name (in the controller's
+// goroutine).
+func stopReplica(t *testing.T, c *sandbox.Cluster, name string) {
+	for i, n := range c.Nodes {
+		if n.Name == name {
+			if _, err := rootDB(t, c, i).Exec("STOP SLAVE"); err != nil {
+				t.Errorf("STOP SLAVE on %s: %v", name, err)
+			}
+			return
+		}
+	}
+	t.Errorf("no node %q", name)
+}
+
+// stateOf reads the cluster's state.
+func stateOf(t *testing.T, st topo.Store) topo.ClusterState {
+	t.Helper()
+	var s topo.ClusterState
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := topo.GetJSON(ctx, st, testKeys.ClusterState(sandbox.ClusterName), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// eventText is the cluster's event log, a line each.
+func eventText(t *testing.T, st topo.Store) string {
+	var b strings.Builder
+	for _, ev := range events(t, st) {
+		fmt.Fprintf(&b, "  %s %-9s %s\n", ev.At.Format("15:04:05.000"), ev.Kind, ev.Message)
+	}
+	return b.String()
+}
