@@ -113,12 +113,15 @@ func (s *session) insertIDSQL() string {
 
 // rewriteDiagnostics returns q, a SELECT of only ROW_COUNT() and
 // FOUND_ROWS() calls (any letter case, spaces and leading comments
-// allowed), with each call replaced by its value: CAST(n AS SIGNED), a
-// BIGINT as both functions return, named as the client would see it (its
-// alias, else the call's own text quoted with backticks). It returns nil
-// for any other statement, and when FOUND_ROWS() is read and foundRows is
-// unknown (< 0). It allocates, on that path only. The result starts with
-// the COM_QUERY command byte.
+// allowed), with each call replaced by its value, COALESCE(n,
+// ROW_COUNT()), named as the client would see it (its alias, else the
+// call's own text quoted with backticks). COALESCE never evaluates the
+// call and takes its column definition, the one both functions have:
+// BIGINT, length 21, NOT NULL, binary (CAST(n AS SIGNED) is an INT of
+// n's length; checked on 10.11 by TestDiagnosticsColumnsMatchDirect). It
+// returns nil for any other statement, and when FOUND_ROWS() is read and
+// foundRows is unknown (< 0). It allocates, on that path only. The result
+// starts with the COM_QUERY command byte.
 func rewriteDiagnostics(q []byte, rowCount, foundRows int64) []byte {
 	w, rest := firstWord(q)
 	if !eqFold(w, "select") {
@@ -153,9 +156,9 @@ func rewriteDiagnostics(q []byte, rowCount, foundRows int64) []byte {
 		if n > 0 {
 			out = append(out, ", "...)
 		}
-		out = append(out, "CAST("...)
+		out = append(out, "COALESCE("...)
 		out = strconv.AppendInt(out, v, 10)
-		out = append(out, " AS SIGNED) AS "...)
+		out = append(out, ", ROW_COUNT()) AS "...)
 		rest = a
 		alias, after := firstWord(rest)
 		if eqFold(alias, "as") {

@@ -200,10 +200,10 @@ func TestHotReadsBounded(t *testing.T) {
 
 func TestRewriteRowCount(t *testing.T) {
 	for _, c := range []struct{ q, want string }{
-		{"SELECT ROW_COUNT()", "SELECT CAST(5 AS SIGNED) AS `ROW_COUNT()`"},
-		{" /* c */ select row_count( ) ;", "SELECT CAST(5 AS SIGNED) AS `row_count( )`"},
-		{"SELECT ROW_COUNT() AS rc", "SELECT CAST(5 AS SIGNED) AS rc"},
-		{"SELECT ROW_COUNT() rc, ROW_COUNT()", "SELECT CAST(5 AS SIGNED) AS rc, CAST(5 AS SIGNED) AS `ROW_COUNT()`"},
+		{"SELECT ROW_COUNT()", "SELECT COALESCE(5, ROW_COUNT()) AS `ROW_COUNT()`"},
+		{" /* c */ select row_count( ) ;", "SELECT COALESCE(5, ROW_COUNT()) AS `row_count( )`"},
+		{"SELECT ROW_COUNT() AS rc", "SELECT COALESCE(5, ROW_COUNT()) AS rc"},
+		{"SELECT ROW_COUNT() rc, ROW_COUNT()", "SELECT COALESCE(5, ROW_COUNT()) AS rc, COALESCE(5, ROW_COUNT()) AS `ROW_COUNT()`"},
 		{"SELECT ROW_COUNT() + 1", ""},
 		{"SELECT ROW_COUNT() FROM t", ""},
 		{"SELECT ROW_COUNT() INTO @x", ""},
