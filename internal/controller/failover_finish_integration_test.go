@@ -248,3 +248,110 @@ func eventText(t *testing.T, st topo.Store) string {
 	}
 	return b.String()
 }
+
+// TestLeaderLostMidSwitchover: the leader dies at a step of a planned
+// switchover (right after the candidate's STOP SLAVE in the promotion,
+// after the promotion before the publication, and after the publication
+// before the repointing); another controller takes over and the cluster
+// ends with one writable, published primary and both other nodes
+// replicating from it (IO and SQL threads running, a new write arrives).
+func TestLeaderLostMidSwitchover(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		atStep   string
+		stopCand bool // STOP SLAVE on the candidate before stopping the leader
+		want     string
+	}{
+		{"promotion after STOP SLAVE", "promote ", true, "node1"},
+		{"after the promotion", "publish primary ", false, "node2"},
+		{"after the publication", "repoint ", false, "node2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sandboxtest.Start(t, sandbox.Options{Nodes: 3})
+			endpoints := topotest.StartEtcd(t)
+			st1 := topotest.Connect(t, endpoints)
+			cfg := testConfig(c)
+			ctl1, err := New(Options{Config: cfg, Store: st1, Keys: testKeys, ID: "ctl-1", Log: testLogger(t).With("ctl", "ctl-1")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var once sync.Once
+			var cancel1 func()
+			stoppedAt := make(chan string, 1)
+			ctl1.stepHook = func(ctx context.Context, step string) {
+				if strings.HasPrefix(step, tc.atStep) {
+					once.Do(func() {
+						if tc.stopCand {
+							stopReplica(t, c, strings.TrimPrefix(step, "promote "))
+						}
+						stoppedAt <- step
+						cancel1()
+						<-ctx.Done()
+					})
+				}
+			}
+			cancel1, _ = runControllerCancel(t, ctl1)
+			waitState(t, st1, 15*time.Second, "discovery", discovered)
+			st2 := topotest.Connect(t, endpoints)
+			runController(t, cfg, st2, "ctl-2")
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, _ = RequestSwitchover(ctx, st1, testKeys, sandbox.ClusterName, "node2")
+			}()
+			select {
+			case step := <-stoppedAt:
+				t.Logf("leader ctl-1 stopped at step %q", step)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the leader never reached step %q", tc.atStep)
+			}
+			s := waitState(t, st2, 30*time.Second, "a stable state written by ctl-2", func(s topo.ClusterState) bool {
+				return s.Leader == "ctl-2" && s.Primary != "" && s.Phase == topo.PhaseStable
+			})
+			if s.Primary != tc.want {
+				t.Fatalf("primary %s after the takeover, want %s\nevents:\n%s", s.Primary, tc.want, eventText(t, st2))
+			}
+			pi := 0
+			if s.Primary == "node2" {
+				pi = 1
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				done := true
+				var why []string
+				for i := range 3 {
+					ok, port, io, sqlRunning := replStatus(t, c, i)
+					switch {
+					case i == pi && ok:
+						done = false
+						why = append(why, fmt.Sprintf("primary %s still has replication", c.Nodes[i].Name))
+					case i != pi && (!ok || port != fmt.Sprint(c.Nodes[pi].Port) || io != "Yes" || sqlRunning != "Yes"):
+						done = false
+						why = append(why, fmt.Sprintf("%s: replicating %v from port %s IO %s SQL %s", c.Nodes[i].Name, ok, port, io, sqlRunning))
+					}
+				}
+				if done {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not settled (primary %s, port %d): %s\nevents:\n%s", s.Primary, c.Nodes[pi].Port, strings.Join(why, "; "), eventText(t, st2))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			for i := range 3 {
+				ro := queryInt(t, rootDB(t, c, i), "SELECT @@read_only")
+				if (i == pi) != (ro == 0) {
+					t.Fatalf("%s read_only=%d with %s published primary", c.Nodes[i].Name, ro, s.Primary)
+				}
+			}
+			p := rootDB(t, c, pi)
+			mustExec(t, p, "CREATE TABLE IF NOT EXISTS sbtest.ctl_t (id INT PRIMARY KEY)")
+			mustExec(t, p, "INSERT INTO sbtest.ctl_t VALUES (78)")
+			for i := range 3 {
+				if i != pi {
+					waitRow(t, c, i, 78)
+				}
+			}
+		})
+	}
+}

@@ -514,6 +514,21 @@ func (t *term) resolveAbandoned(ctx context.Context, cfg *config.Config, cl *con
 		return
 	}
 	log.Warn("previous leader left a switchover unfinished before promotion; restoring the old primary")
+	// A promotion stopped right after the candidate's STOP SLAVE leaves it
+	// with both threads stopped: a candidate passed the check with both
+	// running, so they are started again.
+	if n, on := cl.Node(target), cl.Node(old); n != nil && on != nil && complete(tp) && tp.Replicating &&
+		sameAddress(tp.SourceHost, tp.SourcePort, on.Address) && (tp.IORunning == "No" || !tp.SQLRunning) {
+		pr, err := t.c.prober(cfg, cl, n)
+		if err == nil {
+			err = pr.StartReplica(ctx)
+		}
+		if err != nil {
+			log.Error("could not restart replication on the candidate: run START SLAVE on it", "err", err)
+		} else {
+			log.Info("replication restarted on the candidate (START SLAVE)")
+		}
+	}
 	if n := cl.Node(old); n != nil && complete(op) && op.ReadOnly && !op.Replicating {
 		pr, err := t.c.prober(cfg, cl, n)
 		if err == nil {
