@@ -32,9 +32,10 @@ import (
 //     next boundary, so the id CONNECTION_ID() returned a moment ago may
 //     now run someone else's statement. There the id is the proxy's
 //     connection id only (the handshake's, which mysql_kill() and the
-//     drivers' query cancel send); a backend thread id is taken only when
-//     it is the killer's own current connection, and any other answers
-//     ER_NO_SUCH_THREAD saying so. Sessions of session-pooled listeners
+//     drivers' query cancel send; another user's answers
+//     ER_KILL_DENIED_ERROR as anywhere); a backend thread id is taken only
+//     when it is the killer's own current connection, and any other
+//     answers ER_NO_SUCH_THREAD saying so. Sessions of session-pooled listeners
 //     keep one backend connection for their whole life and are still
 //     found by its thread id, from any listener.
 //   - A session whose backend thread the proxy kills is marked first
@@ -203,13 +204,18 @@ func (s *Server) killTarget(killer *session, user string, id uint32, near string
 	if found != nil {
 		return found, nil
 	}
+	if hasDirect {
+		// The proxy connection id of another user's session, on any
+		// listener: the server's answer for another user's thread.
+		return nil, mysqlproto.NewError(mysql.ER_KILL_DENIED_ERROR, fmt.Sprintf("You are not owner of thread %d", id))
+	}
 	if pooled || (killer != nil && killer.txPool) {
 		return nil, mysqlproto.NewError(mysql.ER_NO_SUCH_THREAD, fmt.Sprintf(
 			"Unknown thread id: %d (switchyard: on a listener with pooling transaction a backend thread id such as CONNECTION_ID() returns "+
 				"belongs to a connection that sessions share; KILL takes the proxy's connection id of the session, the one in its handshake, "+
 				"which mysql_kill() and driver query cancels send)", id))
 	}
-	denied := hasDirect
+	denied := false
 	for _, sess := range other {
 		if be := sess.currentBackend(); be != nil && be.threadID == id {
 			denied = true

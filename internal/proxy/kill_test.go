@@ -13,6 +13,7 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/switchyard-db/switchyard/internal/config"
 	"github.com/switchyard-db/switchyard/internal/mysqlproto"
 )
 
@@ -109,6 +110,9 @@ func TestKillTargetResolution(t *testing.T) {
 	}
 	if got, merr := srv.killTarget(tx, "app", 60, "node1"); got != c || merr != nil {
 		t.Errorf("session-pooled thread from a transaction-pooled killer: %v, %v", got, merr)
+	}
+	if got, merr := srv.killTarget(tx, "app", 4, "node1"); got != nil || merr == nil || merr.Code != gomysql.ER_KILL_DENIED_ERROR {
+		t.Errorf("proxy id of another user's session from a transaction-pooled killer: %v, %v", got, merr)
 	}
 }
 
@@ -409,5 +413,49 @@ func TestKillOnTxPoolListener(t *testing.T) {
 	expectClosed(t, b.c, "killed session")
 	if rows := c.query("SELECT 2"); rows[0][0] != "2" {
 		t.Fatalf("client c after b was killed: %v", rows)
+	}
+}
+
+// KILL [QUERY] of another user's session by the id its handshake gave it
+// gets 1095, as the server answers for another user's thread, through a
+// session- and a transaction-pooled listener alike, and kills nothing.
+func TestKillOtherUsersSessionDenied(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Listeners = append(c.Listeners, config.Listener{Name: "rwtx", Address: "127.0.0.1:0",
+			Cluster: c.Listeners[0].Cluster, Role: config.RolePrimary, Pooling: config.PoolingTransaction})
+		c.Users = append(c.Users, config.User{Name: "kb", Password: "kb-pw"})
+	})
+	mustExec(t, h.direct(0), "CREATE USER kb@'%' IDENTIFIED BY 'kb-pw'")
+	dial := func(addr, user, pw string) *rawConn {
+		rc, err := dialRaw(t, addr, user, pw, "", 0, "")
+		if err != nil {
+			t.Fatalf("login as %s to %s: %v", user, addr, err)
+		}
+		t.Cleanup(rc.Close)
+		return rc
+	}
+	// The server's answer for another user's thread (checked direct
+	// first), with the id given.
+	check := func(where string, killer, victim *rawConn) {
+		t.Helper()
+		id := victim.greeting.ConnectionID
+		for _, verb := range []string{"KILL QUERY", "KILL"} {
+			killer.cmd(gomysql.COM_QUERY, []byte(fmt.Sprintf("%s %d", verb, id))...)
+			p := killer.next()
+			e := mysqlproto.ParseERR(p)
+			if p[0] != gomysql.ERR_HEADER || e.Code != gomysql.ER_KILL_DENIED_ERROR || e.State != "HY000" ||
+				e.Message != fmt.Sprintf("You are not owner of thread %d", id) {
+				t.Errorf("%s of another user's session %s: %s, want 1095 (HY000) You are not owner of thread %d", verb, where, describe(p), id)
+			}
+		}
+	}
+	check("direct", dial(h.c.Nodes[0].Address, "kb", "kb-pw"), dial(h.c.Nodes[0].Address, h.c.AppUser, h.c.AppPassword))
+	for _, l := range []string{"rw", "rwtx"} {
+		addr := h.srv.ListenerAddr(l)
+		victim := dial(addr, h.c.AppUser, h.c.AppPassword)
+		check("through "+l, dial(addr, "kb", "kb-pw"), victim)
+		if rows := victim.query("SELECT 1"); rows[0][0] != "1" {
+			t.Fatalf("the other user's session through %s after the refused KILL: %v", l, rows)
+		}
 	}
 }
