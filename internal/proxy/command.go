@@ -23,15 +23,15 @@ const (
 	respRows                         // rows or definitions until EOF/OK | ERR (COM_STMT_FETCH, COM_FIELD_LIST)
 	respSingle                       // one OK/EOF/ERR packet
 	respString                       // one packet that is not an OK (COM_STATISTICS)
-	respRejected                     // answered by the proxy with ER_UNKNOWN_COM_ERROR
+	respRejected                     // answered by the proxy with an error (rejectError)
 )
 
 // kindOf maps a command byte to its response shape. Commands the proxy does
 // not relay (replication, shutdown, MariaDB COM_MULTI which is never
-// negotiated) are rejected, and so is COM_STMT_BULK_EXECUTE from a client
-// that did not negotiate MARIADB_CLIENT_STMT_BULK_OPERATIONS (command);
-// COM_PROCESS_KILL and COM_CHANGE_USER are answered by the proxy before
-// kindOf is asked.
+// negotiated, commands MariaDB does not know) are rejected (rejectError),
+// and so is COM_STMT_BULK_EXECUTE from a client that did not negotiate
+// MARIADB_CLIENT_STMT_BULK_OPERATIONS (command); COM_PROCESS_KILL and
+// COM_CHANGE_USER are answered by the proxy before kindOf is asked.
 func kindOf(cmd byte) responseKind {
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_PROCESS_INFO:
@@ -51,6 +51,29 @@ func kindOf(cmd byte) responseKind {
 		return respNone
 	}
 	return respRejected
+}
+
+// rejectError is the error a rejected command cmd gets. COM_SHUTDOWN,
+// COM_BINLOG_DUMP and COM_REGISTER_SLAVE are never relayed — shutting a
+// node down or replicating from it are done on the node, not through the
+// proxy that routes around it — and get what MariaDB answers a user
+// without the privilege they need, 1227 naming it (SHUTDOWN, REPLICATION
+// SLAVE; MariaDB 10.11 answers COM_REGISTER_SLAVE with 1045 instead,
+// which through a logged-in session would read as a failed login), with
+// the proxy's reason after it. Any other gets ER_UNKNOWN_COM_ERROR, as
+// MariaDB answers a command it does not know.
+func rejectError(cmd byte) *mysql.MyError {
+	priv, what := "", ""
+	switch cmd {
+	case mysql.COM_SHUTDOWN:
+		priv, what = "SHUTDOWN", "COM_SHUTDOWN is not relayed; shut the node down on the node itself"
+	case mysql.COM_BINLOG_DUMP, mysql.COM_REGISTER_SLAVE:
+		priv, what = "REPLICATION SLAVE", "the replication protocol is not relayed; replicate from the node itself"
+	default:
+		return mysqlproto.NewError(mysql.ER_UNKNOWN_COM_ERROR, "Unknown command")
+	}
+	return mysqlproto.NewError(mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR,
+		fmt.Sprintf("Access denied; you need (at least one of) the %s privilege(s) for this operation (switchyard: %s)", priv, what))
 }
 
 // loop reads client commands until the session ends and returns the
@@ -216,7 +239,7 @@ func (s *session) command(cmd byte, h mysqlproto.Header) string {
 		if _, err := mysqlproto.SkipPacket(s.cr); err != nil {
 			return clientReason(err)
 		}
-		s.writeError(1, mysqlproto.NewError(mysql.ER_UNKNOWN_COM_ERROR, "Unknown command"))
+		s.writeError(1, rejectError(cmd))
 		return ""
 	}
 	// Facts needed after the response, taken before the packet is forwarded.

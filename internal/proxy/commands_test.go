@@ -92,12 +92,22 @@ func TestRawCommands(t *testing.T) {
 			t.Fatalf("COM_SET_OPTION: %s", describe(p))
 		}
 
-		// Unknown / refused commands: ER_UNKNOWN_COM_ERROR, session goes on.
-		for _, c := range []byte{mysql.COM_BINLOG_DUMP, mysql.COM_SHUTDOWN, 0xfe, 0x99} {
-			rc.cmd(c, 1, 2, 3)
+		// Unknown / refused commands: ER_UNKNOWN_COM_ERROR, or 1227 for
+		// the ones never relayed (rejectError); the session goes on.
+		for _, c := range []struct {
+			cmd   byte
+			code  uint16
+			state string
+		}{
+			{mysql.COM_BINLOG_DUMP, mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR, "42000"},
+			{mysql.COM_SHUTDOWN, mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR, "42000"},
+			{0xfe, mysql.ER_UNKNOWN_COM_ERROR, "08S01"},
+			{0x99, mysql.ER_UNKNOWN_COM_ERROR, "08S01"},
+		} {
+			rc.cmd(c.cmd, 1, 2, 3)
 			p := rc.next()
-			if e := mysqlproto.ParseERR(p); p[0] != mysql.ERR_HEADER || e.Code != mysql.ER_UNKNOWN_COM_ERROR || e.State != "08S01" {
-				t.Fatalf("command 0x%02x: %s", c, describe(p))
+			if e := mysqlproto.ParseERR(p); p[0] != mysql.ERR_HEADER || e.Code != c.code || e.State != c.state {
+				t.Fatalf("command 0x%02x: %s", c.cmd, describe(p))
 			}
 		}
 

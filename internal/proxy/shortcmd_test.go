@@ -194,6 +194,15 @@ func TestShortCommandsAnswerAsDirect(t *testing.T) {
 		{name: "change user short auth", payload: []byte{mysql.COM_CHANGE_USER, 'a', 'p', 'p', 0, 20, 1, 2}},
 		{name: "zero-length packet", payload: []byte{}},
 		{name: "packet 5", payload: []byte{mysql.COM_QUERY, 'S', 'E', 'L', 'E', 'C', 'T', ' ', '1'}, seq: 5},
+		// Never relayed: the server's answer to a user without the
+		// privilege (the app user has neither), the proxy's reason after it.
+		{name: "shutdown", payload: []byte{mysql.COM_SHUTDOWN, 0}},
+		{name: "binlog dump", payload: []byte{mysql.COM_BINLOG_DUMP, 4, 0, 0, 0, 0, 0, 2, 0, 0, 0}},
+		// MariaDB answers 1045 (Access denied for user ...), the proxy 1227.
+		{name: "register slave", payload: []byte{mysql.COM_REGISTER_SLAVE, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, proxy: []string{
+			"ERR 1227 42000 Access denied; you need (at least one of) the REPLICATION SLAVE privilege(s) for this operation (packet 1)",
+			`row "\x011" EOF`, `row "\x017" EOF`, `row "\x013" EOF`}},
+		{name: "unknown command", payload: []byte{0x99}},
 		{name: "bulk 7 bytes", payload: []byte{mysqlproto.ComStmtBulkExecute, 1, 0, 0, 0, 0, 0}, ext: bulk},
 	}
 	targets := []struct{ name, addr string }{
