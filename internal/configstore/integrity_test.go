@@ -240,3 +240,65 @@ func TestFollowRefusesReplayedRevision(t *testing.T) {
 		t.Fatalf("rollback: rev %d alarm %v", rb.Revision.Rev, f.Alarm())
 	}
 }
+
+// TestApplyAfterWipeNumbersAboveConsumers: the config keys are deleted
+// (the store wiped, or restored from a backup without them) while a
+// consumer serves signed revision 2. The next `config apply` numbers its
+// revision above the one the consumer reports serving — numbering from 1
+// again would be refused by it as a replayed revision — and the consumer
+// applies it.
+func TestApplyAfterWipeNumbersAboveConsumers(t *testing.T) {
+	kr, err := topo.NewKeyring([]byte("config-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.SetIntegrity(kr)
+	t.Cleanup(func() { topo.SetIntegrity(nil) })
+
+	st := topotest.NewStore(t)
+	base := baseConfig(t, 8)
+	res, err := Bootstrap(ctx(t), st, keys, base, "boot@host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	f, err := Follow(fctx, st, keys, FollowOptions{
+		Name: "proxy", ID: "proxy-a", OnApply: (&consumer{}).onApply, Registry: prometheus.NewRegistry(),
+		Initial: base, InitialRev: res.Revision.Rev, Report: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-f.Done()
+	})
+	grown := clone(t, base)
+	grown.Versioning.HistoryLimit = 50
+	r := mustApply(t, st, Change{Config: grown, Reason: "signed change"})
+	eventually(t, "revision 2 applied", func() bool { return f.AppliedRev() == r.Revision.Rev })
+
+	kvs, err := st.List(ctx(t), keys.ConfigHistory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range append([]string{keys.Config()}, func() []string {
+		var ks []string
+		for _, kv := range kvs {
+			ks = append(ks, kv.Key)
+		}
+		return ks
+	}()...) {
+		if err := st.Delete(ctx(t), key, 0); err != nil {
+			t.Fatalf("delete %s: %v", key, err)
+		}
+	}
+	eventually(t, "the consumer reports the deletion", func() bool { return f.Alarm() != nil })
+	again := clone(t, grown)
+	again.Versioning.HistoryLimit = 40
+	r3 := mustApply(t, st, Change{Config: again, Reason: "after the wipe"})
+	if r3.Revision.Rev <= r.Revision.Rev {
+		t.Fatalf("revision %d after the wipe, the consumer serves %d: it would be refused as a replay", r3.Revision.Rev, r.Revision.Rev)
+	}
+	eventually(t, "the new revision applied", func() bool { return f.AppliedRev() == r3.Revision.Rev && f.Alarm() == nil })
+}

@@ -204,7 +204,8 @@ type State struct {
 	// BaseConfig is Base's parsed config.
 	BaseConfig *config.Config
 	// NextRev is the number the next revision gets: one more than any
-	// revision seen in the current key or the history.
+	// revision seen in the current key, the history or the reports of the
+	// running consumers (the revision each serves).
 	NextRev int64
 	// History is every revision in the history, oldest first (documents that
 	// are not JSON revision documents are left out; those that are but fail
@@ -271,6 +272,17 @@ func Load(ctx context.Context, st topo.Store, keys topo.Keys) (*State, error) {
 	}
 	if s.Base == nil && newestValid != nil {
 		s.Base, s.BaseConfig = newestValid, newestCfg
+	}
+	// The revisions running consumers serve count too: after the store
+	// was wiped or restored from an older backup, a number at or below
+	// one of theirs would be refused by them as a replayed revision.
+	if ckvs, err := st.List(ctx, keys.ConfigConsumers()); err == nil {
+		for _, ckv := range ckvs {
+			var c Status
+			if json.Unmarshal(ckv.Value, &c) == nil {
+				maxRev = max(maxRev, c.AppliedRev)
+			}
+		}
 	}
 	s.NextRev = maxRev + 1
 	return s, nil

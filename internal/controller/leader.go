@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard-db/switchyard/internal/config"
+	"github.com/switchyard-db/switchyard/internal/hooks"
 	"github.com/switchyard-db/switchyard/internal/probe"
 	"github.com/switchyard-db/switchyard/internal/topo"
 )
@@ -171,6 +172,17 @@ func (t *term) reload(ctx context.Context, cr *clusterRun) error {
 	kv, err := t.c.store.Get(ctx, t.c.keys.ClusterState(cr.name))
 	if errors.Is(err, topo.ErrNotFound) {
 		cr.state, cr.version = nil, 0
+		if e := t.proxiesEpoch(ctx, cr.name); e > 0 {
+			// No state while proxies route by epoch e: the key was
+			// deleted (by hand, or the store wiped or restored without
+			// it). A state rebuilt from epoch 1 would be refused by every
+			// proxy (epochs never go back): the rebuilt one starts above.
+			cr.state = &topo.ClusterState{Cluster: cr.name, Phase: topo.PhaseStable, Epoch: e}
+			t.c.metrics.stateRejected.WithLabelValues(cr.name).Inc()
+			t.invalidState(ctx, cr.name, "missing", e+1, fmt.Sprintf(
+				"the cluster state key %s is missing while proxies route by epoch %d: the controller rebuilds the state from its probes at epoch %d and up; find who deleted it",
+				t.c.keys.ClusterState(cr.name), e, e+1))
+		}
 		return nil
 	}
 	if err != nil {
@@ -188,10 +200,9 @@ func (t *term) reload(ctx context.Context, cr *clusterRun) error {
 		t.log.Error("cluster state in the store is invalid; not adopted, the controller rebuilds it from its probes",
 			"cluster", cr.name, "err", err, "store_version", kv.Version)
 		t.c.metrics.stateRejected.WithLabelValues(cr.name).Inc()
-		t.fo.events.emitOnce(ctx, cr.name+"|alarm|invalid_state", eventRelog, topo.Event{
-			Cluster: cr.name, Kind: topo.EventAlarm, Code: topo.AlarmInvalidState, Message: fmt.Sprintf(
-				"the cluster state was not written by a controller (%v): not adopted; the controller rebuilds it from its probes; find who writes %s",
-				err, t.c.keys.ClusterState(cr.name))})
+		t.invalidState(ctx, cr.name, "", 0, fmt.Sprintf(
+			"the cluster state was not written by a controller (%v): not adopted; the controller rebuilds it from its probes; find who writes %s",
+			err, t.c.keys.ClusterState(cr.name)))
 		cr.version = kv.Version
 		if cr.state == nil {
 			// No good state to fall back on (a new leader): start from
@@ -205,6 +216,19 @@ func (t *term) reload(ctx context.Context, cr *clusterRun) error {
 	cr.notePrimary(cr.state, &st, t.c.now())
 	cr.state, cr.version = &st, kv.Version
 	return nil
+}
+
+// invalidState records an invalid_state alarm of cluster: an event (once
+// per eventRelog for the same dedup key) and, when it is written, the
+// alarm_raised hook. epoch is the epoch the controller publishes next (0:
+// unknown).
+func (t *term) invalidState(ctx context.Context, cluster, dedup string, epoch int64, msg string) {
+	if !t.fo.events.emitOnce(ctx, cluster+"|alarm|invalid_state|"+dedup, eventRelog, topo.Event{
+		Cluster: cluster, Kind: topo.EventAlarm, Code: topo.AlarmInvalidState, Epoch: epoch, Message: msg}) {
+		return
+	}
+	a := topo.Alarm{Code: topo.AlarmInvalidState, Message: msg, Since: t.c.now()}
+	t.notify(hooks.Payload{Event: config.HookAlarmRaised, Cluster: cluster, Epoch: epoch, Reason: msg, Alarm: &a})
 }
 
 // proxiesEpoch is the highest epoch of cluster that a registered proxy
@@ -358,10 +382,29 @@ func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.
 	if abandonedFailover {
 		t.resolveAbandonedFailover(ctx, cfg, cl, cr, probes)
 	}
+	// Epochs never go back: a proxy routing by a later epoch than the
+	// state (the key deleted or the store wiped or restored while proxies
+	// ran, before this leader could tell) would refuse every state from
+	// here on, failovers included. The state moves past it.
+	pe := t.proxiesEpoch(ctx, cl.Name)
 
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	now := t.c.now()
+	bumped := false
+	if cr.state != nil && !cr.switching && pe > cr.state.Epoch {
+		bumped = true
+		behind := *cr.state
+		behind.Epoch = pe
+		t.invalidState(ctx, cl.Name, "behind", pe+1, fmt.Sprintf(
+			"the cluster state's epoch %d is lower than epoch %d a proxy routes by (the state was deleted, or the store wiped or restored, while proxies ran): republished at epoch %d and up",
+			cr.state.Epoch, pe, pe+1))
+		t.c.metrics.stateRejected.WithLabelValues(cl.Name).Inc()
+		if behind.Primary != "" {
+			behind.Epoch = pe + 1 // the same primary in a later epoch
+		}
+		cr.state = &behind
+	}
 	next, findings := BuildState(BuildInput{Cluster: *cl, Probes: probes, Prev: cr.state, Leader: t.c.id, Now: now})
 	if !cr.staleRound(roundStart(probes, now)) {
 		t.logFindings(cr, findings, now)
@@ -370,7 +413,7 @@ func (t *term) publishRound(ctx context.Context, cfg *config.Config, cl *config.
 		t.log.Info("primary discovered", "cluster", cl.Name, "primary", next.Primary, "epoch", next.Epoch)
 	}
 	refresh := time.Duration(refreshRounds) * cfg.Probe.Interval.D()
-	if !routingChanged(cr.state, &next) && now.Sub(cr.lastWrite) < refresh {
+	if !bumped && !routingChanged(cr.state, &next) && now.Sub(cr.lastWrite) < refresh {
 		return
 	}
 	if err := t.write(ctx, cr, &next); err != nil && ctx.Err() == nil {

@@ -106,8 +106,7 @@ func (t *term) disown(ctx context.Context, cr *clusterRun, raw []byte, version t
 	t.c.metrics.stateRejected.WithLabelValues(cr.name).Inc()
 	t.log.Error("cluster state written outside the controller; not adopted, overwritten with the controller's state",
 		"cluster", cr.name, "why", why, "store_version", version, "epoch", next.Epoch)
-	t.fo.events.emitOnce(ctx, cr.name+"|alarm|invalid_state|"+why, eventRelog, topo.Event{
-		Cluster: cr.name, Kind: topo.EventAlarm, Code: topo.AlarmInvalidState, Epoch: next.Epoch, Message: fmt.Sprintf(
-			"the cluster state was not written by a controller (%s): not adopted; overwritten with primary %q at epoch %d; find who writes %s",
-			why, next.Primary, next.Epoch, t.c.keys.ClusterState(cr.name))})
+	t.invalidState(ctx, cr.name, why, next.Epoch, fmt.Sprintf(
+		"the cluster state was not written by a controller (%s): not adopted; overwritten with primary %q at epoch %d; find who writes %s",
+		why, next.Primary, next.Epoch, t.c.keys.ClusterState(cr.name)))
 }

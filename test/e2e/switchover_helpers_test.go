@@ -30,6 +30,9 @@ type swStack struct {
 	// stepHook, when set, runs before each switchover or failover step
 	// of the controller (controller.Options.StepHook).
 	stepHook atomic.Pointer[func(ctx context.Context, step string)]
+	// stopCtrl stops the controller (and waits until its Run returned);
+	// the proxies go on.
+	stopCtrl func()
 }
 
 // startSwitchStack brings up a 3-node sandbox, etcd, one controller and
@@ -82,10 +85,16 @@ func startSwitchStack(t *testing.T, nProxies int, mutate func(*config.Config)) *
 		s.proxies = append(s.proxies, srv)
 	}
 	s.proxy = s.proxies[0]
+	cctx, ccancel := context.WithCancel(ctx)
+	ctrlDone := make(chan struct{})
+	s.stopCtrl = func() {
+		ccancel()
+		<-ctrlDone
+	}
 	go func() {
 		defer close(s.done)
 		errc := make(chan error, 1+len(s.proxies))
-		go func() { errc <- ctrl.Run(ctx) }()
+		go func() { errc <- ctrl.Run(cctx); close(ctrlDone) }()
 		for _, p := range s.proxies {
 			go func() { errc <- proxy.Follow(ctx, store, s.keys, p) }()
 		}
