@@ -354,14 +354,15 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			Status: func(ctx context.Context) (any, error) {
 				return status.Collect(ctx, st, keys, time.Now())
 			},
-			// Ready is 503 while a part is down (the store unreachable, the
-			// embedded etcd restarting) and, through Listeners, while a
-			// listener's route lacks what its role needs (no reachable
-			// primary); /healthz stays 200 while the listeners serve.
+			// Ready is 503 with no routing state yet and, through
+			// Listeners, while a listener's route lacks what its role
+			// needs (no reachable primary). A part down (the store
+			// unreachable, the embedded etcd restarting) is Degraded:
+			// plain /readyz is 503, a listener serving from its last
+			// routing state stays ready. /healthz stays 200 while the
+			// listeners serve.
+			Degraded: h.err,
 			Ready: func() error {
-				if err := h.err(); err != nil {
-					return err
-				}
 				if srv == nil {
 					return nil
 				}

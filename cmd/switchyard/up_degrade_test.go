@@ -36,7 +36,8 @@ func get(url string) (int, string) {
 // stops under it. The process does not exit; the listeners keep serving
 // (an open session runs statements, new clients log in) from the last
 // routing snapshot; /healthz stays 200 while /readyz is 503 naming the
-// embedded etcd; the etcd is started again on the same data directory and
+// embedded etcd, and /readyz/listener/<rw> (what load balancers check)
+// stays 200 saying it is degraded; the etcd is started again on the same data directory and
 // the store takes writes; /readyz is 200 again.
 func TestUpKeepsServingWhenEmbeddedEtcdStops(t *testing.T) {
 	sb := sandboxtest.Start(t, sandbox.Options{Nodes: 2})
@@ -115,8 +116,15 @@ func TestUpKeepsServingWhenEmbeddedEtcdStops(t *testing.T) {
 
 	// Watch /readyz and /healthz from before the stop.
 	var mu sync.Mutex
-	var notReady []string
+	var notReady, listenerNotReady []string
+	var degradedSeen bool
 	healthBad := 0
+	var rwName string
+	for _, l := range cfg.Listeners {
+		if l.Role == "primary" {
+			rwName = l.Name
+		}
+	}
 	stopWatch := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
@@ -128,11 +136,16 @@ func TestUpKeepsServingWhenEmbeddedEtcdStops(t *testing.T) {
 			default:
 			}
 			code, body := get(admin + "/readyz")
+			lc, lbody := get(admin + "/readyz/listener/" + rwName)
 			hc, _ := get(admin + "/healthz")
 			mu.Lock()
 			if code != 200 {
 				notReady = append(notReady, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))
 			}
+			if lc != 200 {
+				listenerNotReady = append(listenerNotReady, fmt.Sprintf("%d %s", lc, strings.TrimSpace(lbody)))
+			}
+			degradedSeen = degradedSeen || strings.Contains(lbody, "degraded, serving from the last routing state")
 			if hc != 200 {
 				healthBad++
 			}
@@ -184,6 +197,14 @@ func TestUpKeepsServingWhenEmbeddedEtcdStops(t *testing.T) {
 	}
 	if healthBad > 0 {
 		t.Fatalf("/healthz failed %d times while the listeners served", healthBad)
+	}
+	// What load balancers check stays ready: the listener serves from its
+	// last routing state, and says it is degraded.
+	if len(listenerNotReady) > 0 {
+		t.Fatalf("/readyz/listener/%s was not ready %d times while the listener served, the first: %q", rwName, len(listenerNotReady), listenerNotReady[0])
+	}
+	if !degradedSeen {
+		t.Fatalf("/readyz/listener/%s never said the process was degraded", rwName)
 	}
 	// The restarted store takes writes.
 	st, err := topo.NewEtcd(topo.EtcdOptions{Endpoints: owner.Current().Endpoints(), DialTimeout: 2 * time.Second})

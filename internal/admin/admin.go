@@ -33,9 +33,16 @@ type Options struct {
 	// May be nil (always healthy).
 	Healthy func() error
 	// Ready reports readiness for /readyz (503 with the reason when not
-	// ready, e.g. the store unreachable). May be nil (/readyz then answers
+	// ready, e.g. no routing state yet). May be nil (/readyz then answers
 	// like /healthz for the process part).
 	Ready func() error
+	// Degraded reports parts of the process that are down while the
+	// listeners keep serving from their last routing state (the store
+	// unreachable: failsafe; the embedded etcd restarting): plain /readyz
+	// is 503 naming them, while /readyz scoped to listeners or clusters
+	// (what load balancers check) stays 200 when those listeners can serve,
+	// and says it is degraded. May be nil.
+	Degraded func() error
 	// Listeners reports what each proxy listener of this process can
 	// serve (proxy.Server.Health); /readyz, /primary and /replica are
 	// built from it (health.go). May be nil: a process without a proxy has

@@ -15,8 +15,9 @@ import (
 // sends OPTIONS unless told otherwise).
 //
 //	/healthz                    liveness: 200 while the process runs (Options.Healthy)
-//	/readyz                     200 when Options.Ready passes and every listener can serve
-//	/readyz?listener=rw         the same for listener rw only (repeatable)
+//	/readyz                     200 when Options.Ready and Options.Degraded pass and every listener can serve
+//	/readyz?listener=rw         Options.Ready and listener rw only (repeatable): a degraded process whose
+//	                            listener serves from its last routing state (failsafe) is ready
 //	/readyz?cluster=main        the same for the listeners of cluster main only
 //	/readyz/listener/{name}     path form of ?listener=
 //	/readyz/cluster/{name}      path form of ?cluster=
@@ -118,6 +119,18 @@ func healthHandlers(mux *http.ServeMux, o Options) {
 				return
 			}
 		}
+		var degraded error
+		if o.Degraded != nil {
+			degraded = o.Degraded()
+		}
+		// The whole process is not ready while a part is down; a listener
+		// (or a cluster's listeners) serving from its last routing state
+		// is — a load balancer checking it must not take every proxy out
+		// while the store is down and they serve (failsafe).
+		if degraded != nil && len(names) == 0 && len(clusters) == 0 {
+			http.Error(w, degraded.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		sel, err := selectListeners(listeners(), names, clusters)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
@@ -138,6 +151,9 @@ func healthHandlers(mux *http.ServeMux, o Options) {
 		fmt.Fprintln(w, "ready")
 		for _, g := range good {
 			fmt.Fprintln(w, g)
+		}
+		if degraded != nil {
+			fmt.Fprintf(w, "degraded, serving from the last routing state: %s\n", strings.ReplaceAll(degraded.Error(), "\n", "; "))
 		}
 	}
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {

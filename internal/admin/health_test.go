@@ -19,9 +19,9 @@ func TestHealthEndpoints(t *testing.T) {
 		{Listener: "rw2", Cluster: "other", Role: "primary", Epoch: 1, Primary: "db1",
 			Problem: `listener "rw2" (cluster other) routes no reachable primary: this proxy cannot reach primary db1`},
 	}
-	var storeErr error
+	var storeErr, notReady error
 	srv, err := Start(Options{Address: "127.0.0.1:0", Listeners: func() []proxy.ListenerHealth { return health },
-		Ready: func() error { return storeErr }})
+		Ready: func() error { return notReady }, Degraded: func() error { return storeErr }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +71,21 @@ func TestHealthEndpoints(t *testing.T) {
 	if code, _ := get("GET", "/readyz/listener/ro"); code != 200 {
 		t.Errorf("/readyz/listener/ro with replicas serving: %d, want 200", code)
 	}
-	storeErr = errors.New("store unreachable")
-	if code, body := get("GET", "/readyz/listener/ro"); code != 503 || !strings.Contains(body, "store unreachable") {
-		t.Errorf("/readyz with the store down: %d %q", code, body)
+	// The store down (failsafe): the process is not ready as a whole,
+	// its listeners that can serve are (a load balancer keeps them).
+	storeErr = errors.New("store: unreachable for 5s")
+	if code, body := get("GET", "/readyz/listener/ro"); code != 200 || !strings.Contains(body, "degraded, serving from the last routing state: store: unreachable for 5s") {
+		t.Errorf("/readyz/listener/ro with the store down: %d %q, want 200 saying it is degraded", code, body)
+	}
+	if code, body := get("GET", "/readyz/cluster/main"); code != 503 || !strings.Contains(body, "routes no reachable primary") {
+		t.Errorf("/readyz/cluster/main with the store down and the primary lost: %d %q, want 503 for the primary", code, body)
+	}
+	if code, body := get("GET", "/readyz"); code != 503 || !strings.Contains(body, "store: unreachable") {
+		t.Errorf("/readyz with the store down: %d %q, want 503 naming it", code, body)
+	}
+	notReady = errors.New(`no routing state for cluster "main" yet`)
+	if code, body := get("GET", "/readyz/listener/ro"); code != 503 || !strings.Contains(body, "no routing state") {
+		t.Errorf("/readyz/listener/ro without a routing state: %d %q, want 503", code, body)
 	}
 	if code, _ := get("GET", "/healthz"); code != 200 {
 		t.Errorf("/healthz: %d, want 200 (liveness stays true)", code)
