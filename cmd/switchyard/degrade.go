@@ -291,3 +291,48 @@ func (s *embeddedEtcd) Close() {
 	<-s.done
 	s.cur.Load().Close()
 }
+
+// retryStore runs fn until it succeeds, ctx ends, or it fails for a reason
+// waiting does not mend (credentials, certificates, a refused config): a
+// store that does not answer — no quorum, a partition, etcd still starting
+// — is retried with a backoff of 1 s doubling to 10 s, each failure logged
+// at error level and /readyz (once the admin endpoint is up) naming it.
+func retryStore(ctx context.Context, log *slog.Logger, h *health, what string, fn func() error) error {
+	backoff := time.Second
+	for {
+		err := fn()
+		if err == nil {
+			h.set("store", "")
+			return nil
+		}
+		if ctx.Err() != nil || !storeUnanswered(err) {
+			return err
+		}
+		h.set("store", "unreachable at start: "+err.Error())
+		log.Error("topology store does not answer at start; waiting for it (the process starts once it answers)", "step", what, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// storeUnanswered reports whether err is the store not answering (a
+// timeout or an unavailable endpoint), not a refusal.
+func storeUnanswered(err error) bool {
+	if errors.Is(err, topo.ErrAuth) || errors.Is(err, topo.ErrIntegrity) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"did not answer within", "context deadline exceeded", "connection refused", "no leader", "request timed out", "Unavailable"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -204,8 +204,15 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			log.Warn("no integrity key (etcd.integrity_key_env/_file): config revisions and cluster states in etcd are not verified")
 		}
 	}
-	st, err := topo.NewEtcd(etcdOpts)
-	if err != nil {
+	// A store that does not answer at start (no quorum, a partition, etcd
+	// still starting) is waited for, not a reason to exit: the process
+	// starts once it answers. Wrong credentials or certificates end it.
+	var st topo.Store
+	if err := retryStore(ctx, log, h, "connect to etcd", func() error {
+		var err error
+		st, err = topo.NewEtcd(etcdOpts)
+		return err
+	}); err != nil {
 		return fmt.Errorf("connect to etcd: %w", err)
 	}
 	defer st.Close()
@@ -241,8 +248,12 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 		if rf.applyFile {
 			bootstrap = configstore.BootstrapFromFile
 		}
-		res, err := bootstrap(ctx, st, keys, cfg, configstore.Author())
-		if err != nil {
+		var res *configstore.Result
+		if err := retryStore(ctx, log, h, "read the config in etcd", func() error {
+			var err error
+			res, err = bootstrap(ctx, st, keys, cfg, configstore.Author())
+			return err
+		}); err != nil {
 			return fmt.Errorf("refusing to start: %w", err)
 		}
 		rev = res.Revision.Rev
@@ -257,8 +268,13 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				"file", cfgPath, "rev", rev, "diff", res.Diff.String())
 		}
 	} else {
-		r, c, _, err := configstore.Current(ctx, st, keys)
-		if err != nil {
+		var r *configstore.Revision
+		var c *config.Config
+		if err := retryStore(ctx, log, h, "read the config in etcd", func() error {
+			var err error
+			r, c, _, err = configstore.Current(ctx, st, keys)
+			return err
+		}); err != nil {
 			return fmt.Errorf("read config from etcd: %w", err)
 		}
 		cfg, rev = c, r.Rev
