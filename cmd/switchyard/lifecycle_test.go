@@ -492,6 +492,10 @@ func TestSIGHUPDoesNotUndoAnotherApply(t *testing.T) {
 	if r := rev(); r != 1 {
 		t.Fatalf("revision after start: %d", r)
 	}
+	orig, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
 	withLag := func(name string, lag time.Duration) string {
 		c, err := config.Load(p)
 		if err != nil {
@@ -549,6 +553,22 @@ func TestSIGHUPDoesNotUndoAnotherApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	hup("2") // edited, but based on revision 1
+
+	// The file back as it was loaded, and the store rolled back to that
+	// content under a new number: nothing to undo, nothing refused.
+	if err := os.WriteFile(p, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, "config", "rollback", "--to", "1", "--reason", "back to the file", "--config", p); err != nil || rev() != 3 {
+		t.Fatalf("config rollback 1: %q %v (revision %d)", out, err, rev())
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if got := refusals(); got != "2" || rev() != 3 {
+		t.Fatalf("SIGHUP with the store rolled back to the file's content: refused %q (want still 2), revision %d", got, rev())
+	}
 
 	c, _ := config.Load(p)
 	c.Listeners[0].Address = sandboxtest.FreeAddr(t)

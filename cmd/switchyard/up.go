@@ -440,9 +440,10 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 			res, next, err := configstore.ReloadFile(ctx, st, keys, loaded, configstore.Author())
 			var rr *configstore.ReloadRefusedError
 			switch {
-			case errors.As(err, &rr) && rr.Kind == configstore.ReloadUnchanged && rr.Current != nil && rr.Current.Rev == loaded.Rev:
+			case errors.As(err, &rr) && rr.Kind == configstore.ReloadUnchanged && rr.Current != nil && (rr.Current.Rev == loaded.Rev || rr.Diff.Empty()):
 				// A SIGHUP for the certificates: nothing to apply, nothing
-				// refused.
+				// refused — also when the store moved to another revision
+				// with the same content (a rollback to it): nothing to undo.
 				log.Info("config file unchanged since it was loaded; nothing to apply", "file", cfgPath, "rev", loaded.Rev)
 				continue
 			case errors.As(err, &rr):
