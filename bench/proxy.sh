@@ -8,7 +8,10 @@
 #       and embedded etcd in one process: the "switchyard-up" lines),
 #   and, for reference, through bench/l4relay ("go-l4"): the smallest Go
 #       TCP relay (a goroutine per direction, net.Conn Read/Write), what
-#       Go's netpoller costs before any protocol work (BENCH_GO_L4=0: not run).
+#       Go's netpoller costs before any protocol work (BENCH_GO_L4=0: not run),
+#   and with BENCH_GO_EPOLL=1 through bench/l4epoll ("go-epoll"): HAProxy's
+#       threading model in Go (an epoll loop per CPU on a locked OS thread,
+#       events handled in place, no goroutine woken), nothing of the protocol.
 # Workloads: oltp_point_select and oltp_read_write, 8 threads, pre-built
 # tables, sysbench's default prepared-statement mode. Prints QPS, p95 latency,
 # CPU time per query of each proxy process, and the ratios.
@@ -82,13 +85,13 @@ SY=${SWITCHYARD_BIN:-$PWD/bin/switchyard}
 SY=$(realpath -e "$SY" 2>/dev/null) || { echo "bench/proxy.sh: no switchyard binary at ${SWITCHYARD_BIN:-bin/switchyard} (make build)" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/sy-bench.XXXXXX)
 HZ=$(getconf CLK_TCK)
-SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""; PERFPID=""; RECPID=""; SCHEDPID=""; PPROFPID=""; SBPID=""; M0=0
+SYPID=""; HAPID=""; CTLPID=""; ETCDPID=""; L4PID=""; EPPID=""; PERFPID=""; RECPID=""; SCHEDPID=""; PPROFPID=""; SBPID=""; M0=0
 cleanup() {
   trap '' INT TERM
   local p pids=""
   # The profilers' subshells: their perf and curl children first.
   for p in $RECPID $SCHEDPID $PPROFPID; do pkill -P "$p" 2>/dev/null || true; done
-  for p in $SBPID $SYPID $CTLPID $ETCDPID $HAPID $L4PID $PERFPID $RECPID $SCHEDPID; do
+  for p in $SBPID $SYPID $CTLPID $ETCDPID $HAPID $L4PID $EPPID $PERFPID $RECPID $SCHEDPID; do
     kill "$p" 2>/dev/null && pids+=" $p"
   done
   # Wait (at most 10 s) until what was signalled has exited.
@@ -195,6 +198,14 @@ if [ "$GO_L4" = 1 ]; then
   go build -o "$WORK/l4relay" ./bench/l4relay
   "$WORK/l4relay" "127.0.0.1:$L4PORT" "$SWITCHYARD_PRIMARY" >"$WORK/l4relay.log" 2>&1 &
   L4PID=$!
+fi
+# HAProxy's model in Go (bench/l4epoll), with BENCH_GO_EPOLL=1.
+GO_EPOLL=${BENCH_GO_EPOLL:-0}
+if [ "$GO_EPOLL" = 1 ]; then
+  EPPORT=$(freeport)
+  go build -o "$WORK/l4epoll" ./bench/l4epoll
+  "$WORK/l4epoll" "127.0.0.1:$EPPORT" "$SWITCHYARD_PRIMARY" >"$WORK/l4epoll.log" 2>&1 &
+  EPPID=$!
 fi
 sleep 0.5
 
@@ -405,6 +416,7 @@ for wl in oltp_point_select oltp_read_write; do
     run direct "$PRIMARY_PORT" "$wl" ""
     run haproxy "$HAPORT" "$wl" "$HAPID"
     [ "$GO_L4" = 1 ] && run go-l4 "$L4PORT" "$wl" "$L4PID"
+    [ "$GO_EPOLL" = 1 ] && run go-epoll "$EPPORT" "$wl" "$EPPID"
     if [ -n "$PROCS_LIST" ]; then
       for v in $PROCS_LIST; do
         start_proxy "$v"
@@ -437,7 +449,7 @@ for wl in oltp_point_select oltp_read_write; do
   # A target that did not run (go-l4 with BENCH_GO_L4=0, switchyard with
   # BENCH_GOMAXPROCS: see its own lines) is left out.
   line="  $(printf '%-17s' "$wl") haproxy/direct $(ratio "${QPS[haproxy/$wl]}" "${QPS[direct/$wl]}")"
-  for t in switchyard switchyard-up go-l4; do
+  for t in switchyard switchyard-up go-l4 go-epoll; do
     [ -n "${QPS[$t/$wl]:-}" ] || continue
     [ "$t" = switchyard ] && line+="  switchyard/direct $(ratio "${QPS[$t/$wl]}" "${QPS[direct/$wl]}")"
     line+="  $t/haproxy $(ratio "${QPS[$t/$wl]}" "${QPS[haproxy/$wl]}")"
