@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -305,7 +306,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				return nil
 			},
 			PendingRestart: func(started, applied *config.Config) []string {
-				return config.ComputeDiff(started, applied).RestartOnlySettings()
+				return usedSettings(config.ComputeDiff(started, applied).RestartOnlySettings(), embedded != nil)
 			},
 		}); err != nil {
 			return err
@@ -335,7 +336,7 @@ func runRoles(parent context.Context, g *globalFlags, rf *roleFlags, embed, runP
 				return nil
 			},
 			PendingRestart: func(started, applied *config.Config) []string {
-				return config.ComputeDiff(started, applied).RestartOnly()
+				return usedSettings(config.ComputeDiff(started, applied).RestartOnly(), embedded != nil)
 			},
 		}); err != nil {
 			return err
@@ -480,6 +481,16 @@ func listenerHealth(srv *proxy.Server) func() []proxy.ListenerHealth {
 		return nil
 	}
 	return srv.Health
+}
+
+// usedSettings drops from a pending-restart list the etcd.embedded settings
+// of a process that runs no embedded etcd (it uses etcd.endpoints): a
+// change there waits for nothing in it.
+func usedSettings(pending []string, embedded bool) []string {
+	if embedded {
+		return pending
+	}
+	return slices.DeleteFunc(pending, func(s string) bool { return strings.HasPrefix(s, "etcd.embedded") })
 }
 
 // checkRoleSecrets resolves the secrets the roles of this process use
