@@ -80,27 +80,5 @@ func TestErrantHiddenBehindHigherSeqno(t *testing.T) {
 
 func lastSQLError(t *testing.T, db *sql.DB) string {
 	t.Helper()
-	rows, err := db.Query("SHOW ALL SLAVES STATUS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	vals := make([]sql.NullString, len(cols))
-	ptrs := make([]any, len(cols))
-	for j := range vals {
-		ptrs[j] = &vals[j]
-	}
-	if !rows.Next() {
-		return ""
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		t.Fatal(err)
-	}
-	for j, col := range cols {
-		if col == "Last_SQL_Error" {
-			return vals[j].String
-		}
-	}
-	return ""
+	return slaveStatus(t, db)["Last_SQL_Error"]
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,35 +20,18 @@ import (
 // SLAVES STATUS shows it; ok is false when it has none.
 func replStatus(t *testing.T, c *sandbox.Cluster, i int) (ok bool, port, io, sqlRunning string) {
 	t.Helper()
-	rows, err := rootDB(t, c, i).Query("SHOW ALL SLAVES STATUS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	vals := make([]sql.NullString, len(cols))
-	ptrs := make([]any, len(cols))
-	for j := range vals {
-		ptrs[j] = &vals[j]
-	}
-	if !rows.Next() {
+	got := slaveStatus(t, rootDB(t, c, i))
+	if got == nil {
 		return false, "", "", ""
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for j, col := range cols {
-		got[col] = vals[j].String
 	}
 	return true, got["Master_Port"], got["Slave_IO_Running"], got["Slave_SQL_Running"]
 }
 
 // TestLeaderLostMidFailoverFinishes: the leader dies at a step of an
-// automatic failover at or after the promotion — for a frozen semi-sync
-// primary (its replicas' IO threads are cut, the candidate is made
-// writable before its replication is reset) and for a killed asynchronous
-// one. Another controller takes over and the cluster ends as a finished
+// automatic failover, before the promotion or at or after it — for a killed
+// asynchronous primary and for a frozen semi-sync one (its replicas' IO
+// threads are cut, the candidate is made writable before its replication
+// is reset). Another controller takes over and the cluster ends as a finished
 // failover leaves it: one writable, published primary with no
 // replication left from the old one, the other replica replicating from
 // it (IO and SQL threads running, a new write arrives), the repoint list
@@ -68,6 +50,8 @@ func TestLeaderLostMidFailoverFinishes(t *testing.T) {
 		// primary is published again and failure detection decides again.
 		stopCand bool
 	}{
+		{"killed primary, before promotion", false, "apply relay log on ", false, false},
+		{"killed primary, after promotion", false, "verify ", false, false},
 		{"frozen semi-sync primary, at verify", true, "verify ", false, false},
 		{"frozen semi-sync primary, at repoint", true, "repoint replicas", false, false},
 		{"frozen semi-sync primary, at replication reset", true, "reset replication on ", false, false},

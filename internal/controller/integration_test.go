@@ -209,27 +209,9 @@ func TestDiscoveryAndStoppedReplica(t *testing.T) {
 func checkReplicates(t *testing.T, c *sandbox.Cluster, i int, from int) {
 	t.Helper()
 	db := rootDB(t, c, i)
-	rows, err := db.Query("SHOW ALL SLAVES STATUS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cols, _ := rows.Columns()
-	vals := make([]sql.NullString, len(cols))
-	ptrs := make([]any, len(cols))
-	for j := range vals {
-		ptrs[j] = &vals[j]
-	}
-	if !rows.Next() {
-		rows.Close()
+	got := slaveStatus(t, db)
+	if got == nil {
 		t.Fatalf("%s is not replicating", c.Nodes[i].Name)
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
-	got := map[string]string{}
-	for j, col := range cols {
-		got[col] = vals[j].String
 	}
 	if got["Master_Port"] != fmt.Sprint(c.Nodes[from].Port) || got["Slave_IO_Running"] != "Yes" || got["Slave_SQL_Running"] != "Yes" {
 		t.Fatalf("%s: source port %s IO %s SQL %s (IO error %q); want port %d, Yes, Yes", c.Nodes[i].Name,
@@ -238,6 +220,34 @@ func checkReplicates(t *testing.T, c *sandbox.Cluster, i int, from int) {
 	if ro := queryInt(t, db, "SELECT @@read_only"); ro != 1 {
 		t.Fatalf("%s read_only=%d after repoint, want 1", c.Nodes[i].Name, ro)
 	}
+}
+
+// slaveStatus is the first row of SHOW ALL SLAVES STATUS on db by column
+// name, nil when the node has no replication connection.
+func slaveStatus(t *testing.T, db *sql.DB) map[string]string {
+	t.Helper()
+	rows, err := db.Query("SHOW ALL SLAVES STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for j := range vals {
+		ptrs[j] = &vals[j]
+	}
+	if !rows.Next() {
+		return nil
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for j, col := range cols {
+		got[col] = vals[j].String
+	}
+	return got
 }
 
 // waitRow waits until node i has the row id in sbtest.ctl_t.
