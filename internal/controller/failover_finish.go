@@ -47,6 +47,7 @@ func (t *term) finishFailover(ctx context.Context, cfg *config.Config, cl *confi
 		return
 	}
 	primary, old := cl.Node(st.Primary), cl.Node(lf.From)
+	t.keepWakeFence(ctx, cfg, cl, cr, lf, probes)
 	pp, ok := probes[st.Primary]
 	if primary == nil || !ok || !complete(pp) || pp.ReadOnly {
 		return
@@ -125,6 +126,34 @@ func (t *term) finishFailover(ctx context.Context, cfg *config.Config, cl *confi
 	if len(pending) == 0 {
 		t.clearRepoint(ctx, cr, st.Epoch)
 	}
+}
+
+// keepWakeFence keeps a fencing connection pending on the old primary of
+// the failover lf while it does not answer (frozen, partitioned, or down),
+// as the failover itself does from its announcement (wakefence.go): that
+// failover's leader may have died, and its pending fence with it. Once per
+// term, old primary and epoch; the fence is a no-op if the node is the
+// primary again.
+func (t *term) keepWakeFence(ctx context.Context, cfg *config.Config, cl *config.Cluster, cr *clusterRun, lf *topo.FailoverRecord, probes map[string]topo.Probe) {
+	if p, ok := probes[lf.From]; !ok || p.Reachable || cl.Node(lf.From) == nil {
+		return
+	}
+	key := fmt.Sprintf("%s|%s|%d", cl.Name, lf.From, lf.Epoch)
+	t.mu.Lock()
+	armed := t.wakeFenced[key]
+	if !armed {
+		if t.wakeFenced == nil {
+			t.wakeFenced = map[string]bool{}
+		}
+		t.wakeFenced[key] = true
+	}
+	t.mu.Unlock()
+	if armed {
+		return
+	}
+	t.log.Info("old primary of the last failover does not answer: keeping a fence pending on it for when it wakes",
+		"cluster", cl.Name, "node", lf.From, "epoch", lf.Epoch)
+	t.fenceWhenAwake(ctx, cfg, cl, cr, lf.From, lf.Epoch)
 }
 
 // clearRepoint empties ClusterState.Repoint if the state is still at

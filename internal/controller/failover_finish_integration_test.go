@@ -95,12 +95,13 @@ func TestLeaderLostMidFailoverFinishes(t *testing.T) {
 			st2 := topotest.Connect(t, endpoints)
 			runController(t, cfg, st2, "ctl-2")
 
+			var frozen int
 			if tc.freeze {
-				pid := c.PID(0)
-				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				frozen = c.PID(0)
+				if err := syscall.Kill(frozen, syscall.SIGSTOP); err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+				t.Cleanup(func() { _ = syscall.Kill(frozen, syscall.SIGCONT) })
 			} else if err := c.KillNode(0); err != nil {
 				t.Fatal(err)
 			}
@@ -159,6 +160,16 @@ func TestLeaderLostMidFailoverFinishes(t *testing.T) {
 			mustExec(t, p, "CREATE TABLE IF NOT EXISTS sbtest.ctl_t (id INT PRIMARY KEY)")
 			mustExec(t, p, "INSERT INTO sbtest.ctl_t VALUES (77)")
 			waitRow(t, c, ri, 77)
+			if frozen != 0 {
+				// The leader that took over keeps a fence pending on the
+				// frozen old primary, as the dead one did: fenced the
+				// moment it wakes, not a probe round later.
+				if err := syscall.Kill(frozen, syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				ev := waitEvent(t, st2, 10*time.Second, "fenced old primary node1 the moment it answered again")
+				t.Logf("woken old primary: %s", ev.Message)
+			}
 			t.Logf("events:\n%s", eventText(t, st2))
 		})
 	}

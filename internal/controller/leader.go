@@ -33,6 +33,10 @@ type term struct {
 
 	mu       sync.Mutex
 	clusters map[string]*clusterRun
+	// wakeFenced: the old primaries of a failover another term ran for
+	// which this term keeps a pending fence (failover_finish.go), by
+	// cluster|node|epoch.
+	wakeFenced map[string]bool
 
 	queue  chan string // request keys to look at
 	queued sync.Map    // request key → time.Time it was first seen
