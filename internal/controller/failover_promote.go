@@ -338,6 +338,10 @@ func (f *failoverRun) publishPrimary(ctx context.Context) (string, error) {
 func (f *failoverRun) publishInto(st *topo.ClusterState, now time.Time) {
 	cand := f.plan.Candidate
 	st.Primary, st.Phase, st.Target, st.OldPrimary, st.TargetAuto = cand, topo.PhaseStable, "", "", false
+	// The last analysis judged the old primary: the next round judges the
+	// new one (status would otherwise show the old one dead as if it were
+	// the primary, should no round follow).
+	st.Analysis, st.PrimaryLost = nil, nil
 	st.FailoverBlock = &topo.FailoverBlock{Until: now.Add(f.cl.Failover.BlockPeriod.D()),
 		Reason: fmt.Sprintf("%s failover %s → %s at %s", modeLabel(f.o.auto), f.old, cand, now.UTC().Format(time.RFC3339))}
 	st.LastFailover = &topo.FailoverRecord{From: f.old, To: cand, Epoch: f.toEpoch, At: now, Auto: f.o.auto,

@@ -25,16 +25,18 @@ const (
 
 // ClusterPhase is the phase status shows for cs: the stored phase, except
 // that a stable state without a primary is PhaseNoPrimary and one whose
-// last analysis has DeadPrimary is PhasePrimaryDead (PrimaryReadOnly:
-// PhasePrimaryReadOnly). The text and the JSON
+// last analysis has DeadPrimary of its primary is PhasePrimaryDead
+// (PrimaryReadOnly: PhasePrimaryReadOnly); a finding about a node that is
+// no longer the primary (an analysis written before a failover's
+// publication) does not count. The text and the JSON
 // report use it alike.
 func ClusterPhase(cs topo.ClusterState) string {
 	switch {
 	case cs.Phase == topo.PhaseStable && cs.Primary == "":
 		return PhaseNoPrimary
-	case cs.Phase == topo.PhaseStable && hasAnalysis(cs, "DeadPrimary"):
+	case cs.Phase == topo.PhaseStable && primaryAnalysis(cs, "DeadPrimary"):
 		return PhasePrimaryDead
-	case cs.Phase == topo.PhaseStable && hasAnalysis(cs, "PrimaryReadOnly"):
+	case cs.Phase == topo.PhaseStable && primaryAnalysis(cs, "PrimaryReadOnly"):
 		return PhasePrimaryReadOnly
 	}
 	return cs.Phase
@@ -72,4 +74,14 @@ func WriteJSON(w io.Writer, r *Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// primaryAnalysis reports whether cs's analysis has code for its primary.
+func primaryAnalysis(cs topo.ClusterState, code string) bool {
+	for _, a := range cs.Analysis {
+		if a.Code == code && (a.Node == "" || a.Node == cs.Primary) {
+			return true
+		}
+	}
+	return false
 }

@@ -43,6 +43,11 @@ func TestStatusJSONPhaseAgreesWithText(t *testing.T) {
 			topo.PhaseStable, "phase: stable", "PRIMARY LOST"},
 		{"failover", `{"cluster":"main","primary":"","old_primary":"n1","target":"n2","epoch":5,"phase":"failover","nodes":[{"name":"n1"},{"name":"n2"}]}`,
 			topo.PhaseFailover, "phase: failover", ""},
+		// An analysis written before a failover's publication, with no
+		// round since (the leader died): the old primary's DeadPrimary
+		// does not make the new primary look dead.
+		{"old primary's finding after a failover", `{"cluster":"main","primary":"n2","epoch":5,"phase":"stable","nodes":[{"name":"n1"},{"name":"n2"}],"analysis":[{"code":"DeadPrimary","node":"n1"}]}`,
+			topo.PhaseStable, "phase: stable", "PRIMARY DEAD"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := topo.NewMemory()

@@ -277,16 +277,6 @@ func failsafeText(cluster string, p topo.FailsafePeriod, now time.Time) string {
 		p.Until.Sub(p.Since).Round(100*time.Millisecond), p.Primary, p.Ended)
 }
 
-// hasAnalysis reports whether the cluster's last analysis has the code.
-func hasAnalysis(cs topo.ClusterState, code string) bool {
-	for _, a := range cs.Analysis {
-		if a.Code == code {
-			return true
-		}
-	}
-	return false
-}
-
 // writePendingRestart prints, per process and role, the applied config
 // changes that take effect only when that process restarts (listeners, the
 // admin address, the etcd section): until then it keeps the old setting.
