@@ -303,11 +303,16 @@ func (r *registrar) value() []byte {
 }
 
 // run registers (retrying while the store is unavailable), re-registers when
-// the lease is lost, updates the value on leadership changes and revokes the
-// registration when ctx ends.
+// the lease is lost, updates the value on leadership changes and every
+// registrationTTL, and revokes the registration when ctx ends.
 func (r *registrar) run(ctx context.Context) {
 	defer close(r.done)
 	key := r.c.keys.Controller(r.c.id)
+	// The value is written again every registrationTTL as well: a key
+	// deleted by hand (or a store wiped) while its lease lives comes back,
+	// so that status keeps showing a standby controller.
+	refresh := time.NewTicker(registrationTTL)
+	defer refresh.Stop()
 	for ctx.Err() == nil {
 		lease, err := r.c.store.Register(ctx, key, r.value(), registrationTTL)
 		if err != nil {
@@ -329,6 +334,10 @@ func (r *registrar) run(ctx context.Context) {
 				r.c.log.Warn("controller registration lease lost; registering again", "key", key)
 				break live
 			case <-r.changed:
+				if err := lease.Update(ctx, r.value()); err != nil && ctx.Err() == nil {
+					r.c.log.Warn("controller registration update failed", "key", key, "err", err)
+				}
+			case <-refresh.C:
 				if err := lease.Update(ctx, r.value()); err != nil && ctx.Err() == nil {
 					r.c.log.Warn("controller registration update failed", "key", key, "err", err)
 				}

@@ -350,3 +350,46 @@ func TestLeaderLostMidSwitchover(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistrationComesBack: a controller's registration deleted by hand
+// (or with the whole store) while its lease lives is written again within
+// registrationTTL, so that status keeps showing it — a standby too.
+func TestRegistrationComesBack(t *testing.T) {
+	c := sandboxtest.Start(t, sandbox.Options{Nodes: 2})
+	endpoints := topotest.StartEtcd(t)
+	st := topotest.Connect(t, endpoints)
+	cfg := testConfig(c)
+	runController(t, cfg, st, "ctl-a")
+	runController(t, cfg, topotest.Connect(t, endpoints), "ctl-b")
+	waitState(t, st, 15*time.Second, "discovery", discovered)
+	ctx := context.Background()
+	for _, id := range []string{"ctl-a", "ctl-b"} {
+		key := testKeys.Controller(id)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, err := st.Get(ctx, key); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never registered", id)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := st.Delete(ctx, key, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for _, id := range []string{"ctl-a", "ctl-b"} {
+		for {
+			if _, err := st.Get(ctx, testKeys.Controller(id)); err == nil {
+				break
+			}
+			if time.Since(start) > registrationTTL+5*time.Second {
+				t.Fatalf("registration of %s not back %s after its deletion", id, time.Since(start).Round(time.Millisecond))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("both registrations back %s after their deletion", time.Since(start).Round(time.Millisecond))
+}
