@@ -488,11 +488,11 @@ func (t *term) write(ctx context.Context, cr *clusterRun, st *topo.ClusterState)
 			kv, gerr := t.c.store.Get(ctx, key)
 			switch {
 			case errors.Is(gerr, topo.ErrNotFound):
-				t.disown(ctx, cr, nil, 0)
+				t.disown(ctx, cr, nil, 0)()
 			case gerr != nil:
 				return errors.Join(err, gerr)
 			default:
-				t.disown(ctx, cr, kv.Value, kv.Version)
+				t.disown(ctx, cr, kv.Value, kv.Version)()
 			}
 		} else if rerr := t.reload(ctx, cr); rerr != nil {
 			return errors.Join(err, rerr)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -66,17 +67,27 @@ func (t *term) foreignWrite(ctx context.Context, cluster string, kv topo.KV, del
 	// Versions only grow: an event for one of this term's own writes is
 	// at most the version it last wrote.
 	foreign := cr.loaded && cr.state != nil && (deleted || kv.Version > cr.version)
+	var report func()
 	if foreign {
 		if deleted {
 			kv.Version = 0
 		}
-		t.disown(ctx, cr, kv.Value, kv.Version)
+		report = t.disown(ctx, cr, kv.Value, kv.Version)
 	}
 	cr.mu.Unlock()
 	if !foreign {
 		return
 	}
-	if _, err := t.update(ctx, cr, func(*topo.ClusterState) error { return nil }); err != nil && ctx.Err() == nil {
+	_, err := t.update(ctx, cr, func(*topo.ClusterState) error { return nil })
+	if errors.Is(err, topo.ErrNotLeader) {
+		// The write was the controller that leads now (this one was
+		// frozen past its session and learns it only now): not a
+		// forgery.
+		t.log.Info("the cluster state was written by the controller that leads now; this one lost its leadership", "cluster", cluster)
+		return
+	}
+	report()
+	if err != nil && ctx.Err() == nil {
 		t.log.Warn("cannot overwrite the cluster state written outside the controller; the next round retries", "cluster", cluster, "err", err)
 	}
 }
@@ -85,8 +96,11 @@ func (t *term) foreignWrite(ctx context.Context, cluster string, kv topo.KV, del
 // key was deleted) was written outside the controller, keeps cr.state, and
 // makes the next write replace it (cr.mu held). When the foreign document
 // carries a higher epoch than cr.state, cr.state moves past it so that
-// proxies that applied the foreign state accept the overwrite.
-func (t *term) disown(ctx context.Context, cr *clusterRun, raw []byte, version topo.Version) {
+// proxies that applied the foreign state accept the overwrite. It returns
+// the report (error log, metric, invalid_state alarm): the caller runs it,
+// unless the overwrite found this term no longer leading (the write was
+// the new leader's).
+func (t *term) disown(ctx context.Context, cr *clusterRun, raw []byte, version topo.Version) (report func()) {
 	why := "the key was deleted"
 	if version != 0 {
 		if _, err := topo.DecodeState(raw, cr.name, cr.state, t.nodeAddrs(cr.name)); err != nil {
@@ -103,10 +117,12 @@ func (t *term) disown(ctx context.Context, cr *clusterRun, raw []byte, version t
 		next.Epoch = forged.Epoch + 1
 	}
 	cr.state, cr.version = &next, version
-	t.c.metrics.stateRejected.WithLabelValues(cr.name).Inc()
-	t.log.Error("cluster state written outside the controller; not adopted, overwritten with the controller's state",
-		"cluster", cr.name, "why", why, "store_version", version, "epoch", next.Epoch)
-	t.invalidState(ctx, cr.name, why, next.Epoch, fmt.Sprintf(
-		"the cluster state was not written by a controller (%s): not adopted; overwritten with primary %q at epoch %d; find who writes %s",
-		why, next.Primary, next.Epoch, t.c.keys.ClusterState(cr.name)))
+	return func() {
+		t.c.metrics.stateRejected.WithLabelValues(cr.name).Inc()
+		t.log.Error("cluster state written outside the controller; not adopted, overwritten with the controller's state",
+			"cluster", cr.name, "why", why, "store_version", version, "epoch", next.Epoch)
+		t.invalidState(ctx, cr.name, why, next.Epoch, fmt.Sprintf(
+			"the cluster state was not written by a controller (%s): not adopted; overwritten with primary %q at epoch %d; find who writes %s",
+			why, next.Primary, next.Epoch, t.c.keys.ClusterState(cr.name)))
+	}
 }
