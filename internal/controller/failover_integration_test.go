@@ -297,6 +297,16 @@ func TestManualFailoverOfLivePrimary(t *testing.T) {
 	if err != nil || req.Plan == nil || req.Plan.Warning != healthy {
 		t.Fatalf("plan of a healthy primary: err %v plan %+v; want the warning", err, req.Plan)
 	}
+	// A target no flag can make a candidate (here the primary itself): the
+	// plan offers no override, and the refusal says --force would not help.
+	req, err = RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node1", PlanOnly: true, By: "test"})
+	if req.Plan == nil || req.Plan.Candidate != "" || req.Plan.Override != "" || req.Override != "" {
+		t.Fatalf("plan of a healthy primary to an impossible target: err %v plan %+v override %q; want no candidate and no override", err, req.Plan, req.Override)
+	}
+	req, err = RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node1", By: "test"})
+	if err == nil || !strings.Contains(req.Message, "no flag makes a candidate") || req.Override != "" {
+		t.Fatalf("failover of a healthy primary to an impossible target: err %v, message %q, override %q; want refused, no flag helps", err, req.Message, req.Override)
+	}
 	if _, err := RequestFailover(ctx, st, testKeys, sandbox.ClusterName, FailoverOptions{Target: "node3", ForceReachable: true, By: "test"}); err == nil {
 		t.Fatal("--force without --reason accepted")
 	}
