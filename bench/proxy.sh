@@ -190,22 +190,26 @@ listen mysql
 CFG
 haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
 HAPID=$!
+# start_relay NAME: builds bench/NAME and starts it on a free port in front
+# of the primary; sets RELAY_PORT and RELAY_PID.
+start_relay() {
+  RELAY_PORT=$(freeport)
+  go build -o "$WORK/$1" "./bench/$1"
+  "$WORK/$1" "127.0.0.1:$RELAY_PORT" "$SWITCHYARD_PRIMARY" >"$WORK/$1.log" 2>&1 &
+  RELAY_PID=$!
+}
 # The reference Go relay (bench/l4relay): goroutines and the netpoller,
 # nothing of the protocol. BENCH_GO_L4=0 leaves it out.
 GO_L4=${BENCH_GO_L4:-1}
 if [ "$GO_L4" = 1 ]; then
-  L4PORT=$(freeport)
-  go build -o "$WORK/l4relay" ./bench/l4relay
-  "$WORK/l4relay" "127.0.0.1:$L4PORT" "$SWITCHYARD_PRIMARY" >"$WORK/l4relay.log" 2>&1 &
-  L4PID=$!
+  start_relay l4relay
+  L4PORT=$RELAY_PORT L4PID=$RELAY_PID
 fi
 # HAProxy's model in Go (bench/l4epoll), with BENCH_GO_EPOLL=1.
 GO_EPOLL=${BENCH_GO_EPOLL:-0}
 if [ "$GO_EPOLL" = 1 ]; then
-  EPPORT=$(freeport)
-  go build -o "$WORK/l4epoll" ./bench/l4epoll
-  "$WORK/l4epoll" "127.0.0.1:$EPPORT" "$SWITCHYARD_PRIMARY" >"$WORK/l4epoll.log" 2>&1 &
-  EPPID=$!
+  start_relay l4epoll
+  EPPORT=$RELAY_PORT EPPID=$RELAY_PID
 fi
 sleep 0.5
 

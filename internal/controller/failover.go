@@ -275,13 +275,8 @@ func (f *failoverRun) run(ctx context.Context) (string, string) {
 	// answers again (a frozen server waking up), from now on; a rollback
 	// cancels it.
 	if !f.fenced {
+		f.t.markWakeFence(f.cl.Name, f.old, f.toEpoch) // keepWakeFence: already pending
 		f.cancelWakeFence = f.t.fenceWhenAwake(f.termCtx, f.cfg, f.cl, f.cr, f.old, f.toEpoch)
-		f.t.mu.Lock()
-		if f.t.wakeFenced == nil {
-			f.t.wakeFenced = map[string]bool{}
-		}
-		f.t.wakeFenced[fmt.Sprintf("%s|%s|%d", f.cl.Name, f.old, f.toEpoch)] = true // keepWakeFence: already pending
-		f.t.mu.Unlock()
 	}
 	// 5. A fenced (reachable) old primary takes no more writes: let the
 	// candidate receive all it has before cutting replication.

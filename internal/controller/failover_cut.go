@@ -230,10 +230,7 @@ func (f *failoverRun) resetAfterCut(ctx context.Context) (string, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	if err := pr.StopReplica(sctx); err != nil {
-		return "", err
-	}
-	if err := pr.ResetReplicaAll(sctx); err != nil {
+	if err := pr.ForgetReplication(sctx); err != nil {
 		return "", err
 	}
 	f.resetPending = false

@@ -62,9 +62,7 @@ func (t *term) finishFailover(ctx context.Context, cfg *config.Config, cl *confi
 		pr, err := t.c.prober(cfg, cl, primary)
 		if err == nil {
 			sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-			if err = pr.StopReplica(sctx); err == nil {
-				err = pr.ResetReplicaAll(sctx)
-			}
+			err = pr.ForgetReplication(sctx)
 			cancel()
 		}
 		if err != nil {
@@ -138,22 +136,28 @@ func (t *term) keepWakeFence(ctx context.Context, cfg *config.Config, cl *config
 	if p, ok := probes[lf.From]; !ok || p.Reachable || cl.Node(lf.From) == nil {
 		return
 	}
-	key := fmt.Sprintf("%s|%s|%d", cl.Name, lf.From, lf.Epoch)
-	t.mu.Lock()
-	armed := t.wakeFenced[key]
-	if !armed {
-		if t.wakeFenced == nil {
-			t.wakeFenced = map[string]bool{}
-		}
-		t.wakeFenced[key] = true
-	}
-	t.mu.Unlock()
-	if armed {
+	if !t.markWakeFence(cl.Name, lf.From, lf.Epoch) {
 		return
 	}
 	t.log.Info("old primary of the last failover does not answer: keeping a fence pending on it for when it wakes",
 		"cluster", cl.Name, "node", lf.From, "epoch", lf.Epoch)
 	t.fenceWhenAwake(ctx, cfg, cl, cr, lf.From, lf.Epoch)
+}
+
+// markWakeFence records that this term keeps a fence pending on node, the
+// old primary of cluster's failover to epoch; false when it already did.
+func (t *term) markWakeFence(cluster, node string, epoch int64) bool {
+	key := fmt.Sprintf("%s|%s|%d", cluster, node, epoch)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wakeFenced[key] {
+		return false
+	}
+	if t.wakeFenced == nil {
+		t.wakeFenced = map[string]bool{}
+	}
+	t.wakeFenced[key] = true
+	return true
 }
 
 // clearRepoint empties ClusterState.Repoint if the state is still at

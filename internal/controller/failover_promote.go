@@ -128,10 +128,7 @@ func (f *failoverRun) promote(ctx context.Context) (string, error) {
 		return f.promoteCut(sctx, pr)
 	}
 	f.promoting = true
-	if err := pr.StopReplica(sctx); err != nil {
-		return "", err
-	}
-	if err := pr.ResetReplicaAll(sctx); err != nil {
+	if err := pr.ForgetReplication(sctx); err != nil {
 		return "", err
 	}
 	if err := pr.SetReadOnly(sctx, false); err != nil {

@@ -33,9 +33,9 @@ type term struct {
 
 	mu       sync.Mutex
 	clusters map[string]*clusterRun
-	// wakeFenced: the old primaries of a failover another term ran for
-	// which this term keeps a pending fence (failover_finish.go), by
-	// cluster|node|epoch.
+	// wakeFenced: the old primaries on which this term keeps a fence
+	// pending (its own failovers, and those of a term that ended:
+	// failover_finish.go), by cluster|node|epoch.
 	wakeFenced map[string]bool
 
 	queue  chan string // request keys to look at

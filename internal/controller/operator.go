@@ -269,9 +269,7 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 			// yet: STOP SLAVE waits for a cut IO thread's exit.
 			if pr, err = t.c.prober(cfg, cl, n); err == nil {
 				sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-				if err = pr.StopReplica(sctx); err == nil {
-					err = pr.ResetReplicaAll(sctx)
-				}
+				err = pr.ForgetReplication(sctx)
 				cancel()
 			}
 		case tp.ReadOnly:
@@ -309,10 +307,6 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 	// promotion stopped short after its STOP SLAVE leaves the candidate
 	// with both threads stopped). Without that list (a state written by
 	// an older controller), IO threads stopped while SQL threads run.
-	restart := map[string]bool{}
-	for _, name := range st.Repoint {
-		restart[name] = true
-	}
 	oldNode := cl.Node(old)
 	for _, n := range cl.Nodes {
 		p := probes[n.Name]
@@ -324,7 +318,7 @@ func (t *term) resolveAbandonedFailover(ctx context.Context, cfg *config.Config,
 			continue
 		}
 		switch {
-		case restart[n.Name] && oldNode != nil && sameAddress(p.SourceHost, p.SourcePort, oldNode.Address):
+		case slices.Contains(st.Repoint, n.Name) && oldNode != nil && sameAddress(p.SourceHost, p.SourcePort, oldNode.Address):
 			_ = pr.StartReplica(ctx)
 		case len(st.Repoint) == 0 && p.IORunning == "No" && p.SQLRunning:
 			_ = pr.StartReplicaIO(ctx)

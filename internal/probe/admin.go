@@ -117,6 +117,16 @@ func (p *Prober) ResetReplicaAll(ctx context.Context) error {
 	return p.exec(ctx, p.d.resetReplicaAll(), p.d.resetReplicaAll())
 }
 
+// ForgetReplication stops replication and forgets its source (STOP SLAVE,
+// then RESET SLAVE ALL): what a promotion does to its candidate. STOP
+// SLAVE waits for an IO thread still exiting.
+func (p *Prober) ForgetReplication(ctx context.Context) error {
+	if err := p.StopReplica(ctx); err != nil {
+		return err
+	}
+	return p.ResetReplicaAll(ctx)
+}
+
 // ChangeSource points the (stopped) replica at host:port with the
 // replication account. useGTID is GTIDSlavePos or GTIDCurrentPos
 // (MASTER_USE_GTID on MariaDB; MySQL always uses SOURCE_AUTO_POSITION=1).
